@@ -1,0 +1,86 @@
+// Package cli is the ironclaw command line. main only calls Main; every
+// subcommand lives in its own file here.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes, as Docker's: 125 an IronClaw error, 126 cannot execute, 127
+// not found; otherwise the command's own (137 when a limit killed it).
+const (
+	ExitIronClaw      = 125
+	ExitNotExecutable = 126
+	ExitNotFound      = 127
+)
+
+// exitCode is returned by a command that already reported what happened and
+// only wants the process to exit with code.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// env is what every command may touch of the outside world.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// Main runs the CLI with args (without the program name) and returns the
+// process exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "ironclaw",
+		Short:         "Run AI-agent tool calls inside sealed sandboxes",
+		Long:          "IronClaw runs AI-agent tool calls, and whole agents, inside sealed per-session sandboxes:\nloopback-only, uid 65532, no capabilities, seccomp, landlock, read-only root, hard limits.",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%v (see '%s --help')", err, c.CommandPath())
+	})
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(newRunCmd(e), newDoctorCmd(e), newVersionCmd(e))
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	var code exitCode
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	case errors.Is(err, sandbox.ErrCommandNotFound):
+		fmt.Fprintf(stderr, "ironclaw: %v\n", err)
+		return ExitNotFound
+	case errors.Is(err, sandbox.ErrNotExecutable):
+		fmt.Fprintf(stderr, "ironclaw: %v\n", err)
+		return ExitNotExecutable
+	}
+	fmt.Fprintf(stderr, "ironclaw: %v\n", err)
+	return ExitIronClaw
+}
+
+// Version is set at build time with -ldflags "-X .../cli.Version=...".
+var Version = "dev"
+
+func newVersionCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			fmt.Fprintln(e.stdout, "ironclaw", Version)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,265 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+type runArgs struct {
+	image         string
+	memory        string
+	pids          int64
+	cpus          float64
+	timeout       time.Duration
+	output        string
+	workspaceSize string
+	tmpSize       string
+	openFiles     int64
+	env           []string
+	workspace     string
+	mounts        []string
+	tty           bool
+	verbose       bool
+}
+
+func newRunCmd(e *env) *cobra.Command {
+	var a runArgs
+	c := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run one command in a new sealed sandbox, then tear it down",
+		Long: `Run one command in a new sealed sandbox and tear the sandbox down afterwards.
+No daemon is needed. Output is streamed, stdin is forwarded, and ironclaw exits
+with the command's exit code: 125 for an IronClaw error, 126 when the command
+cannot be executed, 127 when it is not found, 137 when a limit killed it.
+
+The default root is the host-toolchain view: read-only /usr, /bin, /sbin, /lib*
+and a synthetic /etc. /workspace (the working directory and HOME) and /tmp are
+the only writable places. There is no network but loopback.`,
+		Example: `  ironclaw run -- sh -c 'id; ls /'
+  ironclaw run --memory 256M --timeout 10s -- python3 script.py
+  ironclaw run --workspace "$PWD/out" -- sh -c 'echo hi > /workspace/hello'
+  ironclaw run --tty -- bash`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("run needs a command: ironclaw run [flags] -- CMD [ARGS...]")
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error { return runRun(c.Context(), e, a, args) },
+	}
+	f := c.Flags()
+	f.SetInterspersed(false) // everything after CMD belongs to CMD
+	d := sandbox.DefaultLimits
+	f.StringVar(&a.image, "image", "", "root filesystem: a directory (default: the host-toolchain view)")
+	f.StringVar(&a.memory, "memory", sandbox.FormatBytes(d.MemoryBytes), "memory limit, tmpfs pages included (e.g. 256M, 1G)")
+	f.Int64Var(&a.pids, "pids", d.Pids, "maximum number of processes and threads")
+	f.Float64Var(&a.cpus, "cpus", d.CPUs, "CPU bandwidth in CPUs (e.g. 0.5)")
+	f.DurationVar(&a.timeout, "timeout", d.Timeout, "wall-time limit for the command")
+	f.StringVar(&a.output, "output", sandbox.FormatBytes(d.OutputBytes), "stdout+stderr bytes kept; the rest is dropped and reported")
+	f.StringVar(&a.workspaceSize, "workspace-size", sandbox.FormatBytes(d.WorkspaceBytes), "size of the private /workspace")
+	f.StringVar(&a.tmpSize, "tmp-size", sandbox.FormatBytes(d.TmpBytes), "size of /tmp")
+	f.Int64Var(&a.openFiles, "open-files", d.OpenFiles, "open file limit (RLIMIT_NOFILE)")
+	f.StringArrayVarP(&a.env, "env", "e", nil, "set KEY=VALUE inside (repeatable); nothing of the host's environment passes in")
+	f.StringVar(&a.workspace, "workspace", "", "bind this host directory read-write at /workspace (files are created as the sandbox's mapped uid)")
+	f.StringArrayVar(&a.mounts, "mount", nil, "bind SRC:DST[:ro] from the host (DST a new top-level dir or under /workspace or /tmp; repeatable)")
+	f.BoolVarP(&a.tty, "tty", "t", false, "run on a terminal allocated inside the sandbox")
+	f.BoolVarP(&a.verbose, "verbose", "v", false, "log sandbox diagnostics to stderr")
+	return c
+}
+
+// spec turns flags into a Spec; every error here happens before anything
+// is created.
+func (a runArgs) spec() (sandbox.Spec, error) {
+	var s sandbox.Spec
+	var err error
+	size := func(flag, v string) int64 {
+		if err != nil {
+			return 0
+		}
+		var n int64
+		n, err = sandbox.ParseBytes(v)
+		if err != nil {
+			err = fmt.Errorf("--%s: %v", flag, err)
+		}
+		return n
+	}
+	s.Limits = sandbox.Limits{
+		MemoryBytes:    size("memory", a.memory),
+		Pids:           a.pids,
+		CPUs:           a.cpus,
+		Timeout:        a.timeout,
+		OutputBytes:    size("output", a.output),
+		WorkspaceBytes: size("workspace-size", a.workspaceSize),
+		TmpBytes:       size("tmp-size", a.tmpSize),
+		OpenFiles:      a.openFiles,
+	}
+	if err != nil {
+		return s, err
+	}
+	if a.image != "" {
+		abs, err := filepath.Abs(a.image)
+		if err != nil {
+			return s, err
+		}
+		st, err := os.Stat(abs)
+		if err != nil {
+			return s, fmt.Errorf("--image: %v", err)
+		}
+		if !st.IsDir() {
+			return s, fmt.Errorf("--image %s: not a directory (OCI images and tarballs come in a later release)", a.image)
+		}
+		s.Root = sandbox.Root{Kind: sandbox.RootDirectory, Path: abs}
+	}
+	if a.workspace != "" {
+		abs, err := filepath.Abs(a.workspace)
+		if err != nil {
+			return s, err
+		}
+		s.Workspace = abs
+	}
+	for _, m := range a.mounts {
+		parts := strings.Split(m, ":")
+		if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "ro" && parts[2] != "rw") {
+			return s, fmt.Errorf("--mount %q: want SRC:DST or SRC:DST:ro", m)
+		}
+		src, err := filepath.Abs(parts[0])
+		if err != nil {
+			return s, err
+		}
+		s.Mounts = append(s.Mounts, sandbox.Mount{Source: src, Target: parts[1], ReadOnly: len(parts) == 3 && parts[2] == "ro"})
+	}
+	s.Env = a.env
+	s = s.WithDefaults()
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	spec, err := a.spec()
+	if err != nil {
+		return err
+	}
+	// SIGINT/SIGTERM/SIGHUP end the command and tear the sandbox down
+	// before we exit, instead of leaving it to the kernel.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+
+	logf := func(string, ...any) {}
+	if a.verbose {
+		logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "ironclaw: "+format+"\n", args...) }
+	}
+	rt, err := native.New(ctx, native.Options{Logf: logf})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Close(cctx); err != nil {
+			fmt.Fprintf(e.stderr, "ironclaw: teardown: %v\n", err)
+		}
+	}()
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = sb.Destroy(cctx)
+	}()
+
+	req := sandbox.ExecRequest{Argv: argv, Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr, TTY: a.tty}
+	if a.tty {
+		restore, resize := hostTerminal(e, &req)
+		defer restore()
+		defer resize()
+	}
+	res, err := sb.Exec(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(e.stderr, "ironclaw: interrupted; sandbox torn down")
+			return exitCode(130)
+		}
+		return err
+	}
+	l := spec.Limits
+	if res.Truncated {
+		fmt.Fprintf(e.stderr, "ironclaw: output truncated: %d bytes produced, %s kept (--output)\n",
+			res.StdoutBytes+res.StderrBytes, sandbox.FormatBytes(l.OutputBytes))
+	}
+	if res.TimedOut {
+		fmt.Fprintf(e.stderr, "ironclaw: killed: the command ran past its %v wall-time limit (--timeout)\n", l.Timeout)
+	}
+	if res.OOMKilled {
+		fmt.Fprintf(e.stderr, "ironclaw: a process was killed at the %s memory limit (--memory)\n", sandbox.FormatBytes(l.MemoryBytes))
+	}
+	return exitCode(res.ExitCode)
+}
+
+// hostTerminal puts our own terminal in raw mode (when stdin is one) and
+// forwards window size changes. It returns undo functions.
+func hostTerminal(e *env, req *sandbox.ExecRequest) (restore, stopResize func()) {
+	restore, stopResize = func() {}, func() {}
+	in, ok := e.stdin.(*os.File)
+	if !ok {
+		return
+	}
+	fd := int(in.Fd())
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return // not a terminal: the sandbox still gets one of its own
+	}
+	raw := *old
+	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	raw.Oflag &^= unix.OPOST
+	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	raw.Cflag &^= unix.CSIZE | unix.PARENB
+	raw.Cflag |= unix.CS8
+	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err == nil {
+		restore = func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }
+	}
+	if ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ); err == nil {
+		req.WindowSize = sandbox.WindowSize{Rows: ws.Row, Cols: ws.Col}
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGWINCH)
+	ch := make(chan sandbox.WindowSize, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-sig:
+				if ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ); err == nil {
+					select {
+					case ch <- sandbox.WindowSize{Rows: ws.Row, Cols: ws.Col}:
+					default:
+					}
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	req.Resize = ch
+	stopResize = func() { signal.Stop(sig); close(done) }
+	return
+}

@@ -1,0 +1,171 @@
+// Package rootfs plans a sandbox's root filesystem: which top-level entries
+// it has and where each comes from. It only reads the host; the sandbox's
+// init applies the plan inside its own mount namespace.
+//
+// Two roots exist today:
+//   - the host-toolchain view: read-only binds of the host's /usr, /bin,
+//     /sbin and /lib* (or symlinks, where the host merged them into /usr)
+//     and a synthetic /etc written from scratch. Nothing else of the host
+//     is visible: no /home, /root, /var, /run, sockets or host /etc.
+//   - a directory: every top-level entry of a host directory, read-only.
+//
+// Either way the sandbox adds its own /proc, /dev, /workspace and /tmp.
+package rootfs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Kind says how an Entry is made.
+type Kind string
+
+const (
+	KindBindDir  Kind = "bind-dir"  // read-only bind of a host directory
+	KindBindFile Kind = "bind-file" // read-only bind of a host file
+	KindSymlink  Kind = "symlink"   // a symlink with Target
+	KindDir      Kind = "dir"       // an empty directory
+	KindFile     Kind = "file"      // a file holding Content
+)
+
+// Entry is one path in the new root.
+type Entry struct {
+	Path    string `json:"path"` // absolute, inside the sandbox
+	Kind    Kind   `json:"kind"`
+	Source  string `json:"source,omitempty"`  // host path, for binds
+	Target  string `json:"target,omitempty"`  // for symlinks
+	Content string `json:"content,omitempty"` // for files
+	Mode    uint32 `json:"mode,omitempty"`    // for files and dirs
+}
+
+// Provided are the top-level names the sandbox always makes itself; a plan
+// never takes them from the host or an image.
+var provided = map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": true, "workspace": true}
+
+// hostViewDirs are the host directories the host-toolchain view exposes.
+var hostViewDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// HostView plans the host-toolchain view rooted at hostRoot (normally "/").
+func HostView(hostRoot, hostname string) ([]Entry, error) {
+	var out []Entry
+	for _, name := range hostViewDirs {
+		p := filepath.Join(hostRoot, name)
+		e, ok, err := entryFor(p, "/"+name, false)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 || out[0].Path != "/usr" {
+		return nil, fmt.Errorf("rootfs: host has no /usr directory to expose")
+	}
+	out = append(out, Etc(hostname)...)
+	return out, nil
+}
+
+// Directory plans a root made of the top-level entries of dir.
+func Directory(dir string) ([]Entry, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rootfs: image directory: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("rootfs: image %s is not a directory", dir)
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rootfs: image directory: %w", err)
+	}
+	var out []Entry
+	for _, de := range des {
+		if provided[de.Name()] {
+			continue
+		}
+		e, ok, err := entryFor(filepath.Join(dir, de.Name()), "/"+de.Name(), true)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// entryFor maps one host path to an entry; special files (sockets, devices,
+// fifos) are never exposed.
+func entryFor(hostPath, inside string, allowFiles bool) (Entry, bool, error) {
+	fi, err := os.Lstat(hostPath)
+	if os.IsNotExist(err) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("rootfs: %w", err)
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		t, err := os.Readlink(hostPath)
+		if err != nil {
+			return Entry{}, false, fmt.Errorf("rootfs: %w", err)
+		}
+		return Entry{Path: inside, Kind: KindSymlink, Target: t}, true, nil
+	case fi.IsDir():
+		return Entry{Path: inside, Kind: KindBindDir, Source: hostPath}, true, nil
+	case fi.Mode().IsRegular() && allowFiles:
+		return Entry{Path: inside, Kind: KindBindFile, Source: hostPath}, true, nil
+	}
+	return Entry{}, false, nil
+}
+
+// Etc is the synthetic /etc of the host-toolchain view: just enough for
+// libc, shells and language runtimes to resolve the sandbox user and
+// localhost. Nothing is copied from the host's /etc.
+func Etc(hostname string) []Entry {
+	files := map[string]string{
+		"passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
+			"sandbox:x:65532:65532:IronClaw sandbox:/workspace:/bin/sh\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":         "root:x:0:\nsandbox:x:65532:\nnogroup:x:65534:\n",
+		"hosts":         "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"hostname":      hostname + "\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\nprotocols: files\nservices: files\n",
+		// No name server: DNS fails fast instead of timing out.
+		"resolv.conf": "# no DNS inside an IronClaw sandbox\noptions attempts:1 timeout:1\n",
+		"shells":      "/bin/sh\n/bin/bash\n",
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := []Entry{{Path: "/etc", Kind: KindDir, Mode: 0o755}}
+	for _, n := range names {
+		out = append(out, Entry{Path: "/etc/" + n, Kind: KindFile, Content: files[n], Mode: 0o644})
+	}
+	return out
+}
+
+// Check rejects plans whose paths could escape the new root.
+func Check(entries []Entry) error {
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Path, "/") || filepath.Clean(e.Path) != e.Path || e.Path == "/" {
+			return fmt.Errorf("rootfs: bad path %q", e.Path)
+		}
+		switch e.Kind {
+		case KindBindDir, KindBindFile:
+			if !filepath.IsAbs(e.Source) {
+				return fmt.Errorf("rootfs: %s: source %q is not absolute", e.Path, e.Source)
+			}
+		case KindSymlink, KindDir, KindFile:
+		default:
+			return fmt.Errorf("rootfs: %s: unknown kind %q", e.Path, e.Kind)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+// Package boot is the child stage of the native backend: the code that runs
+// as pid 1 inside a new sandbox. The daemon starts it by re-executing its
+// own binary with argv[0] set to Arg0; main (and TestMain in tests) must
+// call Main when IsInit reports true, before doing anything else.
+//
+// The stages, in order (see package wire for the messages):
+//  1. refuse to run unless this process is pid 1 of fresh user and pid
+//     namespaces whose uid 0 is not host root: run by mistake on the host,
+//     the mount steps below would shadow the host's own directories;
+//  2. read the Config, enter a cgroup namespace (cgroup v1), build the new
+//     root and pivot_root into it, bring up lo;
+//  3. seal: rlimits, drop every capability and the bounding set, switch to
+//     uid/gid 65532 with no groups, no_new_privs, not dumpable, landlock,
+//     and seccomp last; all of it on every thread, so every command forked
+//     later inherits the same seal;
+//  4. serve requests until the daemon hangs up, then exit (which kills
+//     every process left in the sandbox's pid namespace).
+package boot
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"golang.org/x/sys/unix"
+)
+
+// Arg0 is the argv[0] the daemon gives the sandbox init. It is not a
+// subcommand name so that no flag parser or user can reach it by accident.
+const Arg0 = "ironclaw-sandbox-init"
+
+// ctlFD is the socketpair end the daemon passes as the first ExtraFile.
+const ctlFD = 3
+
+// ExitRefused is the exit status when the init refuses to run.
+const ExitRefused = 125
+
+func init() {
+	if IsInit() {
+		// unshare, capabilities and cgroup namespaces act per thread;
+		// every fork happens from this (the main) thread.
+		runtime.LockOSThread()
+	}
+}
+
+// IsInit reports whether this process was started as a sandbox init.
+func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == Arg0 }
+
+// Main runs the sandbox init and never returns.
+func Main() {
+	if err := checkFreshNamespaces(); err != nil {
+		fmt.Fprintf(os.Stderr, "ironclaw: sandbox init refused to run: %v\n", err)
+		os.Exit(ExitRefused)
+	}
+	// Whatever the runtime's parent leaked to us must not reach commands.
+	_ = unix.CloseRange(ctlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	ignoreSignals()
+	conn, err := wire.NewConn(os.NewFile(ctlFD, "ctl"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ironclaw: sandbox init: %v\n", err)
+		os.Exit(1)
+	}
+	var cfg wire.Config
+	trees, err := conn.Recv(&cfg)
+	if err != nil {
+		os.Exit(1)
+	}
+	err = setUp(&cfg, trees)
+	wire.CloseAll(trees)
+	if err != nil {
+		_ = conn.Send(wire.Reply{Op: wire.OpFailed, Err: err.Error()})
+		os.Exit(1)
+	}
+	if err := conn.Send(wire.Reply{Op: wire.OpReady}); err != nil {
+		os.Exit(1)
+	}
+	serve(conn)
+	os.Exit(0)
+}
+
+// checkFreshNamespaces refuses to continue unless we are pid 1 of a new pid
+// namespace inside a user namespace that does not map host root, and the
+// control socket is where it should be. It has no side effects.
+func checkFreshNamespaces() error {
+	if os.Getpid() != 1 {
+		return fmt.Errorf("not pid 1 of a new pid namespace (pid %d); this entry is started only by the IronClaw runtime", os.Getpid())
+	}
+	m, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return fmt.Errorf("cannot read uid_map: %w", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(m)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return fmt.Errorf("unexpected uid_map line %q", line)
+		}
+		if f[1] == "0" {
+			return fmt.Errorf("user namespace maps host root (uid_map %q); refusing", line)
+		}
+	}
+	typ, err := unix.GetsockoptInt(ctlFD, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil || typ != unix.SOCK_SEQPACKET {
+		return fmt.Errorf("descriptor %d is not the runtime's control socket", ctlFD)
+	}
+	return nil
+}
+
+// ignoreSignals keeps code inside the sandbox from killing its pid 1. The
+// kernel already drops signals a pid-namespace init has no handler for,
+// but the Go runtime installs handlers for nearly all of them.
+func ignoreSignals() {
+	for s := syscall.Signal(1); s <= 64; s++ {
+		switch s {
+		case syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGCHLD, syscall.SIGURG:
+			// SIGKILL/SIGSTOP cannot be caught; SIGCHLD drives the reaper;
+			// SIGURG is the runtime's preemption signal and already a
+			// no-op when sent by kill(2). Fault signals are ignored only
+			// when they come from kill(2): the runtime still panics on a
+			// real fault.
+			continue
+		}
+		if s >= 32 && s <= 34 {
+			continue // reserved by libc / the runtime
+		}
+		signal.Ignore(s)
+	}
+}

@@ -1,0 +1,167 @@
+package boot
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"golang.org/x/sys/unix"
+)
+
+// File operations run here, inside the sandbox, with the sandbox's uid,
+// landlock domain and view of the filesystem: whatever a path or symlink
+// says, it can only ever reach the sandbox's own files. On top of that,
+// resolution stays beneath /workspace or /tmp (openat2 RESOLVE_BENEATH).
+
+// splitBase returns the writable area p lies in and p relative to it.
+func splitBase(p string) (base, rel string, err error) {
+	if !path.IsAbs(p) || path.Clean(p) != p {
+		return "", "", fmt.Errorf("path %q must be a clean absolute path", p)
+	}
+	for _, b := range []string{sandbox.WorkspaceDir, sandbox.TmpDir} {
+		if r, ok := strings.CutPrefix(p, b+"/"); ok && r != "" {
+			return b, r, nil
+		}
+	}
+	return "", "", fmt.Errorf("path %q is not under %s or %s", p, sandbox.WorkspaceDir, sandbox.TmpDir)
+}
+
+const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
+
+// openBeneath opens rel beneath base; with create it first makes the
+// missing parent directories, each resolved beneath base too.
+func openBeneath(base, rel string, flags int, mode uint32, create bool) (*os.File, error) {
+	dfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	if create {
+		parts := strings.Split(rel, "/")
+		for i := 1; i < len(parts); i++ {
+			dir := strings.Join(parts[:i], "/")
+			if err := unix.Mkdirat(dfd, dir, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				return nil, err
+			}
+			// Confirm the component we created or found resolves beneath.
+			fd, err := openat2(dfd, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, err
+			}
+			unix.Close(fd)
+		}
+	}
+	fd, err := openat2(dfd, rel, flags|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// openat2 falls back to a plain openat on kernels before 5.6; the sandbox's
+// own confinement still holds there.
+func openat2(dfd int, p string, flags int, mode uint32) (int, error) {
+	fd, err := unix.Openat2(dfd, p, &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: resolve})
+	if errors.Is(err, unix.ENOSYS) {
+		return unix.Openat(dfd, p, flags, mode)
+	}
+	return fd, err
+}
+
+func fileErrCode(err error) string {
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+		return "not-found"
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
+		return "denied"
+	case errors.Is(err, unix.EISDIR):
+		return "bad-request"
+	}
+	return "io"
+}
+
+func (a *agent) fileFail(id uint64, p string, err error) {
+	var en syscall.Errno
+	errors.As(err, &en)
+	code := fileErrCode(err)
+	if en == 0 && code == "io" {
+		code = "bad-request"
+	}
+	a.fail(id, code, en, fmt.Errorf("%s: %w", p, err))
+}
+
+// writeFile copies the pipe in files[0] to req.Path.
+func (a *agent) writeFile(req wire.Request, files []*os.File) {
+	defer wire.CloseAll(files)
+	if len(files) != 1 {
+		a.fail(req.ID, "bad-request", 0, errors.New("write needs one descriptor"))
+		return
+	}
+	base, rel, err := splitBase(req.Path)
+	if err != nil {
+		a.fail(req.ID, "bad-request", 0, err)
+		return
+	}
+	mode := req.Mode & 0o777
+	if mode == 0 {
+		mode = 0o644
+	}
+	f, err := openBeneath(base, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, mode, true)
+	if err != nil {
+		a.fileFail(req.ID, req.Path, err)
+		return
+	}
+	n, err := io.Copy(f, files[0])
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		a.fileFail(req.ID, req.Path, err)
+		return
+	}
+	_ = a.conn.Send(wire.Reply{Op: wire.OpDone, ID: req.ID, Size: n})
+}
+
+// readFile copies req.Path into the pipe in files[0]: first a started reply
+// with the size, then the bytes, then done.
+func (a *agent) readFile(req wire.Request, files []*os.File) {
+	defer wire.CloseAll(files)
+	if len(files) != 1 {
+		a.fail(req.ID, "bad-request", 0, errors.New("read needs one descriptor"))
+		return
+	}
+	base, rel, err := splitBase(req.Path)
+	if err != nil {
+		a.fail(req.ID, "bad-request", 0, err)
+		return
+	}
+	f, err := openBeneath(base, rel, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0, false)
+	if err != nil {
+		a.fileFail(req.ID, req.Path, err)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		a.fileFail(req.ID, req.Path, err)
+		return
+	}
+	if !st.Mode().IsRegular() {
+		a.fail(req.ID, "bad-request", 0, fmt.Errorf("%s is not a regular file", req.Path))
+		return
+	}
+	_ = a.conn.Send(wire.Reply{Op: wire.OpStarted, ID: req.ID, Size: st.Size()})
+	n, err := io.Copy(files[0], f)
+	files[0].Close()
+	if err != nil {
+		a.fileFail(req.ID, req.Path, err)
+		return
+	}
+	_ = a.conn.Send(wire.Reply{Op: wire.OpDone, ID: req.ID, Size: n})
+}

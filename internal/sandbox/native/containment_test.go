@@ -1,0 +1,379 @@
+package native_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/testutil/int80"
+)
+
+// Every test here tries one way out of the sandbox and expects to fail.
+
+func TestEscapeNetwork(t *testing.T) {
+	b := newBox(t, sandbox.Spec{})
+
+	t.Run("only loopback", func(t *testing.T) {
+		o := b.sh(`tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '`)
+		if got := strings.Join(lines(o.stdout), ","); got != "lo" {
+			t.Fatalf("interfaces = %q, want only lo", got)
+		}
+	})
+	t.Run("no DNS", func(t *testing.T) {
+		o := b.sh(`getent hosts example.com; echo "exit=$?"`)
+		if !strings.Contains(o.stdout, "exit=2") || strings.Contains(o.stdout, "example.com") {
+			t.Fatalf("getent resolved something: %q", o.stdout)
+		}
+	})
+	t.Run("no host loopback service", func(t *testing.T) {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		accepted := make(chan struct{}, 1)
+		go func() {
+			if c, err := l.Accept(); err == nil {
+				c.Close()
+				accepted <- struct{}{}
+			}
+		}()
+		o := b.probe("connect", "tcp", l.Addr().String())
+		if !strings.Contains(o.stdout, "error:") {
+			t.Fatalf("sandbox reached the host's %s: %q", l.Addr(), o.stdout)
+		}
+		select {
+		case <-accepted:
+			t.Fatal("host listener accepted a connection from the sandbox")
+		default:
+		}
+	})
+	t.Run("no outside address", func(t *testing.T) {
+		// Only loopback exists, so any other address is unroutable.
+		o := b.probe("connect", "tcp", "10.255.255.1:80")
+		if !strings.Contains(o.stdout, "error:") {
+			t.Fatalf("connect to an outside address: %q", o.stdout)
+		}
+	})
+	t.Run("no host abstract unix socket", func(t *testing.T) {
+		name := fmt.Sprintf("@ironclaw-test-%d", os.Getpid())
+		l, err := net.Listen("unix", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		o := b.probe("connect", "unix", name)
+		if !strings.Contains(o.stdout, "error:") {
+			t.Fatalf("sandbox reached the host's abstract socket: %q", o.stdout)
+		}
+	})
+	t.Run("loopback TCP ports closed unless listed", func(t *testing.T) {
+		o := b.probe("listen", "tcp4", "127.0.0.1:8080")
+		if !strings.Contains(o.stdout, "error:") {
+			t.Fatalf("bind to an unlisted port: %q", o.stdout)
+		}
+		o = b.probe("mptcp")
+		if !strings.Contains(o.stdout, "EPROTONOSUPPORT") {
+			t.Fatalf("MPTCP socket (would bypass landlock's TCP rules): %q", o.stdout)
+		}
+	})
+	t.Run("listed loopback port works", func(t *testing.T) {
+		lb := newBox(t, sandbox.Spec{Network: sandbox.Network{LoopbackTCP: []uint16{8080}}})
+		o := lb.probe("listen", "tcp4", "127.0.0.1:8080")
+		if !strings.Contains(o.stdout, "listening") {
+			t.Fatalf("bind to a listed port failed: %q %v", o.stdout+o.stderr, o.err)
+		}
+	})
+}
+
+func TestEscapeHostFiles(t *testing.T) {
+	marker := filepath.Join(os.TempDir(), fmt.Sprintf("ironclaw-marker-%d", os.Getpid()))
+	if err := os.WriteFile(marker, []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(marker) })
+	b := newBox(t, sandbox.Spec{})
+
+	t.Run("host marker invisible", func(t *testing.T) {
+		o := b.sh(fmt.Sprintf(`cat %s 2>/dev/null; find / -path /proc -prune -o -name 'ironclaw-marker-*' -print 2>/dev/null`, marker))
+		if strings.Contains(o.stdout, "host secret") || strings.Contains(o.stdout, "marker") {
+			t.Fatalf("host marker visible: %q", o.stdout)
+		}
+	})
+	t.Run("top level is the sandbox's own", func(t *testing.T) {
+		o := b.sh(`ls -A /`)
+		got := strings.Join(lines(o.stdout), " ")
+		for _, name := range []string{"home", "root", "var", "run", "srv", "opt", "mnt", "media", "boot", "sys"} {
+			if strings.Contains(" "+got+" ", " "+name+" ") {
+				t.Errorf("/%s exists inside: ls / = %q", name, got)
+			}
+		}
+	})
+	t.Run("no docker socket or sockets at all", func(t *testing.T) {
+		o := b.sh(`for p in /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock; do test -e $p && echo "found $p"; done; find / -xdev -type s 2>/dev/null; echo done`)
+		if strings.TrimSpace(o.stdout) != "done" {
+			t.Fatalf("sockets visible: %q", o.stdout)
+		}
+	})
+	t.Run("synthetic etc", func(t *testing.T) {
+		o := b.sh(`ls /etc | tr '\n' ' '; grep -c . /etc/passwd`)
+		if strings.Contains(o.stdout, "shadow") || strings.Contains(o.stdout, "ssh") || !strings.Contains(o.stdout, "passwd") {
+			t.Fatalf("/etc is not synthetic: %q", o.stdout)
+		}
+		host, _ := os.ReadFile("/etc/passwd")
+		inner := b.sh(`cat /etc/passwd`).stdout
+		if string(host) == inner {
+			t.Fatal("/etc/passwd is the host's")
+		}
+	})
+	t.Run("root is read-only", func(t *testing.T) {
+		o := b.sh(`for p in /x /usr/x /etc/x /bin/x /dev/x; do touch $p 2>/dev/null && echo "wrote $p"; done; echo done`)
+		if strings.TrimSpace(o.stdout) != "done" {
+			t.Fatalf("wrote outside /workspace and /tmp: %q", o.stdout)
+		}
+	})
+	t.Run("kernel files masked", func(t *testing.T) {
+		o := b.sh(`for f in kcore keys timer_list sched_debug kallsyms kmsg config.gz slabinfo; do [ -e /proc/$f ] && echo "$f $(cat /proc/$f 2>/dev/null | wc -c)"; done; echo 1 > /proc/sys/kernel/domainname 2>/dev/null && echo wrote-sysctl; echo 1 > /proc/sysrq-trigger 2>/dev/null && echo wrote-sysrq; echo done`)
+		if strings.Contains(o.stdout, "wrote-") || !strings.Contains(o.stdout, "done") {
+			t.Fatalf("kernel files writable: %q", o.stdout)
+		}
+		checked := 0
+		for _, l := range lines(o.stdout) {
+			if name, n, ok := strings.Cut(l, " "); ok {
+				checked++
+				if n != "0" {
+					t.Errorf("/proc/%s shows %s bytes, want it masked", name, n)
+				}
+			}
+		}
+		if checked < 3 {
+			t.Fatalf("only %d masked files checked: %q", checked, o.stdout)
+		}
+	})
+}
+
+func TestEscapePrivilege(t *testing.T) {
+	b := newBox(t, sandbox.Spec{})
+
+	t.Run("identity and capabilities", func(t *testing.T) {
+		o := b.sh(`id -u; id -g; id -G; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t' ' '`)
+		want := "65532\n65532\n65532\nCapInh: 0000000000000000\nCapPrm: 0000000000000000\nCapEff: 0000000000000000\nCapBnd: 0000000000000000\nCapAmb: 0000000000000000\nNoNewPrivs: 1\nSeccomp: 2"
+		if strings.TrimSpace(o.stdout) != want {
+			t.Fatalf("got\n%s\nwant\n%s", o.stdout, want)
+		}
+	})
+	t.Run("host uid is unprivileged", func(t *testing.T) {
+		o := b.sh(`cat /proc/self/uid_map /proc/self/gid_map`)
+		for _, l := range lines(o.stdout) {
+			f := strings.Fields(l)
+			if len(f) == 3 && f[1] == "0" {
+				t.Fatalf("sandbox maps to host root: %q", o.stdout)
+			}
+		}
+	})
+	t.Run("setuid binaries are useless", func(t *testing.T) {
+		o := b.sh(`ls -l /usr/bin/su; su root -c 'id -u' </dev/null; echo "su=$?"; grep ' /usr ' /proc/self/mountinfo`)
+		if strings.Contains(o.stdout, "\n0\n") || !strings.Contains(o.stdout, "nosuid") {
+			t.Fatalf("setuid: %q", o.stdout+o.stderr)
+		}
+	})
+	t.Run("no new user namespaces", func(t *testing.T) {
+		o := b.probe("userns")
+		if strings.TrimSpace(o.stdout) != "unshare EPERM\nclone EPERM" {
+			t.Fatalf("userns: %q", o.stdout)
+		}
+		o = b.sh(`unshare -Ur id 2>&1; echo "exit=$?"`)
+		if strings.Contains(o.stdout, "uid=0") {
+			t.Fatalf("unshare -Ur became root: %q", o.stdout)
+		}
+	})
+	t.Run("init survives signals from inside", func(t *testing.T) {
+		b.probe("signal-init")
+		o := b.sh(`echo alive`)
+		if strings.TrimSpace(o.stdout) != "alive" {
+			t.Fatalf("sandbox died after signalling pid 1: %q %v", o.stdout, o.err)
+		}
+	})
+	t.Run("init's environment and memory unreadable", func(t *testing.T) {
+		o := b.sh(`cat /proc/1/environ 2>&1; ls /proc/1/fd 2>&1; head -c1 /proc/1/mem 2>&1; echo done`)
+		if !strings.Contains(o.stdout, "Permission denied") || strings.Contains(o.stdout, "GOMAXPROCS") {
+			t.Fatalf("pid 1 is readable: %q", o.stdout)
+		}
+	})
+}
+
+func TestEscapeSyscalls(t *testing.T) {
+	b := newBox(t, sandbox.Spec{})
+	o := b.probe("syscalls")
+	for _, l := range lines(o.stdout) {
+		name, errno, _ := strings.Cut(l, " ")
+		want := "EPERM"
+		if name == "clone3" {
+			want = "ENOSYS"
+		}
+		if errno != want {
+			t.Errorf("%s: %s, want %s", name, errno, want)
+		}
+	}
+	if n := len(lines(o.stdout)); n < 40 {
+		t.Fatalf("only %d syscalls probed: %q", n, o.stdout)
+	}
+	t.Run("int 0x80 is killed", func(t *testing.T) {
+		if !int80.HasInt80 {
+			t.Skip("int $0x80 exists on amd64 only")
+		}
+		o := b.probe("int80")
+		if o.res.Signal != int(syscall.SIGSYS) || strings.Contains(o.stdout, "survived") {
+			t.Fatalf("i386 keyctl: signal %d, out %q", o.res.Signal, o.stdout)
+		}
+	})
+	t.Run("x32 is killed", func(t *testing.T) {
+		o := b.probe("x32")
+		if o.res.Signal != int(syscall.SIGSYS) {
+			t.Fatalf("x32 getpid: signal %d, out %q", o.res.Signal, o.stdout)
+		}
+	})
+}
+
+func TestEscapeResources(t *testing.T) {
+	t.Run("fork bomb capped", func(t *testing.T) {
+		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{Pids: 32}})
+		o := b.sh(`i=0; while [ $i -lt 200 ]; do sleep 2 & i=$((i+1)); done 2>&1 | head -1; wait; echo finished`)
+		if !strings.Contains(o.stdout+o.stderr, "fork") && !strings.Contains(o.stdout+o.stderr, "Resource temporarily unavailable") {
+			t.Fatalf("200 processes started under pids=32: %q", o.stdout+o.stderr)
+		}
+		st, err := b.sb.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Pids > 32 {
+			t.Fatalf("pids %d > 32", st.Pids)
+		}
+		if o := b.sh(`echo alive`); strings.TrimSpace(o.stdout) != "alive" {
+			t.Fatal("sandbox unusable after the fork bomb")
+		}
+	})
+	t.Run("memory hog killed", func(t *testing.T) {
+		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20}})
+		o := b.probe("alloc", "512")
+		if o.res.ExitCode != 137 || !o.res.OOMKilled || strings.Contains(o.stdout, "allocated") {
+			t.Fatalf("512MiB under a 64MiB limit: %+v %q", o.res, o.stdout)
+		}
+		if o := b.sh(`echo alive`); strings.TrimSpace(o.stdout) != "alive" {
+			t.Fatal("sandbox unusable after the OOM kill")
+		}
+	})
+	t.Run("cpu throttled", func(t *testing.T) {
+		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{CPUs: 0.2}})
+		before, _ := b.sb.Stats(context.Background())
+		b.sh(`timeout 2 sh -c 'while :; do :; done'; true`)
+		after, _ := b.sb.Stats(context.Background())
+		used := after.CPUUsage - before.CPUUsage
+		if used > 1100*time.Millisecond || used <= 0 {
+			t.Fatalf("busy loop for 2s under cpus=0.2 used %v of CPU", used)
+		}
+		t.Logf("2s busy loop under cpus=0.2 used %v of CPU", used)
+	})
+	t.Run("output flood truncated", func(t *testing.T) {
+		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{OutputBytes: 64 << 10}})
+		o := b.sh(`head -c 10000000 /dev/zero; echo tail >&2`)
+		if !o.res.Truncated || len(o.stdout)+len(o.stderr) != 64<<10 || o.res.StdoutBytes != 10000000 || o.res.ExitCode != 0 {
+			t.Fatalf("truncated=%v kept=%d produced=%d exit=%d", o.res.Truncated, len(o.stdout)+len(o.stderr), o.res.StdoutBytes, o.res.ExitCode)
+		}
+	})
+	t.Run("disk fill bounded", func(t *testing.T) {
+		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{WorkspaceBytes: 8 << 20, TmpBytes: 8 << 20}})
+		o := b.sh(`dd if=/dev/zero of=/workspace/f bs=1M count=64 2>&1 | grep -c 'No space'; dd if=/dev/zero of=/tmp/f bs=1M count=64 2>&1 | grep -c 'No space'; du -sk /workspace/f /tmp/f`)
+		l := lines(o.stdout)
+		if len(l) < 2 || l[0] != "1" || l[1] != "1" {
+			t.Fatalf("disk fill: %q", o.stdout)
+		}
+	})
+	t.Run("wall time enforced", func(t *testing.T) {
+		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{Timeout: 500 * time.Millisecond}})
+		start := time.Now()
+		o := b.sh(`sleep 30`)
+		if !o.res.TimedOut || o.res.ExitCode != 137 || time.Since(start) > 5*time.Second {
+			t.Fatalf("sleep 30 under a 500ms limit: %+v after %v", o.res, time.Since(start))
+		}
+	})
+	t.Run("open files", func(t *testing.T) {
+		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{OpenFiles: 64}})
+		o := b.sh(`ulimit -n; ulimit -Hn`)
+		if strings.Join(lines(o.stdout), " ") != "64 64" {
+			t.Fatalf("ulimit -n: %q", o.stdout)
+		}
+	})
+}
+
+func TestEscapeSecrets(t *testing.T) {
+	const secret = "sk-ironclaw-test-SECRET-4c8f2a"
+	t.Setenv("OPENAI_API_KEY", secret)
+	t.Setenv("IRONCLAW_OPERATOR_TOKEN", secret)
+	b := newBox(t, sandbox.Spec{})
+	o := b.sh(`env; cat /proc/*/environ 2>/dev/null; grep -rl ` + secret + ` / --exclude-dir=proc 2>/dev/null; echo done`)
+	if strings.Contains(o.stdout, secret) || strings.Contains(o.stdout, "OPENAI_API_KEY") {
+		t.Fatalf("secret visible inside: %q", o.stdout)
+	}
+	if !strings.Contains(o.stdout, "HOME=/workspace") {
+		t.Fatalf("unexpected environment: %q", o.stdout)
+	}
+}
+
+func TestEscapeFDs(t *testing.T) {
+	// A descriptor the "daemon" holds without close-on-exec must not leak.
+	f, err := os.Open("/etc/hostname")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := syscall.Dup(int(f.Fd())); err != nil { // a plain dup has no close-on-exec
+		t.Fatal(err)
+	}
+	b := newBox(t, sandbox.Spec{})
+	o := b.probe("fds")
+	var fds []string
+	for _, l := range lines(o.stdout) {
+		fds = append(fds, strings.Fields(l)[0])
+	}
+	if strings.Join(fds, ",") != "0,1,2" {
+		t.Fatalf("command holds descriptors %q", o.stdout)
+	}
+}
+
+func TestEscapeTerminal(t *testing.T) {
+	b := newBox(t, sandbox.Spec{})
+	t.Run("no terminal without tty", func(t *testing.T) {
+		o := b.sh(`test -t 0 || echo not-a-tty; test -t 1 || echo not-a-tty`)
+		if strings.Count(o.stdout, "not-a-tty") != 2 {
+			t.Fatalf("stdio is a terminal: %q", o.stdout)
+		}
+	})
+	t.Run("TIOCSTI denied on its own terminal", func(t *testing.T) {
+		o := b.exec(sandbox.ExecRequest{Argv: []string{"/probe"}, Env: []string{"IRONCLAW_PROBE=tiocsti"}, TTY: true})
+		if o.err != nil || !strings.Contains(o.stdout, "TIOCSTI EPERM") {
+			t.Fatalf("TIOCSTI: %q %v", o.stdout, o.err)
+		}
+	})
+}
+
+func TestEscapeOtherSandboxes(t *testing.T) {
+	a := newBox(t, sandbox.Spec{})
+	b := newBox(t, sandbox.Spec{})
+	a.sh(`echo a-secret > /workspace/a.txt; echo a-secret > /tmp/a.txt`)
+	done := make(chan execOut, 1)
+	go func() { done <- a.exec(sandbox.ExecRequest{Argv: []string{"sleep", "3"}}) }()
+	time.Sleep(200 * time.Millisecond)
+	o := b.sh(`ls -A /workspace /tmp; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' '; echo; ls /proc | grep -cE '^[0-9]+$'`)
+	if strings.Contains(o.stdout, "a.txt") || strings.Contains(o.stdout, "sleep") {
+		t.Fatalf("sandbox b sees a: %q", o.stdout)
+	}
+	<-done
+}

@@ -1,0 +1,309 @@
+package native
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/cgroups"
+	"github.com/ironclaw/ironclaw/internal/rootfs"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"golang.org/x/sys/unix"
+)
+
+// Create implements sandbox.Runtime. Nothing is left behind on error.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, retErr error) {
+	spec = spec.WithDefaults()
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	cfg, err := r.initConfig(spec)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, sandbox.ErrClosed
+	}
+
+	id := newID()
+	cg, err := r.cg.Create(r.cgroupName(id), cgroups.Limits{
+		MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox cgroup: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := cg.Destroy(dctx); err != nil {
+				r.opts.Logf("%s: removing cgroup after failed create: %v", id, err)
+			}
+		}
+	}()
+
+	conn, childEnd, err := wire.Pair()
+	if err != nil {
+		return nil, err
+	}
+	conn.NonblockFDs = true
+	defer childEnd.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	defer errW.Close()
+
+	sys := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if r.rootless {
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandbox.UID, HostID: os.Getuid(), Size: 1}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandbox.GID, HostID: os.Getgid(), Size: 1}}
+		sys.GidMappingsEnableSetgroups = false
+	} else {
+		base := r.opts.HostIDBase
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
+		// "allow", so the child can drop the daemon's supplementary
+		// groups (host gid 0 among them) with setgroups([]).
+		sys.GidMappingsEnableSetgroups = true
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+	}
+	if fd, err := cg.OpenFD(); err == nil {
+		// cgroup v2: clone straight into the cgroup, and into a cgroup
+		// namespace rooted there.
+		defer syscall.Close(fd)
+		sys.UseCgroupFD = true
+		sys.CgroupFD = fd
+		sys.Cloneflags |= syscall.CLONE_NEWCGROUP
+	} else if !errors.Is(err, cgroups.ErrNotSupported) {
+		conn.Close()
+		errR.Close()
+		return nil, fmt.Errorf("sandbox cgroup: %w", err)
+	} else {
+		cfg.UnshareCgroup = true
+	}
+
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		conn.Close()
+		errR.Close()
+		return nil, err
+	}
+	defer devNull.Close()
+	proc, err := r.spawn.start(ctx, r.opts.Exe, initArgv, &os.ProcAttr{
+		Dir:   "/",
+		Env:   initEnv,
+		Files: []*os.File{devNull, devNull, errW, childEnd},
+		Sys:   sys,
+	})
+	if err != nil {
+		conn.Close()
+		errR.Close()
+		return nil, fmt.Errorf("%w: starting the sandbox init: %v", sandbox.ErrUnsupported, err)
+	}
+	childEnd.Close()
+	errW.Close()
+	b := &Sandbox{id: id, spec: spec, rt: r, proc: proc, conn: conn, cg: cg,
+		pending: map[uint64]chan reply{}, done: make(chan struct{}), diagDone: make(chan struct{})}
+	go b.logInit(errR)
+	defer func() {
+		if retErr != nil {
+			proc.Kill()
+			conn.Close()
+			proc.Wait()
+		}
+	}()
+	if cfg.UnshareCgroup {
+		// cgroup v1 has no clone-into-cgroup: place the init now; it waits
+		// for the Config before it forks anything.
+		if err := cg.Add(proc.Pid); err != nil {
+			return nil, fmt.Errorf("sandbox cgroup: %w", err)
+		}
+	}
+	trees := r.openTrees(cfg)
+	err = conn.Send(cfg, trees...)
+	for _, f := range trees {
+		f.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox init: %w", err)
+	}
+	if err := b.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, sandbox.ErrClosed
+	}
+	r.boxes[id] = b
+	r.mu.Unlock()
+	go b.readReplies()
+	return b, nil
+}
+
+// awaitReady waits for the init's first reply.
+func (b *Sandbox) awaitReady(ctx context.Context) error {
+	type result struct {
+		rep wire.Reply
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var rep wire.Reply
+		files, err := b.conn.Recv(&rep)
+		wire.CloseAll(files)
+		ch <- result{rep, err}
+	}()
+	t := time.NewTimer(readyTimeout)
+	defer t.Stop()
+	select {
+	case res := <-ch:
+		if res.err != nil {
+			return fmt.Errorf("%w: the sandbox init exited during setup%s", sandbox.ErrUnsupported, b.initDiag())
+		}
+		if res.rep.Op != wire.OpReady {
+			return fmt.Errorf("%w: sandbox setup failed: %s", sandbox.ErrUnsupported, res.rep.Err)
+		}
+		return nil
+	case <-ctx.Done():
+		b.conn.Close()
+		<-ch
+		return ctx.Err()
+	case <-t.C:
+		b.conn.Close()
+		<-ch
+		return fmt.Errorf("sandbox init did not become ready within %v", readyTimeout)
+	}
+}
+
+// initConfig turns a validated spec into the child's Config.
+func (r *Runtime) initConfig(spec sandbox.Spec) (*wire.Config, error) {
+	var entries []rootfs.Entry
+	var err error
+	switch spec.Root.Kind {
+	case sandbox.RootDirectory:
+		entries, err = rootfs.Directory(spec.Root.Path)
+	default:
+		entries, err = rootfs.HostView("/", spec.Hostname)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
+	}
+	cfg := &wire.Config{
+		Root:            entries,
+		Hostname:        spec.Hostname,
+		WorkspaceBytes:  spec.Limits.WorkspaceBytes,
+		TmpBytes:        spec.Limits.TmpBytes,
+		OpenFiles:       spec.Limits.OpenFiles,
+		ConnectTCP:      spec.Network.ExposedTCP,
+		BindTCP:         spec.Network.LoopbackTCP,
+		RequireLandlock: r.opts.RequireLandlock,
+	}
+	if spec.Workspace != "" {
+		if err := requireDir(spec.Workspace, "workspace"); err != nil {
+			return nil, err
+		}
+		cfg.WorkspaceDir = true
+		cfg.Mounts = append(cfg.Mounts, wire.Mount{Source: filepath.Clean(spec.Workspace), Target: sandbox.WorkspaceDir})
+	}
+	for _, m := range spec.Mounts {
+		if _, err := os.Stat(m.Source); err != nil {
+			return nil, fmt.Errorf("%w: mount source: %v", sandbox.ErrInvalidSpec, err)
+		}
+		cfg.Mounts = append(cfg.Mounts, wire.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	return cfg, nil
+}
+
+// openTrees clones each host source as a detached mount tree (open_tree),
+// so the child can attach what the daemon may read even where the
+// sandbox's own host uid could not. It fills cfg.Sources to match. Rootless
+// daemons and kernels before 5.2 skip this; the child then opens sources
+// itself.
+func (r *Runtime) openTrees(cfg *wire.Config) []*os.File {
+	if r.rootless {
+		return nil
+	}
+	var paths []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if p != "" && !seen[p] {
+			seen[p] = true
+			paths = append(paths, p)
+		}
+	}
+	for _, e := range cfg.Root {
+		add(e.Source)
+	}
+	for _, m := range cfg.Mounts {
+		add(m.Source)
+	}
+	var files []*os.File
+	cfg.Sources = nil
+	for _, p := range paths {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			r.opts.Logf("open_tree %s: %v; the sandbox opens it itself", p, err)
+			continue
+		}
+		files = append(files, os.NewFile(uintptr(fd), p))
+		cfg.Sources = append(cfg.Sources, p)
+	}
+	return files
+}
+
+func requireDir(p, what string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", sandbox.ErrInvalidSpec, what, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, p)
+	}
+	return nil
+}
+
+// logInit forwards what the init writes to stderr (a Go panic, a refusal)
+// to the runtime's log, and keeps the last lines for error messages.
+func (b *Sandbox) logInit(f *os.File) {
+	defer close(b.diagDone)
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		line := s.Text()
+		b.diagMu.Lock()
+		if len(b.diag) < 20 {
+			b.diag = append(b.diag, line)
+		}
+		b.diagMu.Unlock()
+		b.rt.opts.Logf("%s init: %s", b.id, line)
+	}
+}
+
+func (b *Sandbox) initDiag() string {
+	select { // the init is gone: let logInit catch its last words
+	case <-b.diagDone:
+	case <-time.After(time.Second):
+	}
+	b.diagMu.Lock()
+	defer b.diagMu.Unlock()
+	if len(b.diag) == 0 {
+		return ""
+	}
+	return ": " + b.diag[len(b.diag)-1]
+}

@@ -1,0 +1,264 @@
+// Package native is the default sandbox backend: Linux namespaces, a fresh
+// root via pivot_root, cgroups (v1 and v2), landlock and seccomp, driven
+// from pure Go with no external binary. This package is the host side (the
+// parent); package boot is what runs inside (the child); package wire is
+// the protocol between them.
+package native
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/cgroups"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultHostIDBase is where root mode maps the sandbox's ids on the host:
+// uid 0..65535 inside become DefaultHostIDBase+0..65535 outside, so the
+// sandbox user 65532 is host uid 165532 and nothing maps to host root.
+const DefaultHostIDBase = 100000
+
+// Options configure a Runtime. The zero value is usable.
+type Options struct {
+	// Logf receives diagnostics (never secrets); nil discards them.
+	Logf func(format string, args ...any)
+	// Exe is the binary re-executed as the sandbox init; "" means
+	// /proc/self/exe. Tests and the daemon both use their own binary.
+	Exe string
+	// HostIDBase overrides DefaultHostIDBase (root mode only).
+	HostIDBase int
+	// RequireLandlock makes Create fail on kernels without landlock
+	// instead of running with namespaces and seccomp only.
+	RequireLandlock bool
+}
+
+// Runtime is the native backend. It is safe for concurrent use; Close
+// destroys every sandbox it still holds.
+type Runtime struct {
+	opts     Options
+	cg       *cgroups.Hierarchy
+	rootless bool
+	owner    string // "<pid>.<starttime>": names our cgroups so a later run can tell them from a live run's
+	hostUID  int    // the sandbox user's uid and gid as the host sees them
+	hostGID  int
+	spawn    *spawner
+
+	mu     sync.Mutex
+	boxes  map[string]*Sandbox
+	closed bool
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New checks the host, collects what a crashed earlier run left, and
+// returns a ready Runtime.
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	if opts.Exe == "" {
+		opts.Exe = "/proc/self/exe"
+	}
+	if opts.HostIDBase == 0 {
+		opts.HostIDBase = DefaultHostIDBase
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP {
+		return nil, fmt.Errorf("%w: this binary was built with cgo; the sandbox init needs CGO_ENABLED=0", sandbox.ErrUnsupported)
+	}
+	rootless := os.Geteuid() != 0
+	if rootless {
+		if err := CheckUserNamespaces(); err != nil {
+			return nil, err
+		}
+	}
+	cg, err := cgroups.Detect()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
+	}
+	owner, err := processOwner(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	// Descriptors this process inherited without close-on-exec (a shell's
+	// saved fds, say) must never reach a sandbox: Go itself only passes
+	// what ExtraFiles names, so marking them costs nothing.
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	r := &Runtime{opts: opts, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(), boxes: map[string]*Sandbox{},
+		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID}
+	if rootless {
+		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
+	}
+	removed, err := cg.Collect(r.keepCgroup)
+	if err != nil {
+		opts.Logf("collecting leftover cgroups: %v", err)
+	}
+	if len(removed) > 0 {
+		opts.Logf("collected %d sandbox cgroup(s) left by an earlier run", len(removed))
+	}
+	return r, nil
+}
+
+// Name implements sandbox.Runtime.
+func (r *Runtime) Name() string { return "native" }
+
+// Rootless reports whether sandboxes are created without host root.
+func (r *Runtime) Rootless() bool { return r.rootless }
+
+// Cgroups describes where sandbox cgroups live.
+func (r *Runtime) Cgroups() string { return r.cg.Describe() }
+
+// Close destroys every sandbox still held.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	boxes := make([]*Sandbox, 0, len(r.boxes))
+	for _, b := range r.boxes {
+		boxes = append(boxes, b)
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, b := range boxes {
+		if err := b.Destroy(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cgroupPrefix starts every sandbox cgroup name.
+const cgroupPrefix = "ic-"
+
+func (r *Runtime) cgroupName(id string) string { return cgroupPrefix + r.owner + "-" + id }
+
+// keepCgroup tells Collect which cgroups belong to a live runtime: ours, or
+// another process's whose pid and start time still match.
+func (r *Runtime) keepCgroup(name string) bool {
+	rest, ok := strings.CutPrefix(name, cgroupPrefix)
+	if !ok {
+		return true // not ours to judge
+	}
+	owner, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return false
+	}
+	if owner == r.owner {
+		return true
+	}
+	pidStr, _, _ := strings.Cut(owner, ".")
+	pid, err := strconv.Atoi(pidStr)
+	if err != nil {
+		return false
+	}
+	cur, err := processOwner(pid)
+	return err == nil && cur == owner
+}
+
+// processOwner returns "<pid>.<starttime>" for a live process.
+func processOwner(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
+	}
+	// The command name may hold spaces and parentheses: split after the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return fmt.Sprintf("%d.%s", pid, f[19]), nil
+}
+
+// CheckUserNamespaces reports, for an unprivileged caller, whether the host
+// lets it create user namespaces, with what to change when it does not.
+func CheckUserNamespaces() error {
+	read := func(p string) (string, bool) {
+		b, err := os.ReadFile(p)
+		return strings.TrimSpace(string(b)), err == nil
+	}
+	if v, ok := read("/proc/sys/user/max_user_namespaces"); ok && v == "0" {
+		return fmt.Errorf("%w: user namespaces are disabled (user.max_user_namespaces=0); enable them with: sysctl -w user.max_user_namespaces=15000, or run as root", sandbox.ErrUnsupported)
+	}
+	if v, ok := read("/proc/sys/kernel/unprivileged_userns_clone"); ok && v == "0" {
+		return fmt.Errorf("%w: unprivileged user namespaces are disabled; enable them with: sysctl -w kernel.unprivileged_userns_clone=1, or run as root", sandbox.ErrUnsupported)
+	}
+	if v, ok := read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); ok && v == "1" {
+		return fmt.Errorf("%w: AppArmor restricts unprivileged user namespaces; allow them with: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (or an AppArmor profile granting userns to ironclaw), or run as root", sandbox.ErrUnsupported)
+	}
+	return nil
+}
+
+func newID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return "sbx-" + hex.EncodeToString(b[:])
+}
+
+// spawner starts every sandbox init from one OS thread that lives as long
+// as the process: the kernel delivers an init's parent-death signal when
+// the *thread* that forked it exits, so a short-lived thread would kill
+// sandboxes at random, and a dead daemon must take its sandboxes with it.
+type spawner struct {
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	exe  string
+	argv []string
+	attr *os.ProcAttr
+	res  chan spawnRes
+}
+
+type spawnRes struct {
+	p   *os.Process
+	err error
+}
+
+func newSpawner() *spawner {
+	s := &spawner{reqs: make(chan spawnReq)}
+	go func() {
+		// Never unlocked: the thread exits with the process.
+		runtime.LockOSThread()
+		for r := range s.reqs {
+			p, err := os.StartProcess(r.exe, r.argv, r.attr)
+			r.res <- spawnRes{p, err}
+		}
+	}()
+	return s
+}
+
+func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
+	res := make(chan spawnRes, 1)
+	select {
+	case s.reqs <- spawnReq{exe, argv, attr, res}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	r := <-res
+	return r.p, r.err
+}
+
+// initArgv is the sandbox init's command line; see boot.IsInit.
+var initArgv = []string{boot.Arg0}
+
+// initEnv is the init's whole environment: nothing of the daemon's.
+var initEnv = []string{"GOMAXPROCS=1", "GOGC=50"}
+
+const readyTimeout = 30 * time.Second

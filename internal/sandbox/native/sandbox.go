@@ -1,0 +1,548 @@
+package native
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/cgroups"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"golang.org/x/sys/unix"
+)
+
+// Sandbox is one native sandbox. It is safe for concurrent use.
+type Sandbox struct {
+	id   string
+	spec sandbox.Spec
+	rt   *Runtime
+	proc *os.Process
+	conn *wire.Conn
+	cg   *cgroups.Cgroup
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan reply // request ID -> replies
+
+	done        chan struct{} // closed once the init is gone and reaped
+	destroyOnce sync.Once
+	destroyErr  error
+
+	diagMu   sync.Mutex
+	diag     []string
+	diagDone chan struct{}
+}
+
+var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+type reply struct {
+	wire.Reply
+	files []*os.File
+}
+
+// ID implements sandbox.Sandbox.
+func (b *Sandbox) ID() string { return b.id }
+
+// Done implements sandbox.Sandbox.
+func (b *Sandbox) Done() <-chan struct{} { return b.done }
+
+// InitPid is the host pid of the sandbox's pid 1 (for tests and setns).
+func (b *Sandbox) InitPid() int { return b.proc.Pid }
+
+// readReplies routes the init's replies to waiting requests until the init
+// hangs up (it died or was killed); then it reaps it.
+func (b *Sandbox) readReplies() {
+	for {
+		var rep wire.Reply
+		files, err := b.conn.Recv(&rep)
+		if err != nil {
+			break
+		}
+		b.mu.Lock()
+		ch, ok := b.pending[rep.ID]
+		b.mu.Unlock()
+		if !ok {
+			wire.CloseAll(files)
+			continue
+		}
+		select {
+		case ch <- reply{rep, files}:
+		default:
+			// A request gets at most a handful of replies; more is a bug
+			// in the init, not a reason to block every other request.
+			wire.CloseAll(files)
+		}
+	}
+	b.conn.Close()
+	b.proc.Kill() // pid 1 leaving takes the whole pid namespace with it
+	b.proc.Wait()
+	close(b.done)
+}
+
+func (b *Sandbox) register() (uint64, chan reply) {
+	ch := make(chan reply, 4)
+	b.mu.Lock()
+	b.nextID++
+	id := b.nextID
+	b.pending[id] = ch
+	b.mu.Unlock()
+	return id, ch
+}
+
+func (b *Sandbox) unregister(id uint64) {
+	b.mu.Lock()
+	delete(b.pending, id)
+	b.mu.Unlock()
+}
+
+// await returns the next reply for a request.
+func (b *Sandbox) await(ctx context.Context, ch chan reply) (reply, error) {
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-b.done:
+		return reply{}, fmt.Errorf("sandbox %s: %w", b.id, sandbox.ErrClosed)
+	case <-ctx.Done():
+		return reply{}, ctx.Err()
+	}
+}
+
+// replyErr maps a failed reply to the error vocabulary.
+func replyErr(r reply) error {
+	var base error
+	switch r.Code {
+	case "not-found":
+		base = sandbox.ErrNotFound
+	case "denied":
+		base = sandbox.ErrPermission
+	default:
+		base = sandbox.ErrInvalidRequest
+	}
+	return fmt.Errorf("%w: %s", base, r.Err)
+}
+
+// baseEnv is what every command sees before the Spec's and request's own.
+var baseEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=" + sandbox.WorkspaceDir,
+	"USER=sandbox",
+	"LOGNAME=sandbox",
+	"SHELL=/bin/sh",
+	"LANG=C.UTF-8",
+	"TMPDIR=" + sandbox.TmpDir,
+}
+
+func mergeEnv(layers ...[]string) []string {
+	idx := map[string]int{}
+	var out []string
+	for _, l := range layers {
+		for _, kv := range l {
+			k, _, _ := strings.Cut(kv, "=")
+			if i, ok := idx[k]; ok {
+				out[i] = kv
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Exec implements sandbox.Sandbox.
+func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	var res sandbox.ExecResult
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return res, fmt.Errorf("%w: empty command", sandbox.ErrInvalidRequest)
+	}
+	for _, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return res, fmt.Errorf("%w: argument contains a NUL byte", sandbox.ErrInvalidRequest)
+		}
+	}
+	for _, kv := range req.Env {
+		if err := sandbox.ValidateEnv(kv); err != nil {
+			return res, fmt.Errorf("%w: env: %v", sandbox.ErrInvalidRequest, err)
+		}
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = b.spec.Cwd
+	}
+	if !path.IsAbs(cwd) {
+		return res, fmt.Errorf("%w: cwd %q must be absolute", sandbox.ErrInvalidRequest, cwd)
+	}
+	timeout := b.spec.Limits.Timeout
+	if req.Timeout > 0 && req.Timeout < timeout {
+		timeout = req.Timeout
+	}
+	outCap := b.spec.Limits.OutputBytes
+	if req.OutputBytes > 0 && req.OutputBytes < outCap {
+		outCap = req.OutputBytes
+	}
+	env := baseEnv
+	if req.TTY {
+		env = append(append([]string(nil), env...), "TERM=xterm-256color")
+	}
+	wreq := wire.Request{Op: wire.OpExec, Argv: req.Argv, Env: mergeEnv(env, b.spec.Env, req.Env), Dir: cwd,
+		TTY: req.TTY, Rows: req.WindowSize.Rows, Cols: req.WindowSize.Cols}
+
+	oomBefore := b.oomKills()
+	id, ch := b.register()
+	defer b.unregister(id)
+	wreq.ID = id
+
+	var stdinW, outR, errR *os.File
+	if !req.TTY {
+		var child [3]*os.File
+		var err error
+		if child[0], stdinW, err = os.Pipe(); err != nil {
+			return res, err
+		}
+		if outR, child[1], err = os.Pipe(); err != nil {
+			wire.CloseAll([]*os.File{child[0], stdinW})
+			return res, err
+		}
+		if errR, child[2], err = os.Pipe(); err != nil {
+			wire.CloseAll([]*os.File{child[0], stdinW, outR, child[1]})
+			return res, err
+		}
+		// Pipe inodes belong to their creator: hand the command's ends to
+		// the sandbox user so /dev/stdout and /proc/self/fd/N reopen.
+		for _, f := range child {
+			_ = unix.Fchown(int(f.Fd()), b.rt.hostUID, b.rt.hostGID)
+		}
+		err = b.conn.Send(wreq, child[:]...)
+		wire.CloseAll(child[:])
+		if err != nil {
+			wire.CloseAll([]*os.File{stdinW, outR, errR})
+			return res, b.sendErr(err)
+		}
+	} else if err := b.conn.Send(wreq); err != nil {
+		return res, b.sendErr(err)
+	}
+	start := time.Now()
+
+	first, err := b.await(ctx, ch)
+	if err != nil {
+		wire.CloseAll([]*os.File{stdinW, outR, errR})
+		return res, err
+	}
+	if first.Op == wire.OpFailed {
+		wire.CloseAll([]*os.File{stdinW, outR, errR})
+		wire.CloseAll(first.files)
+		return startFailure(first)
+	}
+	var master *os.File
+	if req.TTY {
+		if len(first.files) != 1 {
+			wire.CloseAll(first.files)
+			return res, fmt.Errorf("sandbox %s: no terminal came back", b.id)
+		}
+		master = first.files[0]
+		defer master.Close()
+	}
+
+	out := &capped{limit: outCap}
+	var copiers sync.WaitGroup
+	copyOut := func(dst io.Writer, src *os.File, counter *int64) {
+		defer copiers.Done()
+		w := out.writer(dst, counter)
+		_, _ = io.Copy(w, src)
+	}
+	copiers.Add(1)
+	if req.TTY {
+		go copyOut(req.Stdout, master, &res.StdoutBytes)
+		if req.Stdin != nil {
+			go func() { _, _ = io.Copy(master, req.Stdin) }()
+		}
+		if req.Resize != nil {
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				for {
+					select {
+					case ws := <-req.Resize:
+						_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+					case <-stop:
+						return
+					}
+				}
+			}()
+		}
+	} else {
+		copiers.Add(1)
+		go copyOut(req.Stdout, outR, &res.StdoutBytes)
+		go copyOut(req.Stderr, errR, &res.StderrBytes)
+		if req.Stdin != nil {
+			go func() {
+				_, _ = io.Copy(stdinW, req.Stdin)
+				stdinW.Close()
+			}()
+		} else {
+			stdinW.Close()
+		}
+		defer outR.Close()
+		defer errR.Close()
+		defer stdinW.Close()
+	}
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var status syscall.WaitStatus
+	var ctxErr error
+wait:
+	for {
+		select {
+		case r := <-ch:
+			wire.CloseAll(r.files)
+			if r.Op == wire.OpExited {
+				status = syscall.WaitStatus(r.Status)
+				break wait
+			}
+		case <-timer.C:
+			res.TimedOut = true
+			b.kill(id)
+		case <-ctx.Done():
+			if ctxErr == nil {
+				ctxErr = ctx.Err()
+				b.kill(id)
+			}
+		case <-b.done:
+			wire.CloseAll([]*os.File{outR, errR})
+			return res, fmt.Errorf("sandbox %s: %w while the command ran", b.id, sandbox.ErrClosed)
+		}
+	}
+	res.Duration = time.Since(start)
+	// The command is gone; its output is in the pipes unless a process it
+	// left behind still holds them open. Drain briefly, then stop.
+	drainBy := time.Now().Add(drainGrace)
+	for _, f := range []*os.File{outR, errR, master} {
+		if f != nil {
+			_ = f.SetReadDeadline(drainBy)
+		}
+	}
+	copiers.Wait()
+	res.Truncated = out.truncated()
+	switch {
+	case status.Exited():
+		res.ExitCode = status.ExitStatus()
+	case status.Signaled():
+		res.Signal = int(status.Signal())
+		res.ExitCode = 128 + res.Signal
+	}
+	if b.oomKills() > oomBefore {
+		res.OOMKilled = true
+	}
+	return res, ctxErr
+}
+
+// drainGrace bounds how long output is read after the command exited.
+const drainGrace = 200 * time.Millisecond
+
+func startFailure(r reply) (sandbox.ExecResult, error) {
+	switch r.Code {
+	case "not-found":
+		return sandbox.ExecResult{ExitCode: 127}, fmt.Errorf("%w: %s", sandbox.ErrCommandNotFound, r.Err)
+	case "not-executable", "bad-cwd":
+		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrNotExecutable, r.Err)
+	}
+	return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrInvalidRequest, r.Err)
+}
+
+func (b *Sandbox) sendErr(err error) error {
+	select {
+	case <-b.done:
+		return fmt.Errorf("sandbox %s: %w", b.id, sandbox.ErrClosed)
+	default:
+	}
+	if strings.Contains(err.Error(), "limit") {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalidRequest, err)
+	}
+	return err
+}
+
+func (b *Sandbox) kill(id uint64) {
+	_ = b.conn.Send(wire.Request{Op: wire.OpSignal, ID: id, Signal: int(syscall.SIGKILL)})
+}
+
+func (b *Sandbox) oomKills() int64 {
+	st, err := b.cg.Stats()
+	if err != nil {
+		return 0
+	}
+	return st.OOMKills
+}
+
+// capped counts every byte and keeps the first limit across the streams it
+// serves; the rest is read and dropped so the command never blocks on it.
+type capped struct {
+	mu    sync.Mutex
+	limit int64
+	kept  int64
+	trunc bool
+}
+
+func (c *capped) truncated() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.trunc
+}
+
+func (c *capped) writer(dst io.Writer, counter *int64) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		c.mu.Lock()
+		*counter += int64(len(p))
+		room := c.limit - c.kept
+		keep := p
+		if int64(len(keep)) > room {
+			keep = keep[:max(room, 0)]
+			c.trunc = true
+		}
+		c.kept += int64(len(keep))
+		c.mu.Unlock()
+		if dst != nil && len(keep) > 0 {
+			if _, err := dst.Write(keep); err != nil {
+				// A reader that went away must not stall the command:
+				// keep draining, drop the bytes.
+				dst = nil
+			}
+		}
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// WriteFile implements sandbox.Sandbox.
+func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode fs.FileMode) error {
+	if err := checkFilePath(p); err != nil {
+		return err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	id, ch := b.register()
+	defer b.unregister(id)
+	err = b.conn.Send(wire.Request{Op: wire.OpWrite, ID: id, Path: p, Mode: uint32(mode.Perm())}, pr)
+	pr.Close()
+	if err != nil {
+		pw.Close()
+		return b.sendErr(err)
+	}
+	copyErr := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(pw, src)
+		pw.Close()
+		copyErr <- err
+	}()
+	r, err := b.await(ctx, ch)
+	if err != nil {
+		pw.Close()
+		return err
+	}
+	if r.Op == wire.OpFailed {
+		return replyErr(r)
+	}
+	if err := <-copyErr; err != nil {
+		return fmt.Errorf("writing %s: %w", p, err)
+	}
+	return nil
+}
+
+// ReadFile implements sandbox.Sandbox.
+func (b *Sandbox) ReadFile(ctx context.Context, p string, dst io.Writer) error {
+	if err := checkFilePath(p); err != nil {
+		return err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+	id, ch := b.register()
+	defer b.unregister(id)
+	err = b.conn.Send(wire.Request{Op: wire.OpRead, ID: id, Path: p}, pw)
+	pw.Close()
+	if err != nil {
+		return b.sendErr(err)
+	}
+	r, err := b.await(ctx, ch)
+	if err != nil {
+		return err
+	}
+	if r.Op == wire.OpFailed {
+		return replyErr(r)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = pr.SetReadDeadline(time.Now()) })
+	defer stop()
+	if _, err := io.Copy(dst, pr); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("reading %s: %w", p, err)
+	}
+	r, err = b.await(ctx, ch)
+	if err != nil {
+		return err
+	}
+	if r.Op == wire.OpFailed {
+		return replyErr(r)
+	}
+	return nil
+}
+
+func checkFilePath(p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p {
+		return fmt.Errorf("%w: path %q must be a clean absolute path", sandbox.ErrInvalidRequest, p)
+	}
+	for _, base := range []string{sandbox.WorkspaceDir, sandbox.TmpDir} {
+		if strings.HasPrefix(p, base+"/") {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: path %q is not under %s or %s", sandbox.ErrInvalidRequest, p, sandbox.WorkspaceDir, sandbox.TmpDir)
+}
+
+// Stats implements sandbox.Sandbox.
+func (b *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
+	st, err := b.cg.Stats()
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	return sandbox.Stats{MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
+		CPUUsage: st.CPUUsage, Pids: st.Pids, OOMKills: st.OOMKills}, nil
+}
+
+// Destroy implements sandbox.Sandbox: pid 1 dies, the kernel kills the rest
+// of the pid namespace and drops every mount with the mount namespace, and
+// the cgroup goes last.
+func (b *Sandbox) Destroy(ctx context.Context) error {
+	b.destroyOnce.Do(func() {
+		_ = b.proc.Kill()
+		b.conn.Close()
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			b.destroyErr = fmt.Errorf("sandbox %s: waiting for the init to exit: %w", b.id, ctx.Err())
+			return
+		}
+		if err := b.cg.Destroy(ctx); err != nil {
+			b.destroyErr = fmt.Errorf("sandbox %s: %w", b.id, err)
+		}
+		b.rt.mu.Lock()
+		delete(b.rt.boxes, b.id)
+		b.rt.mu.Unlock()
+	})
+	return b.destroyErr
+}

@@ -1,0 +1,289 @@
+// Package sandbox defines what a sandbox is (Spec) and what every backend
+// must do with one (Runtime and Sandbox). Backends live in sub-packages
+// (native today; oci and docker later) and are proven against the same
+// behaviour and containment tests.
+package sandbox
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// UID and GID are the identity every sandboxed command runs as, on every
+// backend. 65532 is the conventional "nonroot" id of distroless images.
+const (
+	UID = 65532
+	GID = 65532
+)
+
+// Paths every sandbox provides. Only these two are writable.
+const (
+	WorkspaceDir = "/workspace"
+	TmpDir       = "/tmp"
+)
+
+// Spec describes one sandbox. The zero value plus DefaultLimits is a valid,
+// fully sealed sandbox over the host-toolchain root. A Spec is plain data: it
+// is validated by Validate and never mutated by a backend.
+type Spec struct {
+	// Root is the root filesystem. The zero value is the host-toolchain view.
+	Root Root
+	// Env holds extra "KEY=VALUE" pairs for every command. Nothing from the
+	// daemon's own environment is ever passed in.
+	Env []string
+	// Cwd is the default working directory of commands; "" means /workspace.
+	Cwd string
+	// Hostname inside the sandbox; "" means "sandbox".
+	Hostname string
+	// Limits are hard limits; zero fields are filled from DefaultLimits by
+	// WithDefaults.
+	Limits Limits
+	// Workspace, when set, is a host directory bound read-write at
+	// /workspace instead of a private size-limited tmpfs. Files created there
+	// belong to the sandbox's mapped host uid.
+	Workspace string
+	// Mounts are extra host paths bound into the sandbox.
+	Mounts []Mount
+	// Network says which loopback ports are reachable inside. The sandbox
+	// never has a network interface other than lo.
+	Network Network
+}
+
+// RootKind names a kind of root filesystem.
+type RootKind string
+
+const (
+	// RootHostView is a fresh root with read-only binds of the host's /usr,
+	// /bin, /sbin, /lib* and a synthetic /etc; no host data, sockets or home.
+	RootHostView RootKind = ""
+	// RootDirectory uses a host directory, read-only, as the root.
+	RootDirectory RootKind = "dir"
+)
+
+// Root selects the root filesystem.
+type Root struct {
+	Kind RootKind
+	// Path is the directory for RootDirectory.
+	Path string
+}
+
+// Mount binds a host path into the sandbox.
+type Mount struct {
+	Source   string // absolute host path
+	Target   string // absolute path inside; a new top-level directory, or under /workspace or /tmp
+	ReadOnly bool
+}
+
+// Network lists the loopback TCP ports the sandbox may use. Everything else
+// (other ports, host addresses, DNS) is unreachable by construction.
+type Network struct {
+	// ExposedTCP are ports on which the daemon serves inside the sandbox's
+	// loopback (model proxy, egress broker): the sandbox may connect to them.
+	ExposedTCP []uint16
+	// LoopbackTCP are ports the sandbox's own code may bind and connect to,
+	// for example a test server. Empty by default.
+	LoopbackTCP []uint16
+}
+
+// Limits are per-sandbox hard limits.
+type Limits struct {
+	MemoryBytes    int64         // memory incl. tmpfs pages; no swap
+	Pids           int64         // processes and threads
+	CPUs           float64       // CPU bandwidth, in CPUs
+	Timeout        time.Duration // wall time per exec
+	OutputBytes    int64         // stdout+stderr bytes kept per exec; the rest is dropped and reported
+	WorkspaceBytes int64         // size of the /workspace tmpfs
+	TmpBytes       int64         // size of the /tmp tmpfs
+	OpenFiles      int64         // RLIMIT_NOFILE
+}
+
+// DefaultLimits are used for every zero field of Spec.Limits.
+var DefaultLimits = Limits{
+	MemoryBytes:    512 << 20,
+	Pids:           256,
+	CPUs:           1,
+	Timeout:        30 * time.Second,
+	OutputBytes:    4 << 20,
+	WorkspaceBytes: 512 << 20,
+	TmpBytes:       256 << 20,
+	OpenFiles:      1024,
+}
+
+// MaxMounts bounds Spec.Mounts.
+const MaxMounts = 32
+
+// MaxLimits bound what a Spec may ask for; they exist so a typo ("--memory
+// 512G") is an error instead of an unlimited sandbox.
+var MaxLimits = Limits{
+	MemoryBytes:    64 << 30,
+	Pids:           65536,
+	CPUs:           512,
+	Timeout:        24 * time.Hour,
+	OutputBytes:    1 << 30,
+	WorkspaceBytes: 256 << 30,
+	TmpBytes:       64 << 30,
+	OpenFiles:      1 << 20,
+}
+
+// WithDefaults returns a copy of s whose zero fields hold their defaults.
+func (s Spec) WithDefaults() Spec {
+	l := &s.Limits
+	d := DefaultLimits
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Timeout == 0 {
+		l.Timeout = d.Timeout
+	}
+	if l.OutputBytes == 0 {
+		l.OutputBytes = d.OutputBytes
+	}
+	if l.WorkspaceBytes == 0 {
+		l.WorkspaceBytes = d.WorkspaceBytes
+	}
+	if l.TmpBytes == 0 {
+		l.TmpBytes = d.TmpBytes
+	}
+	if l.OpenFiles == 0 {
+		l.OpenFiles = d.OpenFiles
+	}
+	if s.Cwd == "" {
+		s.Cwd = WorkspaceDir
+	}
+	if s.Hostname == "" {
+		s.Hostname = "sandbox"
+	}
+	s.Env = append([]string(nil), s.Env...)
+	s.Mounts = append([]Mount(nil), s.Mounts...)
+	return s
+}
+
+var (
+	envKeyRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	hostnameRE  = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$`)
+	reservedTop = map[string]bool{"/": true, "/proc": true, "/dev": true, "/etc": true, "/sys": true, "/workspace": true, "/tmp": true, "/usr": true, "/bin": true, "/sbin": true, "/lib": true, "/lib64": true, "/lib32": true, "/libx32": true}
+)
+
+// Validate checks a Spec (after WithDefaults) and returns an error wrapping
+// ErrInvalidSpec that names the first bad field.
+func (s Spec) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+	}
+	switch s.Root.Kind {
+	case RootHostView:
+		if s.Root.Path != "" {
+			return bad("root: a path is only allowed with a directory root")
+		}
+	case RootDirectory:
+		if !path.IsAbs(s.Root.Path) {
+			return bad("root: directory %q must be an absolute path", s.Root.Path)
+		}
+	default:
+		return bad("root: unknown kind %q", s.Root.Kind)
+	}
+	for _, kv := range s.Env {
+		if err := ValidateEnv(kv); err != nil {
+			return bad("env: %v", err)
+		}
+	}
+	if !path.IsAbs(s.Cwd) || path.Clean(s.Cwd) != s.Cwd {
+		return bad("cwd %q must be a clean absolute path", s.Cwd)
+	}
+	if !hostnameRE.MatchString(s.Hostname) {
+		return bad("hostname %q is not a valid host name", s.Hostname)
+	}
+	if s.Workspace != "" && !path.IsAbs(s.Workspace) {
+		return bad("workspace %q must be an absolute host path", s.Workspace)
+	}
+	if len(s.Mounts) > MaxMounts {
+		return bad("%d mounts is more than the %d allowed", len(s.Mounts), MaxMounts)
+	}
+	for _, m := range s.Mounts {
+		if !path.IsAbs(m.Source) {
+			return bad("mount source %q must be an absolute host path", m.Source)
+		}
+		t := path.Clean(m.Target)
+		if !path.IsAbs(m.Target) || t != m.Target {
+			return bad("mount target %q must be a clean absolute path", m.Target)
+		}
+		if reservedTop[t] || strings.HasPrefix(t, "/proc/") || strings.HasPrefix(t, "/dev/") || strings.HasPrefix(t, "/etc/") || strings.HasPrefix(t, "/sys/") {
+			return bad("mount target %q is reserved", m.Target)
+		}
+		top := "/" + strings.SplitN(t[1:], "/", 2)[0]
+		if top != t && top != WorkspaceDir && top != TmpDir {
+			return bad("mount target %q must be a new top-level directory or lie under /workspace or /tmp", m.Target)
+		}
+	}
+	for _, p := range append(append([]uint16(nil), s.Network.ExposedTCP...), s.Network.LoopbackTCP...) {
+		if p == 0 {
+			return bad("network: port 0 is not a port")
+		}
+	}
+	return s.Limits.Validate()
+}
+
+// Validate checks every limit is positive and within MaxLimits.
+func (l Limits) Validate() error {
+	m := MaxLimits
+	type check struct {
+		name   string
+		v, max float64
+		show   string
+	}
+	checks := []check{
+		{"memory", float64(l.MemoryBytes), float64(m.MemoryBytes), FormatBytes(l.MemoryBytes)},
+		{"pids", float64(l.Pids), float64(m.Pids), fmt.Sprint(l.Pids)},
+		{"cpus", l.CPUs, m.CPUs, fmt.Sprint(l.CPUs)},
+		{"timeout", float64(l.Timeout), float64(m.Timeout), l.Timeout.String()},
+		{"output", float64(l.OutputBytes), float64(m.OutputBytes), FormatBytes(l.OutputBytes)},
+		{"workspace size", float64(l.WorkspaceBytes), float64(m.WorkspaceBytes), FormatBytes(l.WorkspaceBytes)},
+		{"tmp size", float64(l.TmpBytes), float64(m.TmpBytes), FormatBytes(l.TmpBytes)},
+		{"open files", float64(l.OpenFiles), float64(m.OpenFiles), fmt.Sprint(l.OpenFiles)},
+	}
+	for _, c := range checks {
+		if c.v <= 0 {
+			return fmt.Errorf("%w: %s must be positive, got %s", ErrInvalidSpec, c.name, c.show)
+		}
+		if c.v > c.max {
+			return fmt.Errorf("%w: %s %s is above the maximum", ErrInvalidSpec, c.name, c.show)
+		}
+	}
+	if l.MemoryBytes < 8<<20 {
+		return fmt.Errorf("%w: memory %s is below the 8MiB minimum", ErrInvalidSpec, FormatBytes(l.MemoryBytes))
+	}
+	if l.Pids < 4 {
+		return fmt.Errorf("%w: pids %d is below the minimum of 4", ErrInvalidSpec, l.Pids)
+	}
+	if l.CPUs < 0.01 {
+		return fmt.Errorf("%w: cpus %v is below the minimum of 0.01", ErrInvalidSpec, l.CPUs)
+	}
+	if l.OpenFiles < 16 {
+		return fmt.Errorf("%w: open files %d is below the minimum of 16", ErrInvalidSpec, l.OpenFiles)
+	}
+	return nil
+}
+
+// ValidateEnv checks one "KEY=VALUE" pair.
+func ValidateEnv(kv string) error {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok {
+		return fmt.Errorf("%q is not KEY=VALUE", kv)
+	}
+	if !envKeyRE.MatchString(k) {
+		return fmt.Errorf("%q is not a valid variable name", k)
+	}
+	if strings.ContainsRune(v, 0) {
+		return fmt.Errorf("value of %s contains a NUL byte", k)
+	}
+	return nil
+}
