@@ -279,8 +279,16 @@ func (h *Hierarchy) Create(name string, l Limits) (*Cgroup, error) {
 			_ = h.ops.rmdir(made[i]) // best effort: nothing runs in it yet
 		}
 	}
-	for _, dir := range c.dirs() {
-		if err := h.ops.mkdir(dir); err != nil {
+	for i, dir := range c.dirs() {
+		err := h.ops.mkdir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Someone removed the (empty) ironclaw folder since Detect,
+			// e.g. an administrator tidying up: recreate it and retry.
+			if err = h.recreateBase(h.dirs[i]); err == nil {
+				err = h.ops.mkdir(dir)
+			}
+		}
+		if err != nil {
 			cleanup()
 			if errors.Is(err, fs.ErrExist) {
 				if fi, serr := os.Stat(dir); serr == nil && !fi.IsDir() {
@@ -298,6 +306,17 @@ func (h *Hierarchy) Create(name string, l Limits) (*Cgroup, error) {
 		return nil, fmt.Errorf("cgroups: create %q: %w", name, err)
 	}
 	return c, nil
+}
+
+// recreateBase makes the ironclaw folder d again, as Detect did.
+func (h *Hierarchy) recreateBase(d ctlDir) error {
+	if err := mkdirExistOK(h.ops, d.base); err != nil {
+		return err
+	}
+	if h.version == 2 {
+		return enableControllers(h.ops, d.base, d.controllers)
+	}
+	return nil
 }
 
 func (c *Cgroup) applyLimits(l Limits) error {

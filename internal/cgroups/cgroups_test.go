@@ -81,7 +81,7 @@ func realHierarchy(t *testing.T) *Hierarchy {
 		}
 		return err
 	}
-	h, err := detect(sysEnv{mountinfo: mi, cgroup: cg, pid: os.Getpid(), ops: ops})
+	h, err := detect(sysEnv{mountinfo: mi, cgroup: cg, pid: os.Getpid(), ops: ops, folderOverride: testFolder()})
 	if err != nil {
 		t.Skipf("skipping: no usable cgroup hierarchy: %v", err)
 	}
@@ -96,6 +96,10 @@ func realHierarchy(t *testing.T) *Hierarchy {
 	})
 	return h
 }
+
+// testFolder replaces "ironclaw" in the real tests, so that they share
+// nothing with a daemon or another test run on the same host.
+func testFolder() string { return fmt.Sprintf("ironclaw-test-%d", os.Getpid()) }
 
 // testName returns a cgroup name unique to this process and test.
 func testName(t *testing.T, suffix string) string {
@@ -247,13 +251,14 @@ func TestDetectReal(t *testing.T) {
 			own = parts[2]
 		}
 	}
-	wantPath := filepath.Join(own, "ironclaw")
+	ownDir := own
 	if want == 2 && filepath.Base(own) == daemonLeaf {
-		wantPath = filepath.Join(filepath.Dir(own), "ironclaw")
+		ownDir = filepath.Dir(own)
 	}
+	wantPath := filepath.Join(ownDir, testFolder())
 	d := h.Describe()
 	t.Logf("Describe: %s", d)
-	if !strings.Contains(d, wantPath) || !strings.Contains(d, fmt.Sprintf("cgroup v%d", want)) {
+	if !strings.Contains(d, wantPath) || !strings.HasPrefix(d, fmt.Sprintf("cgroup v%d (", want)) {
 		t.Fatalf("Describe() = %q, want it to mention cgroup v%d and %s", d, want, wantPath)
 	}
 	for _, ctl := range []string{"memory", "pids", "cpu"} {
@@ -261,13 +266,40 @@ func TestDetectReal(t *testing.T) {
 			t.Errorf("Describe() = %q lacks %s", d, ctl)
 		}
 	}
-	// Detect is idempotent.
+
+	// The public Detect uses the real folder name; remove the folders it
+	// makes unless they were there before (a daemon may be using them).
+	var made []string
+	for _, dir := range h.dirs {
+		real := filepath.Join(filepath.Dir(dir.base), folderName)
+		if !exists(real) {
+			made = append(made, real)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range made {
+			if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
+				t.Logf("leaving %s: %v", p, err)
+			}
+		}
+	})
 	h2, err := Detect()
 	if err != nil {
-		t.Fatalf("second Detect: %v", err)
+		t.Fatalf("Detect: %v", err)
 	}
-	if h2.Describe() != d {
-		t.Errorf("second Detect describes %q, first %q", h2.Describe(), d)
+	want2 := strings.ReplaceAll(d, testFolder(), folderName)
+	if h2.Describe() != want2 {
+		t.Errorf("Detect() describes %q, want %q", h2.Describe(), want2)
+	}
+	for _, dir := range h2.dirs {
+		if !exists(dir.base) {
+			t.Errorf("Detect did not create %s", dir.base)
+		}
+	}
+	// Detect is idempotent.
+	h3, err := Detect()
+	if err != nil || h3.Describe() != want2 {
+		t.Errorf("second Detect: %v, %v", h3, err)
 	}
 }
 
@@ -372,6 +404,19 @@ func TestCreateErrorsReal(t *testing.T) {
 			t.Errorf("pids.max = %s after failed re-create, want 5", got)
 		}
 	})
+}
+
+func TestCreateRecreatesFolderReal(t *testing.T) {
+	h := realHierarchy(t)
+	for _, d := range h.dirs {
+		if err := unix.Rmdir(d.base); err != nil {
+			t.Fatalf("rmdir %s: %v", d.base, err)
+		}
+	}
+	c := create(t, h, "recreate", Limits{Pids: 3})
+	if got := readTrim(t, filepath.Join(c.dirFor("pids"), "pids.max")); got != "3" {
+		t.Errorf("pids.max = %s, want 3", got)
+	}
 }
 
 func TestDestroyReal(t *testing.T) {
@@ -546,8 +591,8 @@ func TestCollectReal(t *testing.T) {
 	drop := create(t, h, "drop", Limits{Pids: 5})
 	inKeep := startChild(t, keep, nil, "sleep", "300")
 	inDrop := startChild(t, drop, nil, "sleep", "300")
-	// Only ever reject our own name: other tests or daemons may share the
-	// ironclaw folder (see the v1 caveat in the package documentation).
+	// Reject only our own name, as a daemon would reject only names it
+	// knows to be stale.
 	removed, err := h.Collect(func(n string) bool { return n != drop.Name() })
 	if err != nil {
 		t.Fatalf("Collect: %v", err)

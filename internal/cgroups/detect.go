@@ -217,7 +217,7 @@ func detectV2(e sysEnv, mounts []mount, own string) (*Hierarchy, string, error) 
 			ctls = append(ctls, c)
 		}
 	}
-	base := filepath.Join(ownDir, folderName)
+	base := filepath.Join(ownDir, e.folder())
 	if err := mkdirExistOK(e.ops, base); err != nil {
 		return nil, "", setupError(err)
 	}
@@ -243,7 +243,7 @@ func detectV2(e sysEnv, mounts []mount, own string) (*Hierarchy, string, error) 
 	}
 	return &Hierarchy{
 		version: 2,
-		dirs:    []ctlDir{{controllers: ctls, base: base, rel: path.Join(own, folderName)}},
+		dirs:    []ctlDir{{controllers: ctls, base: base, rel: path.Join(own, e.folder())}},
 		ops:     e.ops,
 	}, "", nil
 }
@@ -297,12 +297,12 @@ func detectV1(e sysEnv, mounts []mount, pc procCgroup) (*Hierarchy, string, erro
 			}
 			continue
 		}
-		all = append(all, found{c, own, path.Join(p, folderName), required})
+		all = append(all, found{c, own, path.Join(p, e.folder()), required})
 	}
 	var dirs []ctlDir
 	index := map[string]int{} // base -> index in dirs, for co-mounted controllers
 	for _, f := range all {
-		base := filepath.Join(f.own, folderName)
+		base := filepath.Join(f.own, e.folder())
 		if i, ok := index[base]; ok {
 			dirs[i].controllers = append(dirs[i].controllers, f.controller)
 			continue

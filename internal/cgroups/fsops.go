@@ -45,6 +45,16 @@ type sysEnv struct {
 	root      string // prefix for every mount point; "" on a real system
 	pid       int    // the calling process, moved on v2 when needed
 	ops       fsOps
+	// folderOverride replaces "ironclaw" so that tests running next to
+	// a real daemon (or to each other) never share its folder.
+	folderOverride string
+}
+
+func (e sysEnv) folder() string {
+	if e.folderOverride != "" {
+		return e.folderOverride
+	}
+	return folderName
 }
 
 // writeControlFile writes data to an existing control file in one write(2)

@@ -529,6 +529,24 @@ func TestCgroupV2Simulated(t *testing.T) {
 		}
 	})
 
+	t.Run("folder removed after detect", func(t *testing.T) {
+		h, s := detectSimV2(t, nil)
+		base := h.dirs[0].base
+		if err := s.rmdir(base); err != nil {
+			t.Fatal(err)
+		}
+		c, err := h.Create("again", Limits{Pids: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.get(filepath.Join(base, "cgroup.subtree_control")); got != "cpu memory pids" {
+			t.Errorf("recreated folder's subtree_control = %q", got)
+		}
+		if got := s.get(filepath.Join(c.dirs()[0], "pids.max")); got != "7" {
+			t.Errorf("pids.max = %q", got)
+		}
+	})
+
 	t.Run("refuses to kill the caller", func(t *testing.T) {
 		h, s := detectSimV2(t, nil)
 		c, err := h.Create("self", Limits{})

@@ -108,6 +108,10 @@ func (a runArgs) spec() (sandbox.Spec, error) {
 	if err != nil {
 		return s, err
 	}
+	// Every limit has a flag default, so a zero here was asked for.
+	if err := s.Limits.Validate(); err != nil {
+		return s, err
+	}
 	if a.image != "" {
 		abs, err := filepath.Abs(a.image)
 		if err != nil {

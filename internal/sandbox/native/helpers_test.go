@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv("IRONCLAW_PROBE"); name != "" {
 		os.Exit(runProbe(name, os.Args[1:]))
 	}
+	if os.Getenv("IRONCLAW_TEST_DAEMON") == "1" {
+		os.Exit(crashDaemon())
+	}
 	os.Exit(m.Run())
 }
 

@@ -110,22 +110,27 @@ func checkFreshNamespaces() error {
 }
 
 // ignoreSignals keeps code inside the sandbox from killing its pid 1. The
-// kernel already drops signals a pid-namespace init has no handler for,
-// but the Go runtime installs handlers for nearly all of them.
+// kernel drops signals a pid-namespace init has no handler for, but the Go
+// runtime installs handlers for nearly all of them, and for most the default
+// is to exit. Catching them (not SIG_IGN, which every command would inherit
+// across exec) sends them to a channel nobody acts on.
 func ignoreSignals() {
+	var sigs []os.Signal
 	for s := syscall.Signal(1); s <= 64; s++ {
-		switch s {
-		case syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGCHLD, syscall.SIGURG:
+		switch {
+		case s == syscall.SIGKILL, s == syscall.SIGSTOP, s == syscall.SIGCHLD, s == syscall.SIGURG:
 			// SIGKILL/SIGSTOP cannot be caught; SIGCHLD drives the reaper;
-			// SIGURG is the runtime's preemption signal and already a
-			// no-op when sent by kill(2). Fault signals are ignored only
-			// when they come from kill(2): the runtime still panics on a
-			// real fault.
+			// SIGURG is the runtime's preemption signal and already a no-op.
 			continue
+		case s >= 32 && s <= 34:
+			continue // reserved by libc and the runtime
 		}
-		if s >= 32 && s <= 34 {
-			continue // reserved by libc / the runtime
-		}
-		signal.Ignore(s)
+		sigs = append(sigs, s)
 	}
+	c := make(chan os.Signal, 16)
+	signal.Notify(c, sigs...)
+	go func() {
+		for range c {
+		}
+	}()
 }

@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+)
+
+func TestMain(m *testing.M) {
+	if boot.IsInit() {
+		boot.Main()
+	}
+	os.Exit(m.Run())
+}
+
+func needSandbox(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 && os.Getenv("IRONCLAW_REQUIRE_SANDBOX") != "1" {
+		if err := native.CheckUserNamespaces(); err != nil {
+			t.Skipf("no sandboxes here: %v", err)
+		}
+	}
+}
+
+func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func sandboxCgroups() int {
+	n := 0
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), "ic-") {
+			n++
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return n
+}
+
+// Bad input gets one clear line, exit 125, and creates nothing.
+func TestRunBadInput(t *testing.T) {
+	before := sandboxCgroups()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run"}, "run needs a command"},
+		{[]string{"run", "--"}, "run needs a command"},
+		{[]string{"run", "--bogus", "--", "true"}, "unknown flag: --bogus"},
+		{[]string{"run", "--memory", "12X", "--", "true"}, "--memory"},
+		{[]string{"run", "--memory", "0", "--", "true"}, "memory must be positive"},
+		{[]string{"run", "--memory", "9000G", "--", "true"}, "above the maximum"},
+		{[]string{"run", "--pids", "-1", "--", "true"}, "pids must be positive"},
+		{[]string{"run", "--cpus", "abc", "--", "true"}, "invalid argument"},
+		{[]string{"run", "--timeout", "soon", "--", "true"}, "invalid argument"},
+		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, "not KEY=VALUE"},
+		{[]string{"run", "--image", "/no/such/dir", "--", "true"}, "no such file or directory"},
+		{[]string{"run", "--workspace", "/no/such/dir", "--", "true"}, "workspace"},
+		{[]string{"run", "--mount", "/etc", "--", "true"}, "SRC:DST"},
+		{[]string{"nosuchcommand"}, "unknown command"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := run(t, "", tc.args...)
+			if code != ExitIronClaw {
+				t.Errorf("exit %d, want %d", code, ExitIronClaw)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "ironclaw: ") || !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q, want one line mentioning %q", stderr, tc.want)
+			}
+		})
+	}
+	if after := sandboxCgroups(); after != before {
+		t.Fatalf("bad input created cgroups: %d -> %d", before, after)
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	needSandbox(t)
+	tests := []struct {
+		name   string
+		stdin  string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"success", "", []string{"run", "--", "echo", "hi"}, 0, "hi\n", ""},
+		{"own code", "", []string{"run", "--", "sh", "-c", "exit 7"}, 7, "", ""},
+		{"flags after the command belong to it", "", []string{"run", "echo", "--memory", "1"}, 0, "--memory 1\n", ""},
+		{"stdin forwarded", "from stdin", []string{"run", "--", "cat"}, 0, "from stdin", ""},
+		{"env", "", []string{"run", "-e", "A=1", "--env", "B=2", "--", "sh", "-c", "echo $A$B"}, 0, "12\n", ""},
+		{"not found", "", []string{"run", "--", "no-such-command"}, 127, "", "command not found"},
+		{"cannot execute", "", []string{"run", "--", "/etc/passwd"}, 126, "", "cannot be executed"},
+		{"timeout", "", []string{"run", "--timeout", "200ms", "--", "sleep", "10"}, 137, "", "wall-time limit"},
+		{"output cap", "", []string{"run", "--output", "10", "--", "echo", "0123456789abcdef"}, 0, "0123456789", "output truncated"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := sandboxCgroups()
+			code, stdout, stderr := run(t, tc.stdin, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr)
+			}
+			if stdout != tc.stdout {
+				t.Errorf("stdout %q, want %q", stdout, tc.stdout)
+			}
+			if !strings.Contains(stderr, tc.stderr) || (tc.stderr == "" && stderr != "") {
+				t.Errorf("stderr %q, want %q", stderr, tc.stderr)
+			}
+			if after := sandboxCgroups(); after != before {
+				t.Errorf("run left cgroups behind: %d -> %d", before, after)
+			}
+		})
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	needSandbox(t)
+	code, stdout, _ := run(t, "", "doctor")
+	if code != 0 {
+		t.Fatalf("doctor exit %d:\n%s", code, stdout)
+	}
+	for _, want := range []string{"user namespaces", "cgroups", "seccomp", "landlock", "sealed sandbox"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "FAIL") {
+		t.Fatalf("doctor reports a failure here:\n%s", stdout)
+	}
+}

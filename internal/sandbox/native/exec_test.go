@@ -1,0 +1,418 @@
+package native_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+)
+
+func TestExecBehaviour(t *testing.T) {
+	b := newBox(t, sandbox.Spec{Env: []string{"FROM_SPEC=1"}})
+	tests := []struct {
+		name     string
+		req      sandbox.ExecRequest
+		stdout   string
+		exit     int
+		errIs    error
+		contains bool
+	}{
+		{name: "exit code", req: sandbox.ExecRequest{Argv: []string{"sh", "-c", "exit 3"}}, exit: 3},
+		{name: "not found", req: sandbox.ExecRequest{Argv: []string{"no-such-command"}}, exit: 127, errIs: sandbox.ErrCommandNotFound},
+		{name: "not executable", req: sandbox.ExecRequest{Argv: []string{"/etc/passwd"}}, exit: 126, errIs: sandbox.ErrNotExecutable},
+		{name: "directory", req: sandbox.ExecRequest{Argv: []string{"/usr"}}, exit: 126, errIs: sandbox.ErrNotExecutable},
+		{name: "bad cwd", req: sandbox.ExecRequest{Argv: []string{"true"}, Cwd: "/nope"}, exit: 126, errIs: sandbox.ErrNotExecutable},
+		{name: "stdin", req: sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: strings.NewReader("from stdin")}, stdout: "from stdin"},
+		{name: "env layers", req: sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $FROM_SPEC $FROM_REQ $HOME $USER"}, Env: []string{"FROM_REQ=2"}}, stdout: "1 2 /workspace sandbox\n"},
+		{name: "cwd default", req: sandbox.ExecRequest{Argv: []string{"pwd"}}, stdout: "/workspace\n"},
+		{name: "cwd", req: sandbox.ExecRequest{Argv: []string{"pwd"}, Cwd: "/tmp"}, stdout: "/tmp\n"},
+		{name: "signal exit", req: sandbox.ExecRequest{Argv: []string{"sh", "-c", "kill -TERM $$"}}, exit: 143},
+		{name: "default signal dispositions", req: sandbox.ExecRequest{Argv: []string{"sh", "-c", "yes | head -c 2; grep -E '^Sig(Ign|Blk):' /proc/self/status | tr -s '\t' ' '"}},
+			stdout: "y\nSigBlk: 0000000000000000\nSigIgn: 0000000000000000\n"},
+		{name: "hostname", req: sandbox.ExecRequest{Argv: []string{"hostname"}}, stdout: "sandbox\n"},
+		{name: "stdout reopen", req: sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo via-dev >/dev/stdout"}}, stdout: "via-dev\n"},
+		{name: "empty argv", req: sandbox.ExecRequest{}, errIs: sandbox.ErrInvalidRequest},
+		{name: "bad env", req: sandbox.ExecRequest{Argv: []string{"true"}, Env: []string{"1BAD=x"}}, errIs: sandbox.ErrInvalidRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := b.exec(tc.req)
+			if tc.errIs != nil {
+				if !errors.Is(o.err, tc.errIs) {
+					t.Fatalf("err = %v, want %v", o.err, tc.errIs)
+				}
+			} else if o.err != nil {
+				t.Fatalf("err = %v", o.err)
+			}
+			if o.res.ExitCode != tc.exit {
+				t.Errorf("exit = %d, want %d (stderr %q)", o.res.ExitCode, tc.exit, o.stderr)
+			}
+			if tc.stdout != "" && o.stdout != tc.stdout {
+				t.Errorf("stdout = %q, want %q", o.stdout, tc.stdout)
+			}
+		})
+	}
+}
+
+func TestExecConcurrent(t *testing.T) {
+	b := newBox(t, sandbox.Spec{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			o := b.exec(sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("echo %d; sleep 0.2", i)}})
+			if o.err != nil || strings.TrimSpace(o.stdout) != strconv.Itoa(i) {
+				errs <- fmt.Errorf("exec %d: %q %v", i, o.stdout, o.err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestExecTTY(t *testing.T) {
+	b := newBox(t, sandbox.Spec{})
+	o := b.exec(sandbox.ExecRequest{Argv: []string{"sh", "-c", "tty; stty size"}, TTY: true, WindowSize: sandbox.WindowSize{Rows: 40, Cols: 120}})
+	if o.err != nil || !strings.Contains(o.stdout, "/dev/pts/") || !strings.Contains(o.stdout, "40 120") {
+		t.Fatalf("tty: %q %v", o.stdout, o.err)
+	}
+}
+
+func TestExecContextCancel(t *testing.T) {
+	b := newBox(t, sandbox.Spec{})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := b.sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "30"}})
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Fatalf("err = %v after %v", err, time.Since(start))
+	}
+	if o := b.sh("echo alive"); strings.TrimSpace(o.stdout) != "alive" {
+		t.Fatal("sandbox unusable after a cancelled exec")
+	}
+}
+
+func TestFiles(t *testing.T) {
+	b := newBox(t, sandbox.Spec{})
+	ctx := context.Background()
+	if err := b.sb.WriteFile(ctx, "/workspace/dir/sub/hello.txt", strings.NewReader("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := b.sh(`stat -c '%U %a' /workspace/dir/sub/hello.txt; cat /workspace/dir/sub/hello.txt`)
+	if o.stdout != "sandbox 600\nhello" {
+		t.Fatalf("inside: %q", o.stdout)
+	}
+	var buf bytes.Buffer
+	if err := b.sb.ReadFile(ctx, "/workspace/dir/sub/hello.txt", &buf); err != nil || buf.String() != "hello" {
+		t.Fatalf("ReadFile = %q, %v", buf.String(), err)
+	}
+	big := bytes.Repeat([]byte("0123456789"), 1<<20)
+	if err := b.sb.WriteFile(ctx, "/tmp/big", bytes.NewReader(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := b.sb.ReadFile(ctx, "/tmp/big", &buf); err != nil || !bytes.Equal(buf.Bytes(), big) {
+		t.Fatalf("big round trip: %d bytes, %v", buf.Len(), err)
+	}
+
+	hostFile := filepath.Join(t.TempDir(), "host.txt")
+	if err := os.WriteFile(hostFile, []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.sh(`ln -s /etc/passwd /workspace/link; ln -s / /workspace/root; ln -s ` + hostFile + ` /workspace/hostlink; mkdir -p /workspace/d; ln -s ../../tmp /workspace/d/up`)
+	bad := []struct {
+		path  string
+		errIs error
+	}{
+		{"/etc/passwd", sandbox.ErrInvalidRequest},
+		{"/workspace/../etc/passwd", sandbox.ErrInvalidRequest},
+		{"relative.txt", sandbox.ErrInvalidRequest},
+		{"/workspace", sandbox.ErrInvalidRequest},
+		{"/workspace/link", sandbox.ErrPermission},
+		{"/workspace/root/etc/passwd", sandbox.ErrPermission},
+		{"/workspace/hostlink", sandbox.ErrPermission},
+		{"/workspace/d/up/big", sandbox.ErrPermission},
+		{"/workspace/missing", sandbox.ErrNotFound},
+	}
+	for _, tc := range bad {
+		t.Run("read "+tc.path, func(t *testing.T) {
+			var buf bytes.Buffer
+			err := b.sb.ReadFile(ctx, tc.path, &buf)
+			if !errors.Is(err, tc.errIs) || buf.Len() != 0 {
+				t.Fatalf("ReadFile(%q) = %v (%d bytes), want %v", tc.path, err, buf.Len(), tc.errIs)
+			}
+		})
+		t.Run("write "+tc.path, func(t *testing.T) {
+			err := b.sb.WriteFile(ctx, tc.path, strings.NewReader("x"), 0o644)
+			if tc.errIs == sandbox.ErrNotFound {
+				if err != nil {
+					t.Fatalf("WriteFile(%q) = %v, want it created", tc.path, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.errIs) {
+				t.Fatalf("WriteFile(%q) = %v, want %v", tc.path, err, tc.errIs)
+			}
+		})
+	}
+	if got, _ := os.ReadFile(hostFile); string(got) != "host" {
+		t.Fatalf("host file changed through a symlink: %q", got)
+	}
+}
+
+func TestDirectoryRootAndWorkspace(t *testing.T) {
+	// A tiny image: the host's busybox-free toolchain is not in it, so use
+	// the probe (a static binary) as its only program.
+	img := t.TempDir()
+	exe, _ := os.Executable()
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(img, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(img, "bin", "probe"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(img, "image-marker"), []byte("from image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	if err := os.Chmod(ws, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	b := newBox(t, sandbox.Spec{Root: sandbox.Root{Kind: sandbox.RootDirectory, Path: img}, Workspace: ws})
+	o := b.exec(sandbox.ExecRequest{Argv: []string{"/bin/probe", "/image-marker"}, Env: []string{"IRONCLAW_PROBE=read"}})
+	if o.err != nil || !strings.Contains(o.stdout, "read 10 bytes") {
+		t.Fatalf("image root: %q %v", o.stdout, o.err)
+	}
+	o = b.exec(sandbox.ExecRequest{Argv: []string{"/bin/probe", "/usr/bin/sh"}, Env: []string{"IRONCLAW_PROBE=read"}})
+	if !strings.Contains(o.stdout, "error:") {
+		t.Fatalf("host /usr visible under an image root: %q", o.stdout)
+	}
+	if err := b.sb.WriteFile(context.Background(), "/workspace/out.txt", strings.NewReader("result"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(ws, "out.txt")); err != nil || string(got) != "result" {
+		t.Fatalf("workspace dir: %q %v", got, err)
+	}
+}
+
+func TestCreateRejectsBadSpecs(t *testing.T) {
+	r := runtimeFor(t)
+	bad := []sandbox.Spec{
+		{Limits: sandbox.Limits{MemoryBytes: 1024}},
+		{Limits: sandbox.Limits{CPUs: -1}},
+		{Root: sandbox.Root{Kind: sandbox.RootDirectory, Path: "/no/such/dir"}},
+		{Root: sandbox.Root{Kind: sandbox.RootDirectory, Path: "relative"}},
+		{Workspace: "/no/such/dir"},
+		{Mounts: []sandbox.Mount{{Source: "/etc", Target: "/proc/x"}}},
+		{Mounts: []sandbox.Mount{{Source: "/nope", Target: "/data"}}},
+		{Env: []string{"NOEQUALS"}},
+	}
+	before := cgroupCount(t)
+	for i, s := range bad {
+		if _, err := r.Create(context.Background(), s); !errors.Is(err, sandbox.ErrInvalidSpec) {
+			t.Errorf("spec %d: err = %v, want ErrInvalidSpec", i, err)
+		}
+	}
+	if after := cgroupCount(t); after != before {
+		t.Fatalf("bad specs left cgroups behind: %d -> %d", before, after)
+	}
+}
+
+// cgroupCount counts sandbox cgroup directories in every hierarchy.
+func cgroupCount(t testing.TB) int {
+	t.Helper()
+	n := 0
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), "ic-") {
+			n++
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return n
+}
+
+func TestDestroyLeavesNothing(t *testing.T) {
+	r := runtimeFor(t)
+	before := cgroupCount(t)
+	sb, err := r.Create(context.Background(), sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := sb.(*native.Sandbox).InitPid()
+	// Leave work running: a background process and a session leader.
+	if _, err := sb.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "sleep 100 & setsid sleep 100 & echo started"}}); err != nil {
+		t.Fatal(err)
+	}
+	if cgroupCount(t) <= before {
+		t.Fatalf("no cgroup for the sandbox")
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("init pid %d still exists: %v", pid, err)
+	}
+	if after := cgroupCount(t); after != before {
+		t.Fatalf("cgroups: %d before, %d after destroy", before, after)
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatalf("second Destroy: %v", err)
+	}
+	if _, err := sb.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrClosed) {
+		t.Fatalf("Exec after Destroy: %v", err)
+	}
+}
+
+// TestInitRefusesOutsideFreshNamespaces runs the sandbox init entry where it
+// must not run: as an ordinary child (as root and as nobody), and as pid 1 of
+// namespaces whose uid 0 is host root. Each time it must exit 125 before
+// touching anything.
+func TestInitRefusesOutsideFreshNamespaces(t *testing.T) {
+	// A copy anyone may execute: the build directory is private to root.
+	dir, err := os.MkdirTemp("", "ironclaw-init-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "init")
+	self, _ := os.Executable()
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mountsBefore, _ := os.ReadFile("/proc/self/mountinfo")
+	cases := []struct {
+		name string
+		sys  *syscall.SysProcAttr
+		root bool
+	}{
+		{name: "unprivileged child", sys: &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}, root: true},
+		{name: "plain child", sys: &syscall.SysProcAttr{}},
+		{name: "pid 1 of a pid namespace, host root", sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}, root: true},
+		{name: "userns mapping host root", sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}, GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}}, root: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("needs root to set up")
+			}
+			cmd := exec.Command(exe)
+			cmd.Args = []string{boot.Arg0}
+			cmd.Env = []string{}
+			cmd.SysProcAttr = tc.sys
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != boot.ExitRefused || !strings.Contains(stderr.String(), "refused") {
+				t.Fatalf("init ran: err %v, stderr %q", err, stderr.String())
+			}
+		})
+	}
+	if after, _ := os.ReadFile("/proc/self/mountinfo"); !bytes.Equal(after, mountsBefore) {
+		t.Fatal("the host's mounts changed")
+	}
+}
+
+// crashDaemon is the test binary as a daemon that gets SIGKILLed: it makes
+// a sandbox with work running, reports it, and waits to die.
+func crashDaemon() int {
+	r, err := native.New(context.Background(), native.Options{})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	sb, err := r.Create(context.Background(), sandbox.Spec{})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	go sb.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "sleep 1000 & sleep 1000"}})
+	time.Sleep(200 * time.Millisecond)
+	fmt.Println(sb.(*native.Sandbox).InitPid(), sb.ID())
+	select {}
+}
+
+func TestDaemonCrashLeavesNothing(t *testing.T) {
+	runtimeFor(t)
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe)
+	cmd.Env = []string{"IRONCLAW_TEST_DAEMON=1"}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	var id string
+	if _, err := fmt.Fscan(out, &pid, &id); err != nil {
+		cmd.Process.Kill()
+		t.Fatalf("daemon said nothing useful: %v", err)
+	}
+	leftover := func() int {
+		n := 0
+		_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && strings.HasSuffix(d.Name(), id) {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	if leftover() == 0 {
+		t.Fatal("sandbox cgroup not found before the crash")
+	}
+	cmd.Process.Kill() // SIGKILL: no cleanup code runs
+	cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox init %d outlived its daemon", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The next runtime to start collects what the dead one left.
+	r, err := native.New(context.Background(), native.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	if n := leftover(); n != 0 {
+		t.Fatalf("%d cgroup directories of the crashed daemon's sandbox remain", n)
+	}
+}
