@@ -611,3 +611,19 @@ func (c *Cgroup) removeTree(ctx context.Context, dir string) error {
 		delay = min(delay*2, 50*time.Millisecond)
 	}
 }
+
+// OOMKills reads only the OOM-kill counter: Stats reads five files, and
+// the sandbox checks this one around every command.
+func (c *Cgroup) OOMKills() (int64, error) {
+	var n int64
+	var err error
+	if c.h.version == 2 {
+		n, err = readKeyed(filepath.Join(c.dirs()[0], "memory.events"), "oom_kill")
+	} else {
+		n, err = readKeyed(filepath.Join(c.dirFor("memory"), "memory.oom_control"), "oom_kill")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cgroups: oom kills of %q: %w", c.name, err)
+	}
+	return n, nil
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -38,6 +39,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	cg, err := r.cg.Create(r.cgroupName(id), cgroups.Limits{
 		MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs,
 	})
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("%w: sandbox cgroup: %v; limits need root or a delegated cgroup v2 subtree (for example: systemd-run --user -p Delegate=yes --scope ironclaw ...)", sandbox.ErrUnsupported, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sandbox cgroup: %w", err)
 	}

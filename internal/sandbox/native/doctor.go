@@ -60,7 +60,10 @@ func Diagnose(ctx context.Context) []Finding {
 
 	if h, err := cgroups.Detect(); err != nil {
 		add(Finding{Feature: "cgroups (memory, pids, cpu)", Required: true, Detail: err.Error(), Fix: "run as root, or give ironclaw a delegated cgroup v2 subtree: systemd-run --user -p Delegate=yes --scope ironclaw ..."})
+	} else if cg, err := h.Create(fmt.Sprintf("ic-doctor-%d", os.Getpid()), cgroups.Limits{MemoryBytes: 64 << 20, Pids: 16, CPUs: 1}); err != nil {
+		add(Finding{Feature: "cgroups (memory, pids, cpu)", Required: true, Detail: err.Error(), Fix: "run as root, or give ironclaw a delegated cgroup v2 subtree: systemd-run --user -p Delegate=yes --scope ironclaw ..."})
 	} else {
+		_ = cg.Destroy(ctx)
 		add(Finding{Feature: "cgroups (memory, pids, cpu)", OK: true, Required: true, Detail: h.Describe()})
 	}
 

@@ -235,10 +235,16 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		wire.CloseAll([]*os.File{stdinW, outR, errR})
 		return res, err
 	}
-	if first.Op == wire.OpFailed {
+	switch first.Op {
+	case wire.OpFailed:
 		wire.CloseAll([]*os.File{stdinW, outR, errR})
 		wire.CloseAll(first.files)
 		return startFailure(first)
+	case wire.OpStarted:
+	default:
+		wire.CloseAll([]*os.File{stdinW, outR, errR})
+		wire.CloseAll(first.files)
+		return res, fmt.Errorf("sandbox %s: protocol error: %q before the command started", b.id, first.Op)
 	}
 	var master *os.File
 	if req.TTY {
@@ -298,6 +304,8 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	defer timer.Stop()
 	var status syscall.WaitStatus
 	var ctxErr error
+	var killedAt <-chan time.Time // backstop: a killed command that never reports
+	done := ctx.Done()
 wait:
 	for {
 		select {
@@ -310,11 +318,15 @@ wait:
 		case <-timer.C:
 			res.TimedOut = true
 			b.kill(id)
-		case <-ctx.Done():
-			if ctxErr == nil {
-				ctxErr = ctx.Err()
-				b.kill(id)
-			}
+			killedAt = time.After(killGrace)
+		case <-done:
+			done = nil
+			ctxErr = ctx.Err()
+			b.kill(id)
+			killedAt = time.After(killGrace)
+		case <-killedAt:
+			wire.CloseAll([]*os.File{outR, errR})
+			return res, fmt.Errorf("sandbox %s: command did not exit %v after SIGKILL", b.id, killGrace)
 		case <-b.done:
 			wire.CloseAll([]*os.File{outR, errR})
 			return res, fmt.Errorf("sandbox %s: %w while the command ran", b.id, sandbox.ErrClosed)
@@ -343,6 +355,9 @@ wait:
 	}
 	return res, ctxErr
 }
+
+// killGrace bounds the wait for a killed command's exit report.
+const killGrace = 10 * time.Second
 
 // drainGrace bounds how long output is read after the command exited.
 const drainGrace = 200 * time.Millisecond
@@ -374,11 +389,11 @@ func (b *Sandbox) kill(id uint64) {
 }
 
 func (b *Sandbox) oomKills() int64 {
-	st, err := b.cg.Stats()
+	n, err := b.cg.OOMKills()
 	if err != nil {
 		return 0
 	}
-	return st.OOMKills
+	return n
 }
 
 // capped counts every byte and keeps the first limit across the streams it

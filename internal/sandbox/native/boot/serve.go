@@ -115,11 +115,19 @@ func (a *agent) start(req wire.Request, files []*os.File) {
 		}
 		attr.Files = []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()}
 	}
+	// "started" goes out before the lock is released: the reaper needs the
+	// lock to report "exited", so the daemon always sees them in order.
 	a.mu.Lock()
 	pid, err := syscall.ForkExec(prog, req.Argv, attr)
 	if err == nil {
 		a.running[pid] = req.ID
 		a.pgids[req.ID] = pid
+		reply := wire.Reply{Op: wire.OpStarted, ID: req.ID, Pid: pid}
+		if master != nil {
+			_ = a.conn.Send(reply, master)
+		} else {
+			_ = a.conn.Send(reply)
+		}
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -129,13 +137,6 @@ func (a *agent) start(req wire.Request, files []*os.File) {
 		} else {
 			a.fail(req.ID, "io", 0, err)
 		}
-		return
-	}
-	reply := wire.Reply{Op: wire.OpStarted, ID: req.ID, Pid: pid}
-	if master != nil {
-		_ = a.conn.Send(reply, master)
-	} else {
-		_ = a.conn.Send(reply)
 	}
 }
 

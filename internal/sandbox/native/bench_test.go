@@ -1,0 +1,212 @@
+package native_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+)
+
+// Benchmarks measure inside one long-lived process, as the daemon runs.
+// bench/run.sh runs them beside the same work through bwrap, runc and docker.
+
+var holdN = flag.Int("hold", 1000, "sandboxes BenchmarkHoldIdle keeps at once")
+
+func reportPercentiles(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(ds[len(ds)/2]), "p50-ms")
+	b.ReportMetric(ms(ds[min(len(ds)-1, len(ds)*99/100)]), "p99-ms")
+}
+
+// BenchmarkCreateToFirstExec: from Create to the first command's result
+// (`true`); teardown is outside the timer.
+func BenchmarkCreateToFirstExec(b *testing.B) {
+	r := runtimeFor(b)
+	ctx := context.Background()
+	var ds []time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		sb, err := r.Create(ctx, sandbox.Spec{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, res)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		if err := sb.Destroy(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportPercentiles(b, ds)
+}
+
+// BenchmarkCreateExecDestroy: the whole life of a one-shot sandbox.
+func BenchmarkCreateExecDestroy(b *testing.B) {
+	r := runtimeFor(b)
+	ctx := context.Background()
+	var ds []time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		sb, err := r.Create(ctx, sandbox.Spec{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil {
+			b.Fatal(err)
+		}
+		if err := sb.Destroy(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportPercentiles(b, ds)
+}
+
+// BenchmarkExecRoundTrip: one command into a running sandbox, request to
+// result. "true" pays a fork and exec of a dynamic binary inside; the
+// probe's "noop" is a static binary.
+func BenchmarkExecRoundTrip(b *testing.B) {
+	box := newBox(b, sandbox.Spec{})
+	ctx := context.Background()
+	for _, argv := range [][]string{{"true"}, {"/probe"}} {
+		b.Run(filepath.Base(argv[0]), func(b *testing.B) {
+			var ds []time.Duration
+			req := sandbox.ExecRequest{Argv: argv, Env: []string{"IRONCLAW_PROBE=noop"}}
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				res, err := box.sb.Exec(ctx, req)
+				if err != nil || res.ExitCode != 0 {
+					b.Fatalf("exec: %v %+v", err, res)
+				}
+				ds = append(ds, time.Since(start))
+			}
+			reportPercentiles(b, ds)
+		})
+	}
+}
+
+// BenchmarkIdleMemory: memory charged to each idle sandbox's cgroup, and
+// the resident size of its pid-1 agent.
+func BenchmarkIdleMemory(b *testing.B) {
+	r := runtimeFor(b)
+	ctx := context.Background()
+	const n = 20
+	for i := 0; i < b.N; i++ {
+		var boxes []sandbox.Sandbox
+		for j := 0; j < n; j++ {
+			sb, err := r.Create(ctx, sandbox.Spec{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			boxes = append(boxes, sb)
+		}
+		time.Sleep(500 * time.Millisecond) // let each agent settle after setup
+		var charged, rss int64
+		for _, sb := range boxes {
+			st, err := sb.Stats(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			charged += st.MemoryBytes
+			rss += vmRSS(sb.(*native.Sandbox).InitPid())
+		}
+		b.ReportMetric(float64(charged)/n, "charged-bytes/sandbox")
+		b.ReportMetric(float64(rss)/n, "agent-rss-bytes/sandbox")
+		for _, sb := range boxes {
+			if err := sb.Destroy(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func vmRSS(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// BenchmarkHoldIdle holds -hold sandboxes at once, checks every one still
+// answers, tears them all down and checks nothing is left.
+func BenchmarkHoldIdle(b *testing.B) {
+	r := runtimeFor(b)
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		before := cgroupCount(b)
+		boxes := make([]sandbox.Sandbox, *holdN)
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, *holdN)
+		sem := make(chan struct{}, 4)
+		for j := range boxes {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(j int) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				sb, err := r.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				boxes[j] = sb
+			}(j)
+		}
+		wg.Wait()
+		created := time.Since(start)
+		close(errs)
+		for err := range errs {
+			b.Fatalf("create: %v", err)
+		}
+		for j, sb := range boxes {
+			if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+				b.Fatalf("sandbox %d of %d does not answer: %v", j, len(boxes), err)
+			}
+		}
+		start = time.Now()
+		for _, sb := range boxes {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(sb sandbox.Sandbox) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := sb.Destroy(ctx); err != nil {
+					b.Error(err)
+				}
+			}(sb)
+		}
+		wg.Wait()
+		b.ReportMetric(created.Seconds(), "create-all-s")
+		b.ReportMetric(time.Since(start).Seconds(), "destroy-all-s")
+		b.ReportMetric(float64(*holdN), "sandboxes")
+		if after := cgroupCount(b); after != before {
+			b.Fatalf("cgroups left: %d before, %d after", before, after)
+		}
+	}
+}
