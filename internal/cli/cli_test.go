@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,8 +37,9 @@ func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr s
 
 func sandboxCgroups() int {
 	n := 0
+	prefix := fmt.Sprintf("ic-%d.", os.Getpid()) // ours only: other processes may run sandboxes
 	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), "ic-") {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), prefix) {
 			n++
 			return filepath.SkipDir
 		}

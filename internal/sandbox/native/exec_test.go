@@ -240,15 +240,17 @@ func TestCreateRejectsBadSpecs(t *testing.T) {
 	}
 }
 
-// cgroupCount counts sandbox cgroup directories in every hierarchy.
+// cgroupCount counts the cgroup directories of this process's sandboxes in
+// every hierarchy (other processes, a benchmark say, may run their own).
 func cgroupCount(t testing.TB) int {
 	t.Helper()
 	n := 0
+	prefix := fmt.Sprintf("ic-%d.", os.Getpid())
 	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
-		if d.IsDir() && strings.HasPrefix(d.Name(), "ic-") {
+		if d.IsDir() && strings.HasPrefix(d.Name(), prefix) {
 			n++
 			return filepath.SkipDir
 		}
