@@ -1,0 +1,97 @@
+package sandbox
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseBytes(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{"4096", 4096, false},
+		{"64k", 64 << 10, false},
+		{"256M", 256 << 20, false},
+		{"256MiB", 256 << 20, false},
+		{"256mb", 256 << 20, false},
+		{"256Mi", 256 << 20, false},
+		{"1.5G", 3 << 29, false},
+		{"2T", 2 << 40, false},
+		{"10B", 10, false},
+		{" 1G ", 1 << 30, false},
+		{"", 0, true},
+		{"12X", 0, true},
+		{"M", 0, true},
+		{"-1M", 0, true},
+		{"1e400", 0, true},
+		{"NaN", 0, true},
+		{"12iB", 0, true},
+		{"99999999T", 0, true},
+	}
+	for _, tc := range tests {
+		got, err := ParseBytes(tc.in)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d, err=%v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for in, want := range map[int64]string{512: "512B", 1 << 20: "1MiB", 3 << 29: "1.5GiB", 4 << 20: "4MiB"} {
+		if got := FormatBytes(in); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	ok := Spec{}.WithDefaults()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("default spec: %v", err)
+	}
+	tests := []struct {
+		name   string
+		mutate func(*Spec)
+		want   string
+	}{
+		{"unknown root kind", func(s *Spec) { s.Root.Kind = "oci" }, "unknown kind"},
+		{"relative image", func(s *Spec) { s.Root = Root{Kind: RootDirectory, Path: "img"} }, "absolute"},
+		{"path with host view", func(s *Spec) { s.Root.Path = "/x" }, "only allowed"},
+		{"bad env", func(s *Spec) { s.Env = []string{"A"} }, "KEY=VALUE"},
+		{"bad env key", func(s *Spec) { s.Env = []string{"A-B=1"} }, "variable name"},
+		{"nul in env", func(s *Spec) { s.Env = []string{"A=\x00"} }, "NUL"},
+		{"relative cwd", func(s *Spec) { s.Cwd = "work" }, "cwd"},
+		{"unclean cwd", func(s *Spec) { s.Cwd = "/workspace/../etc" }, "cwd"},
+		{"bad hostname", func(s *Spec) { s.Hostname = "-bad" }, "hostname"},
+		{"relative workspace", func(s *Spec) { s.Workspace = "ws" }, "workspace"},
+		{"mount over proc", func(s *Spec) { s.Mounts = []Mount{{Source: "/etc", Target: "/proc/x"}} }, "reserved"},
+		{"mount over usr", func(s *Spec) { s.Mounts = []Mount{{Source: "/etc", Target: "/usr"}} }, "reserved"},
+		{"nested mount", func(s *Spec) { s.Mounts = []Mount{{Source: "/etc", Target: "/data/x"}} }, "top-level"},
+		{"relative source", func(s *Spec) { s.Mounts = []Mount{{Source: "etc", Target: "/data"}} }, "absolute"},
+		{"too many mounts", func(s *Spec) { s.Mounts = make([]Mount, MaxMounts+1) }, "allowed"},
+		{"port 0", func(s *Spec) { s.Network.LoopbackTCP = []uint16{0} }, "port 0"},
+		{"memory too small", func(s *Spec) { s.Limits.MemoryBytes = 1 << 20 }, "minimum"},
+		{"memory too large", func(s *Spec) { s.Limits.MemoryBytes = 1 << 50 }, "maximum"},
+		{"negative pids", func(s *Spec) { s.Limits.Pids = -1 }, "positive"},
+		{"timeout too long", func(s *Spec) { s.Limits.Timeout = 48 * time.Hour }, "maximum"},
+		{"tiny cpu", func(s *Spec) { s.Limits.CPUs = 0.001 }, "minimum"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Spec{}.WithDefaults()
+			tc.mutate(&s)
+			err := s.Validate()
+			if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want ErrInvalidSpec mentioning %q", err, tc.want)
+			}
+		})
+	}
+	good := Spec{Mounts: []Mount{{Source: "/etc", Target: "/data"}, {Source: "/etc", Target: "/workspace/etc", ReadOnly: true}}}.WithDefaults()
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good mounts: %v", err)
+	}
+}
