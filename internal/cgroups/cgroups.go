@@ -627,3 +627,32 @@ func (c *Cgroup) OOMKills() (int64, error) {
 	}
 	return n, nil
 }
+
+// Update changes the limits of a live cgroup (zero fields are left alone).
+// On v1 the swap-inclusive limit must never sit below the memory limit, so
+// the order of the two writes depends on the direction of the change.
+func (c *Cgroup) Update(l Limits) error {
+	if err := l.validate(); err != nil {
+		return fmt.Errorf("cgroups: update %q: %w", c.name, err)
+	}
+	if c.h.version == 1 && l.MemoryBytes > 0 {
+		d := c.dirFor("memory")
+		if p := filepath.Join(d, "memory.memsw.limit_in_bytes"); exists(p) {
+			cur, err := readInt(filepath.Join(d, "memory.limit_in_bytes"))
+			if err != nil {
+				return fmt.Errorf("cgroups: update %q: %w", c.name, err)
+			}
+			if l.MemoryBytes > cur {
+				// Raise memsw first; applyLimits then writes memory, then
+				// memsw again (a no-op).
+				if err := c.h.ops.write(p, strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
+					return fmt.Errorf("cgroups: update %q: %w", c.name, err)
+				}
+			}
+		}
+	}
+	if err := c.applyLimits(l); err != nil {
+		return fmt.Errorf("cgroups: update %q: %w", c.name, err)
+	}
+	return nil
+}

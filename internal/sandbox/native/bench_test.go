@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -209,4 +210,48 @@ func BenchmarkHoldIdle(b *testing.B) {
 			b.Fatalf("cgroups left: %d before, %d after", before, after)
 		}
 	}
+}
+
+// BenchmarkCreateToFirstExecPooled: the same as BenchmarkCreateToFirstExec
+// when the pool has a sandbox ready (the refill happens outside the timer;
+// its rate is BenchmarkCreateToFirstExec's).
+func BenchmarkCreateToFirstExecPooled(b *testing.B) {
+	r := newPooledRuntime(b, 2)
+	ctx := context.Background()
+	var ds []time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		waitPool(b, r, 2)
+		b.StartTimer()
+		start := time.Now()
+		sb, err := r.Create(ctx, sandbox.Spec{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, res)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		if err := sb.Destroy(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportPercentiles(b, ds)
+}
+
+// BenchmarkHostExecTrue is the floor for BenchmarkExecRoundTrip: os/exec of
+// the same `true` on the host, no sandbox, in the same run.
+func BenchmarkHostExecTrue(b *testing.B) {
+	var ds []time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if err := exec.Command("true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportPercentiles(b, ds)
 }

@@ -19,11 +19,21 @@ import (
 )
 
 // Create implements sandbox.Runtime. Nothing is left behind on error.
-func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, retErr error) {
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	spec = spec.WithDefaults()
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if r.pool != nil {
+		if sb := r.pool.take(spec); sb != nil {
+			return sb, nil
+		}
+	}
+	return r.createCold(ctx, spec)
+}
+
+// createCold makes a sandbox from scratch for a validated spec.
+func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, retErr error) {
 	cfg, err := r.initConfig(spec)
 	if err != nil {
 		return nil, err

@@ -42,6 +42,10 @@ type Options struct {
 	// RequireLandlock makes Create fail on kernels without landlock
 	// instead of running with namespaces and seccomp only.
 	RequireLandlock bool
+	// PoolSize keeps that many default-shaped sandboxes sealed and idle so
+	// Create can hand one out at once (see pool). 0 disables the pool; a
+	// one-shot CLI has no use for it, a daemon does.
+	PoolSize int
 }
 
 // Runtime is the native backend. It is safe for concurrent use; Close
@@ -54,6 +58,7 @@ type Runtime struct {
 	hostUID  int    // the sandbox user's uid and gid as the host sees them
 	hostGID  int
 	spawn    *spawner
+	pool     *pool // nil when Options.PoolSize is 0
 
 	mu     sync.Mutex
 	boxes  map[string]*Sandbox
@@ -100,6 +105,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
 	}
+	if opts.PoolSize > 0 {
+		r.pool = newPool(r, opts.PoolSize)
+	}
 	removed, err := cg.Collect(r.keepCgroup)
 	if err != nil {
 		opts.Logf("collecting leftover cgroups: %v", err)
@@ -108,6 +116,14 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		opts.Logf("collected %d sandbox cgroup(s) left by an earlier run", len(removed))
 	}
 	return r, nil
+}
+
+// PoolIdle reports how many pooled sandboxes are ready (0 without a pool).
+func (r *Runtime) PoolIdle() int {
+	if r.pool == nil {
+		return 0
+	}
+	return r.pool.idle()
 }
 
 // Name implements sandbox.Runtime.
@@ -121,6 +137,9 @@ func (r *Runtime) Cgroups() string { return r.cg.Describe() }
 
 // Close destroys every sandbox still held.
 func (r *Runtime) Close(ctx context.Context) error {
+	if r.pool != nil {
+		r.pool.close(ctx)
+	}
 	r.mu.Lock()
 	r.closed = true
 	boxes := make([]*Sandbox, 0, len(r.boxes))

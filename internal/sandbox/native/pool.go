@@ -1,0 +1,132 @@
+package native
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/cgroups"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+)
+
+// pool keeps Options.PoolSize sandboxes of the default shape sealed and
+// idle, so that Create for a spec of that shape only has to adjust cgroup
+// limits. A cold create pays a process start, namespace creation, the root
+// and the seal (and on cgroup v1 a cgroup migration); none of that depends
+// on the spec's limits, environment or working directory, which are applied
+// on take. Specs of any other shape are created cold.
+type pool struct {
+	r    *Runtime
+	size int
+
+	ready chan *Sandbox
+	wake  chan struct{}
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+func newPool(r *Runtime, size int) *pool {
+	p := &pool{r: r, size: size, ready: make(chan *Sandbox, size), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	p.wg.Add(1)
+	go p.fill()
+	return p
+}
+
+// poolShape is what every pooled sandbox is created with.
+func poolShape() sandbox.Spec { return sandbox.Spec{}.WithDefaults() }
+
+// fits reports whether spec (with defaults applied) differs from the pool's
+// shape only in what can change after creation.
+func fits(spec sandbox.Spec) bool {
+	d := poolShape()
+	l, dl := spec.Limits, d.Limits
+	return spec.Root == d.Root && spec.Hostname == d.Hostname && spec.Workspace == "" &&
+		len(spec.Mounts) == 0 && len(spec.Network.ExposedTCP) == 0 && len(spec.Network.LoopbackTCP) == 0 &&
+		l.WorkspaceBytes == dl.WorkspaceBytes && l.TmpBytes == dl.TmpBytes && l.OpenFiles == dl.OpenFiles
+}
+
+func (p *pool) fill() {
+	defer p.wg.Done()
+	for {
+		for len(p.ready) < p.size {
+			ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+			sb, err := p.r.createCold(ctx, poolShape())
+			cancel()
+			if err != nil {
+				p.r.opts.Logf("sandbox pool: %v", err)
+				select {
+				case <-time.After(time.Second):
+					continue
+				case <-p.stop:
+					return
+				}
+			}
+			select {
+			case p.ready <- sb:
+			case <-p.stop:
+				_ = sb.Destroy(context.Background())
+				return
+			}
+		}
+		select {
+		case <-p.wake:
+		case <-p.stop:
+			return
+		}
+	}
+}
+
+// idle reports how many sandboxes are ready.
+func (p *pool) idle() int { return len(p.ready) }
+
+// take returns a ready sandbox set up for spec, or nil.
+func (p *pool) take(spec sandbox.Spec) *Sandbox {
+	if !fits(spec) {
+		return nil
+	}
+	for {
+		var sb *Sandbox
+		select {
+		case sb = <-p.ready:
+		default:
+			return nil
+		}
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+		select {
+		case <-sb.done: // died while idle
+			_ = sb.Destroy(context.Background())
+			continue
+		default:
+		}
+		l, pl := spec.Limits, sb.spec.Limits
+		if l.MemoryBytes != pl.MemoryBytes || l.Pids != pl.Pids || l.CPUs != pl.CPUs {
+			if err := sb.cg.Update(cgroups.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs}); err != nil {
+				p.r.opts.Logf("sandbox pool: %v", err)
+				_ = sb.Destroy(context.Background())
+				return nil
+			}
+		}
+		spec.Env = slices.Clone(spec.Env)
+		sb.spec = spec
+		return sb
+	}
+}
+
+// close stops refilling and destroys the idle sandboxes.
+func (p *pool) close(ctx context.Context) {
+	p.once.Do(func() { close(p.stop) })
+	p.wg.Wait()
+	for {
+		select {
+		case sb := <-p.ready:
+			_ = sb.Destroy(ctx)
+		default:
+			return
+		}
+	}
+}
