@@ -36,10 +36,16 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 // BenchmarkCreateToFirstExec: from Create to the first command's result
 // (`true`); teardown is outside the timer.
 func BenchmarkCreateToFirstExec(b *testing.B) {
-	r := runtimeFor(b)
+	benchCreateToFirstExec(b, runtimeFor(b), func() {})
+}
+
+func benchCreateToFirstExec(b *testing.B, r *native.Runtime, beforeEach func()) {
 	ctx := context.Background()
 	var ds []time.Duration
 	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		beforeEach()
+		b.StartTimer()
 		start := time.Now()
 		sb, err := r.Create(ctx, sandbox.Spec{})
 		if err != nil {
@@ -217,29 +223,7 @@ func BenchmarkHoldIdle(b *testing.B) {
 // its rate is BenchmarkCreateToFirstExec's).
 func BenchmarkCreateToFirstExecPooled(b *testing.B) {
 	r := newPooledRuntime(b, 2)
-	ctx := context.Background()
-	var ds []time.Duration
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		waitPool(b, r, 2)
-		b.StartTimer()
-		start := time.Now()
-		sb, err := r.Create(ctx, sandbox.Spec{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
-		if err != nil || res.ExitCode != 0 {
-			b.Fatalf("exec: %v %+v", err, res)
-		}
-		ds = append(ds, time.Since(start))
-		b.StopTimer()
-		if err := sb.Destroy(ctx); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
-	reportPercentiles(b, ds)
+	benchCreateToFirstExec(b, r, func() { waitPool(b, r, 2) })
 }
 
 // BenchmarkHostExecTrue is the floor for BenchmarkExecRoundTrip: os/exec of

@@ -91,7 +91,7 @@ func TestExecConcurrent(t *testing.T) {
 func TestExecTTY(t *testing.T) {
 	b := newBox(t, sandbox.Spec{})
 	o := b.exec(sandbox.ExecRequest{Argv: []string{"sh", "-c", "tty; stty size"}, TTY: true, WindowSize: sandbox.WindowSize{Rows: 40, Cols: 120}})
-	if o.err != nil || !strings.Contains(o.stdout, "/dev/pts/") || !strings.Contains(o.stdout, "40 120") {
+	if o.err != nil || !strings.HasPrefix(o.stdout, "/dev/pts/") || !strings.Contains(o.stdout, "40 120") {
 		t.Fatalf("tty: %q %v", o.stdout, o.err)
 	}
 }
@@ -262,6 +262,7 @@ func cgroupCount(t testing.TB) int {
 func TestDestroyLeavesNothing(t *testing.T) {
 	r := runtimeFor(t)
 	before := cgroupCount(t)
+	mountsBefore, _ := os.ReadFile("/proc/self/mountinfo")
 	sb, err := r.Create(context.Background(), sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +283,10 @@ func TestDestroyLeavesNothing(t *testing.T) {
 	}
 	if after := cgroupCount(t); after != before {
 		t.Fatalf("cgroups: %d before, %d after destroy", before, after)
+	}
+	// Every mount was made inside the sandbox's own mount namespace.
+	if after, _ := os.ReadFile("/proc/self/mountinfo"); !bytes.Equal(after, mountsBefore) {
+		t.Fatalf("the host's mount table changed:\n%s", after)
 	}
 	if err := sb.Destroy(context.Background()); err != nil {
 		t.Fatalf("second Destroy: %v", err)
