@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
@@ -15,6 +17,9 @@ import (
 func TestMain(m *testing.M) {
 	if boot.IsInit() {
 		boot.Main()
+	}
+	if os.Getenv("IRONCLAW_CLI_TEST_MAIN") == "1" { // the test binary as the ironclaw CLI
+		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -142,5 +147,58 @@ func TestDoctor(t *testing.T) {
 	}
 	if strings.Contains(stdout, "FAIL") {
 		t.Fatalf("doctor reports a failure here:\n%s", stdout)
+	}
+}
+
+// As an ordinary user, run either works (user namespaces plus a writable
+// cgroup) or stops with exit 125 and a line saying what to enable; it never
+// runs without limits.
+func TestRunRootless(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start an unprivileged copy of itself")
+	}
+	dir, err := os.MkdirTemp("", "ironclaw-cli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Executable()
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "ironclaw")
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "run", "--", "id", "-u")
+	cmd.Dir = "/"
+	cmd.Env = []string{"IRONCLAW_CLI_TEST_MAIN=1"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	switch code {
+	case 0:
+		if strings.TrimSpace(stdout.String()) != "65532" {
+			t.Fatalf("rootless sandbox ran as %q", stdout.String())
+		}
+	case ExitIronClaw:
+		msg := stderr.String()
+		if strings.Count(msg, "\n") != 1 || !(strings.Contains(msg, "delegated cgroup") || strings.Contains(msg, "sysctl")) {
+			t.Fatalf("rootless refusal does not say what to enable: %q", msg)
+		}
+		t.Logf("rootless here: %s", strings.TrimSpace(msg))
+	default:
+		t.Fatalf("rootless run: exit %d, stderr %q", code, stderr.String())
 	}
 }
