@@ -7,7 +7,6 @@ package sandbox
 import (
 	"fmt"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -167,9 +166,33 @@ func (s Spec) WithDefaults() Spec {
 	return s
 }
 
+// validEnvKey: a letter or underscore, then letters, digits, underscores.
+func validEnvKey(k string) bool {
+	for i, c := range k {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return k != ""
+}
+
+// validHostname: one DNS label, 1-63 letters, digits and inner hyphens.
+func validHostname(h string) bool {
+	if h == "" || len(h) > 63 || h[0] == '-' || h[len(h)-1] == '-' {
+		return false
+	}
+	for _, c := range h {
+		if !(c == '-' || c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
 var (
-	envKeyRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	hostnameRE  = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$`)
 	reservedTop = map[string]bool{"/": true, "/proc": true, "/dev": true, "/etc": true, "/sys": true, "/workspace": true, "/tmp": true, "/usr": true, "/bin": true, "/sbin": true, "/lib": true, "/lib64": true, "/lib32": true, "/libx32": true}
 )
 
@@ -199,7 +222,7 @@ func (s Spec) Validate() error {
 	if !path.IsAbs(s.Cwd) || path.Clean(s.Cwd) != s.Cwd {
 		return bad("cwd %q must be a clean absolute path", s.Cwd)
 	}
-	if !hostnameRE.MatchString(s.Hostname) {
+	if !validHostname(s.Hostname) {
 		return bad("hostname %q is not a valid host name", s.Hostname)
 	}
 	if s.Workspace != "" && !path.IsAbs(s.Workspace) {
@@ -279,7 +302,7 @@ func ValidateEnv(kv string) error {
 	if !ok {
 		return fmt.Errorf("%q is not KEY=VALUE", kv)
 	}
-	if !envKeyRE.MatchString(k) {
+	if !validEnvKey(k) {
 		return fmt.Errorf("%q is not a valid variable name", k)
 	}
 	if strings.ContainsRune(v, 0) {
