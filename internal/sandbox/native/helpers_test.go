@@ -46,7 +46,9 @@ var (
 func runtimeFor(t testing.TB) *native.Runtime {
 	t.Helper()
 	rtOnce.Do(func() {
-		rt, rtErr = native.New(context.Background(), native.Options{Logf: func(f string, a ...any) {}})
+		// IRONCLAW_TEST_INIT_EXE runs the sandboxes' init from another
+		// binary, so this one may be built with -race (which needs cgo).
+		rt, rtErr = native.New(context.Background(), native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
 	})
 	if rtErr != nil {
 		if requireSandbox || !errors.Is(rtErr, sandbox.ErrUnsupported) {

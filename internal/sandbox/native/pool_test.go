@@ -3,6 +3,7 @@ package native_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 func newPooledRuntime(t testing.TB, size int) *native.Runtime {
 	t.Helper()
 	runtimeFor(t) // skip or fail like every sandbox test
-	r, err := native.New(context.Background(), native.Options{PoolSize: size})
+	r, err := native.New(context.Background(), native.Options{PoolSize: size, Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
 	if err != nil {
 		t.Fatal(err)
 	}

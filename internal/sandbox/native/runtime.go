@@ -74,13 +74,15 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		opts.Logf = func(string, ...any) {}
 	}
 	if opts.Exe == "" {
+		// The init is this very binary, so it must be able to seal all
+		// of its threads.
+		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP {
+			return nil, fmt.Errorf("%w: this binary was built with cgo; the sandbox init needs CGO_ENABLED=0", sandbox.ErrUnsupported)
+		}
 		opts.Exe = "/proc/self/exe"
 	}
 	if opts.HostIDBase == 0 {
 		opts.HostIDBase = DefaultHostIDBase
-	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP {
-		return nil, fmt.Errorf("%w: this binary was built with cgo; the sandbox init needs CGO_ENABLED=0", sandbox.ErrUnsupported)
 	}
 	rootless := os.Geteuid() != 0
 	if rootless {

@@ -258,6 +258,7 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 
 	out := &capped{limit: outCap}
 	var copiers sync.WaitGroup
+	var outBytes, errBytes int64 // written by the copiers, read after they finish
 	copyOut := func(dst io.Writer, src *os.File, counter *int64) {
 		defer copiers.Done()
 		w := out.writer(dst, counter)
@@ -265,7 +266,7 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 	copiers.Add(1)
 	if req.TTY {
-		go copyOut(req.Stdout, master, &res.StdoutBytes)
+		go copyOut(req.Stdout, master, &outBytes)
 		if req.Stdin != nil {
 			go func() { _, _ = io.Copy(master, req.Stdin) }()
 		}
@@ -285,8 +286,8 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		}
 	} else {
 		copiers.Add(1)
-		go copyOut(req.Stdout, outR, &res.StdoutBytes)
-		go copyOut(req.Stderr, errR, &res.StderrBytes)
+		go copyOut(req.Stdout, outR, &outBytes)
+		go copyOut(req.Stderr, errR, &errBytes)
 		if req.Stdin != nil {
 			go func() {
 				_, _ = io.Copy(stdinW, req.Stdin)
@@ -342,6 +343,7 @@ wait:
 		}
 	}
 	copiers.Wait()
+	res.StdoutBytes, res.StderrBytes = outBytes, errBytes
 	res.Truncated = out.truncated()
 	switch {
 	case status.Exited():

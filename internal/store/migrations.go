@@ -1,0 +1,158 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Migration is one step of the schema. Version numbers start at 1 and have
+// no gaps; a migration's SQL may hold several statements and runs in one
+// transaction together with the row that records it in schema_version, so a
+// crash mid-migration leaves the file at the previous version.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// migrations returns the schema history in order. It is a function rather
+// than a package variable so no caller can alter the list at run time.
+//
+// To add a migration: append an entry with the next Version, a short Name,
+// and the SQL that moves the newest schema one step forward. Never edit or
+// reorder an entry that has shipped: files in the field already recorded it
+// as applied and will not run it again. Prefer additive changes (new tables,
+// new columns with defaults); SQLite's ALTER TABLE is limited, so a column
+// change is a create-copy-drop-rename inside the migration. Add a test in
+// store_test.go that opens a file at the previous version and checks the new
+// one. The audit_log table's triggers are part of its tamper evidence: a
+// migration that must touch audit_log drops and recreates them in the same
+// migration and never rewrites existing rows (that would break every hash).
+func migrations() []Migration {
+	return []Migration{
+		{
+			Version: 1,
+			Name:    "audit log",
+			SQL: `
+-- The append-only, hash-chained audit log (package audit). seq is the rowid,
+-- so appending and reading in seq order walk the table's own B-tree.
+CREATE TABLE audit_log (
+	seq       INTEGER PRIMARY KEY CHECK (seq > 0),
+	time      TEXT NOT NULL,
+	session   TEXT NOT NULL,
+	actor     TEXT NOT NULL,
+	kind      TEXT NOT NULL,
+	data      TEXT NOT NULL,
+	prev_hash TEXT NOT NULL,
+	hash      TEXT NOT NULL
+) STRICT;
+
+-- Rows are never changed or removed. These triggers stop a bug or a
+-- careless query; someone with the file can drop them, which is why
+-- audit.Verify re-checks the hash chain instead of trusting them.
+CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN
+	SELECT RAISE(ABORT, 'audit_log is append-only: UPDATE refused');
+END;
+CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
+BEGIN
+	SELECT RAISE(ABORT, 'audit_log is append-only: DELETE refused');
+END;
+
+-- A new row must extend the chain: next seq, previous row's hash (64 zeros
+-- for the first). This stops a second writer with a stale view (another
+-- process, a bug) from forking the chain; it cannot check the hash itself,
+-- which needs SHA-256 over the canonical encoding (audit.Verify does that).
+CREATE TRIGGER audit_log_extend_only BEFORE INSERT ON audit_log
+WHEN NEW.seq IS NOT (SELECT ifnull(max(seq), 0) + 1 FROM audit_log)
+  OR NEW.prev_hash IS NOT ifnull(
+	(SELECT hash FROM audit_log ORDER BY seq DESC LIMIT 1),
+	'0000000000000000000000000000000000000000000000000000000000000000')
+BEGIN
+	SELECT RAISE(ABORT, 'audit_log: insert does not extend the hash chain');
+END;
+`,
+		},
+	}
+}
+
+// migrate brings db up to the last migration. Each step runs in its own
+// transaction, which on the writer pool begins IMMEDIATE: the version is read
+// under the write lock, so two processes opening a new file at once cannot
+// both apply the same step.
+func migrate(ctx context.Context, db *sql.DB, steps []Migration) error {
+	for i, m := range steps {
+		if m.Version != i+1 {
+			return fmt.Errorf("store: migration %d (%q) out of order: want version %d", m.Version, m.Name, i+1)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+	version    INTEGER PRIMARY KEY,
+	name       TEXT NOT NULL,
+	applied_at TEXT NOT NULL
+) STRICT`); err != nil {
+		return fmt.Errorf("store: create schema_version: %w", err)
+	}
+	cur, err := currentVersion(ctx, db)
+	if err != nil {
+		return fmt.Errorf("store: read schema version: %w", err)
+	}
+	if cur > len(steps) {
+		return fmt.Errorf("store: database schema version %d is newer than this binary's %d; refusing to use it", cur, len(steps))
+	}
+	for _, m := range steps[cur:] {
+		if err := applyMigration(ctx, db, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyMigration(ctx context.Context, db *sql.DB, m Migration) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: migration %d (%s): begin: %w", m.Version, m.Name, err)
+	}
+	defer tx.Rollback() // no-op after Commit
+
+	var cur int
+	if err := tx.QueryRowContext(ctx, `SELECT ifnull(max(version), 0) FROM schema_version`).Scan(&cur); err != nil {
+		return fmt.Errorf("store: migration %d (%s): read version: %w", m.Version, m.Name, err)
+	}
+	if cur >= m.Version {
+		// Another process applied it between our read and our lock.
+		return nil
+	}
+	if cur != m.Version-1 {
+		return fmt.Errorf("store: migration %d (%s): database is at version %d", m.Version, m.Name, cur)
+	}
+	if strings.TrimSpace(m.SQL) != "" {
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("store: migration %d (%s): %w", m.Version, m.Name, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)`,
+		m.Version, m.Name, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return fmt.Errorf("store: migration %d (%s): record version: %w", m.Version, m.Name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: migration %d (%s): commit: %w", m.Version, m.Name, err)
+	}
+	return nil
+}
+
+// querier is what currentVersion needs from *sql.DB or *sql.Tx.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func currentVersion(ctx context.Context, q querier) (int, error) {
+	var v int
+	if err := q.QueryRowContext(ctx, `SELECT ifnull(max(version), 0) FROM schema_version`).Scan(&v); err != nil {
+		return 0, err
+	}
+	return v, nil
+}
