@@ -26,8 +26,15 @@ func (c *Cgroup) kill(ctx context.Context) error {
 	// Refuse to kill the caller itself (added by mistake, or a sandbox
 	// name reused for the daemon's own cgroup): that would take down
 	// every other sandbox's supervisor with it.
-	if pids, err := c.listPids(true); err == nil && slices.Contains(pids, os.Getpid()) {
+	pids, err := c.listPids(true)
+	if err == nil && slices.Contains(pids, os.Getpid()) {
 		return fmt.Errorf("refusing to kill: this process (pid %d) is in the cgroup", os.Getpid())
+	}
+	if err == nil && len(pids) == 0 {
+		// The usual case at teardown: the sandbox's pid namespace is gone
+		// already. Nothing can join an empty cgroup but by migration, which
+		// only the daemon does, so there is nothing to freeze.
+		return nil
 	}
 	if c.h.version == 2 {
 		p := filepath.Join(c.dirs()[0], "cgroup.kill")
