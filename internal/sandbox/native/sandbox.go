@@ -232,6 +232,9 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 
 	first, err := b.await(ctx, ch)
 	if err != nil {
+		// Cancelled before the start was confirmed: the kill is queued
+		// behind the exec inside, so the command cannot outlive us.
+		b.kill(id)
 		wire.CloseAll([]*os.File{stdinW, outR, errR})
 		return res, err
 	}

@@ -3,7 +3,6 @@ package boot
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path"
@@ -51,10 +50,8 @@ func (a *agent) read() {
 		var req wire.Request
 		files, err := a.conn.Recv(&req)
 		if err != nil {
-			if errors.Is(err, os.ErrClosed) || errors.Is(err, io.EOF) || strings.Contains(err.Error(), "closed") {
-				return
-			}
-			// A malformed message is the daemon's bug; stop rather than guess.
+			// The daemon hung up (or sent something malformed, its bug):
+			// either way pid 1 leaves, and the sandbox with it.
 			return
 		}
 		switch req.Op {
