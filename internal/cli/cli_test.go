@@ -12,6 +12,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+	"github.com/ironclaw/ironclaw/internal/testutil/selfcopy"
 )
 
 func TestMain(m *testing.M) {
@@ -157,30 +158,14 @@ func TestRunRootless(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to start an unprivileged copy of itself")
 	}
-	dir, err := os.MkdirTemp("", "ironclaw-cli-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, _ := os.Executable()
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(dir, "ironclaw")
-	if err := os.WriteFile(exe, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	exe := selfcopy.Path(t, "ironclaw")
 	cmd := exec.Command(exe, "run", "--", "id", "-u")
 	cmd.Dir = "/"
 	cmd.Env = []string{"IRONCLAW_CLI_TEST_MAIN=1"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()

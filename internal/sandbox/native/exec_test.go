@@ -19,6 +19,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+	"github.com/ironclaw/ironclaw/internal/testutil/selfcopy"
 )
 
 func TestExecBehaviour(t *testing.T) {
@@ -311,24 +312,7 @@ func TestDestroyLeavesNothing(t *testing.T) {
 // namespaces whose uid 0 is host root. Each time it must exit 125 before
 // touching anything.
 func TestInitRefusesOutsideFreshNamespaces(t *testing.T) {
-	// A copy anyone may execute: the build directory is private to root.
-	dir, err := os.MkdirTemp("", "ironclaw-init-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(dir, "init")
-	self, _ := os.Executable()
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(exe, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	exe := selfcopy.Path(t, "init") // the build directory is private to root
 	mountsBefore, _ := os.ReadFile("/proc/self/mountinfo")
 	cases := []struct {
 		name string
