@@ -45,7 +45,7 @@ import (
 
 	// The pure-Go SQLite driver, registered as "sqlite"; pure Go because the
 	// daemon is built with CGO_ENABLED=0 (see the README).
-	_ "modernc.org/sqlite"
+	"modernc.org/sqlite"
 )
 
 // BusyTimeout is how long a connection waits for another process's lock
@@ -105,7 +105,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	write.SetConnMaxIdleTime(0)
 
 	s := &Store{path: abs, write: write}
-	if err := s.checkWriter(ctx); err != nil {
+	if err := s.firstConnect(ctx); err != nil {
 		write.Close()
 		return nil, err
 	}
@@ -172,19 +172,57 @@ func prepareFile(abs string) error {
 func dsn(abs string, readOnly bool) string {
 	q := url.Values{}
 	q.Set("_busy_timeout", fmt.Sprint(BusyTimeout.Milliseconds()))
-	q.Set("_journal_mode", "WAL")
 	q.Set("_synchronous", "FULL")
 	q.Set("_foreign_keys", "1")
 	if readOnly {
 		// query_only rejects writes on these connections, so a write sent
 		// to the read pool by mistake fails loudly instead of racing the
-		// writer for the lock.
+		// writer for the lock. WAL is a property of the file, set by the
+		// writer before any reader opens, so readers do not ask for it
+		// (asking takes a lock, which can fail while another process opens
+		// the file).
 		q.Set("_query_only", "1")
 	} else {
+		q.Set("_journal_mode", "WAL")
 		q.Set("_txlock", "immediate")
 	}
 	u := url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}
 	return u.String()
+}
+
+// firstConnect runs checkWriter, retrying while the file is busy. The first
+// connection to a new file switches it to WAL, which needs an exclusive
+// lock; when several processes open the same new file at once, SQLite can
+// answer SQLITE_BUSY at once instead of calling the busy handler (it does so
+// where waiting could deadlock), so the wait is done here, up to
+// BusyTimeout. The driver discards a connection whose setup failed, so each
+// try starts afresh.
+func (s *Store) firstConnect(ctx context.Context) error {
+	deadline := time.Now().Add(BusyTimeout)
+	backoff := time.Millisecond
+	for {
+		err := s.checkWriter(ctx)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("store: open %s: %w", s.path, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED
+// (primary codes 5 and 6; extended codes keep them in the low byte).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Code() & 0xff
+	return code == 5 || code == 6
 }
 
 // checkWriter opens the writer connection and confirms the pragmas took:
