@@ -69,6 +69,29 @@ BEGIN
 END;
 `,
 		},
+		{
+			Version: 2,
+			Name:    "sandboxes",
+			SQL: `
+-- Every sandbox a daemon created (package session). owner names the daemon
+-- run that holds its processes: after a restart, rows still 'running' under
+-- another owner are sandboxes whose processes died with that run.
+CREATE TABLE sandboxes (
+	id              TEXT PRIMARY KEY,
+	owner           TEXT NOT NULL,
+	state           TEXT NOT NULL CHECK (state IN ('running', 'destroyed', 'reaped', 'lost')),
+	spec            TEXT NOT NULL,
+	labels          TEXT NOT NULL,
+	created_at      TEXT NOT NULL,
+	expires_at      TEXT NOT NULL,
+	idle_timeout_ms INTEGER NOT NULL,
+	last_used_at    TEXT NOT NULL,
+	ended_at        TEXT NOT NULL,
+	end_reason      TEXT NOT NULL
+) STRICT;
+CREATE INDEX sandboxes_by_state ON sandboxes (state, owner);
+`,
+		},
 	}
 }
 

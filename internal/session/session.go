@@ -1,0 +1,468 @@
+// Package session runs sandboxes on behalf of API callers: it creates them
+// on a sandbox.Runtime, records them in the store, audits every lifecycle
+// step and every exec, enforces a maximum count, reaps them when their TTL or
+// idle timeout passes, and, at start-up, marks the sandboxes of a dead
+// daemon run as lost.
+//
+// Re-adoption after a restart is deliberately not attempted: a sandbox's
+// pid 1 dies with the daemon thread that started it (parent-death signal),
+// and its control socket dies with the daemon, so there is nothing safe to
+// reconnect to. The runtime collects the cgroups such a run left; this
+// package records the outcome (state "lost", audit kind sandbox.lost).
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/store"
+)
+
+// Errors callers branch on (errors.Is). Runtime errors pass through with
+// their own vocabulary (sandbox.ErrInvalidSpec, ...).
+var (
+	ErrNotFound = errors.New("sandbox not found")
+	ErrLimit    = errors.New("too many sandboxes")
+)
+
+// States a sandbox row can be in.
+const (
+	StateRunning   = "running"
+	StateDestroyed = "destroyed"
+	StateReaped    = "reaped"
+	StateLost      = "lost"
+)
+
+// Options configure a Manager. The zero value is usable.
+type Options struct {
+	// Owner names this daemon run in the store; "" picks a random one.
+	Owner string
+	// MaxSandboxes bounds running sandboxes; 0 means 100.
+	MaxSandboxes int
+	// DefaultTTL and DefaultIdle apply when a request sets none; 0 means
+	// no limit of that kind.
+	DefaultTTL, DefaultIdle time.Duration
+	// ReapEvery is the reaper's period; 0 means one second.
+	ReapEvery time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logf receives diagnostics; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// CreateRequest asks for a sandbox.
+type CreateRequest struct {
+	Spec   sandbox.Spec
+	TTL    time.Duration // 0: Options.DefaultTTL
+	Idle   time.Duration // 0: Options.DefaultIdle
+	Labels map[string]string
+}
+
+// Info describes a sandbox, running or ended.
+type Info struct {
+	ID         string            `json:"id"`
+	State      string            `json:"state"`
+	Labels     map[string]string `json:"labels"`
+	CreatedAt  time.Time         `json:"created_at"`
+	ExpiresAt  time.Time         `json:"expires_at,omitzero"`
+	Idle       time.Duration     `json:"idle_timeout"`
+	LastUsedAt time.Time         `json:"last_used_at"`
+	EndedAt    time.Time         `json:"ended_at,omitzero"`
+	EndReason  string            `json:"end_reason,omitempty"`
+}
+
+// Manager is safe for concurrent use. Close destroys what it runs.
+type Manager struct {
+	rt   sandbox.Runtime
+	db   *store.Store
+	log  *audit.Log
+	opts Options
+
+	mu   sync.Mutex
+	live map[string]*entry // running sandboxes of this run
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+type entry struct {
+	sb       sandbox.Sandbox
+	info     Info
+	lastUsed time.Time // guarded by Manager.mu
+	busy     int       // execs and file copies in flight; an entry is never idle while busy
+}
+
+// New marks the running sandboxes of earlier daemon runs as lost (auditing
+// each) and starts the reaper.
+func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Log, opts Options) (*Manager, error) {
+	if opts.Owner == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		opts.Owner = "run-" + hex.EncodeToString(b[:])
+	}
+	if opts.MaxSandboxes == 0 {
+		opts.MaxSandboxes = 100
+	}
+	if opts.ReapEvery == 0 {
+		opts.ReapEvery = time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	m := &Manager{rt: rt, db: db, log: log, opts: opts, live: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := m.markLost(ctx); err != nil {
+		return nil, err
+	}
+	go m.reap()
+	return m, nil
+}
+
+const timeLayout = time.RFC3339Nano
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(timeLayout, s)
+	return t
+}
+
+// markLost ends every row another run left running.
+func (m *Manager) markLost(ctx context.Context) error {
+	rows, err := m.db.ReadDB().QueryContext(ctx, `SELECT id, owner FROM sandboxes WHERE state = ? AND owner != ?`, StateRunning, m.opts.Owner)
+	if err != nil {
+		return fmt.Errorf("session: find lost sandboxes: %w", err)
+	}
+	var ids, owners []string
+	for rows.Next() {
+		var id, owner string
+		if err := rows.Scan(&id, &owner); err != nil {
+			rows.Close()
+			return fmt.Errorf("session: find lost sandboxes: %w", err)
+		}
+		ids, owners = append(ids, id), append(owners, owner)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("session: find lost sandboxes: %w", err)
+	}
+	for i, id := range ids {
+		if err := m.end(ctx, id, StateLost, "its daemon run "+owners[i]+" ended"); err != nil {
+			return err
+		}
+		if _, err := m.log.Append(ctx, audit.Entry{Session: id, Actor: "daemon", Kind: audit.KindSandboxLost,
+			Data: map[string]any{"previous_owner": owners[i]}}); err != nil {
+			return fmt.Errorf("session: audit: %w", err)
+		}
+	}
+	if len(ids) > 0 {
+		m.opts.Logf("marked %d sandbox(es) of earlier runs as lost", len(ids))
+	}
+	return nil
+}
+
+func (m *Manager) end(ctx context.Context, id, state, reason string) error {
+	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state = ?`,
+		state, fmtTime(m.opts.Now()), reason, id, StateRunning)
+	if err != nil {
+		return fmt.Errorf("session: end %s: %w", id, err)
+	}
+	return nil
+}
+
+// Create starts a sandbox. Nothing is left behind on error.
+func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (Info, error) {
+	for k, v := range req.Labels {
+		if k == "" || len(k) > 63 || len(v) > 255 {
+			return Info{}, fmt.Errorf("%w: label %q: keys are 1-63 bytes, values at most 255", sandbox.ErrInvalidSpec, k)
+		}
+	}
+	if req.TTL < 0 || req.Idle < 0 {
+		return Info{}, fmt.Errorf("%w: ttl and idle timeout must not be negative", sandbox.ErrInvalidSpec)
+	}
+	m.mu.Lock()
+	if len(m.live) >= m.opts.MaxSandboxes {
+		m.mu.Unlock()
+		return Info{}, fmt.Errorf("%w: %d running, the maximum", ErrLimit, m.opts.MaxSandboxes)
+	}
+	// Hold a slot while the sandbox starts, so concurrent creates cannot
+	// overshoot the maximum.
+	slot := fmt.Sprintf("pending-%p", &req)
+	m.live[slot] = nil
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.live, slot)
+		m.mu.Unlock()
+	}()
+
+	sb, err := m.rt.Create(ctx, req.Spec)
+	if err != nil {
+		return Info{}, err
+	}
+	now := m.opts.Now()
+	ttl, idle := req.TTL, req.Idle
+	if ttl == 0 {
+		ttl = m.opts.DefaultTTL
+	}
+	if idle == 0 {
+		idle = m.opts.DefaultIdle
+	}
+	info := Info{ID: sb.ID(), State: StateRunning, Labels: maps.Clone(req.Labels), CreatedAt: now, Idle: idle, LastUsedAt: now}
+	if info.Labels == nil {
+		info.Labels = map[string]string{}
+	}
+	if ttl > 0 {
+		info.ExpiresAt = now.Add(ttl)
+	}
+	spec, _ := json.Marshal(req.Spec)
+	labels, _ := json.Marshal(info.Labels)
+	if _, err := m.db.DB().ExecContext(ctx, `INSERT INTO sandboxes
+		(id, owner, state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', '')`,
+		info.ID, m.opts.Owner, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(info.ExpiresAt), idle.Milliseconds(), fmtTime(now)); err != nil {
+		_ = sb.Destroy(context.Background())
+		return Info{}, fmt.Errorf("session: record %s: %w", info.ID, err)
+	}
+	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: map[string]any{
+		"labels": info.Labels, "ttl_ms": ttl.Milliseconds(), "idle_ms": idle.Milliseconds(), "spec": json.RawMessage(spec)}}); err != nil {
+		_ = sb.Destroy(context.Background())
+		_ = m.end(context.Background(), info.ID, StateDestroyed, "audit failed")
+		return Info{}, fmt.Errorf("session: audit: %w", err)
+	}
+	m.mu.Lock()
+	m.live[info.ID] = &entry{sb: sb, info: info, lastUsed: now}
+	m.mu.Unlock()
+	return info, nil
+}
+
+// Get describes a sandbox of any state.
+func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
+	infos, err := m.query(ctx, `WHERE id = ?`, id)
+	if err != nil {
+		return Info{}, err
+	}
+	if len(infos) == 0 {
+		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return infos[0], nil
+}
+
+// List returns the running sandboxes whose labels include every pair of
+// selector, oldest first.
+func (m *Manager) List(ctx context.Context, selector map[string]string) ([]Info, error) {
+	all, err := m.query(ctx, `WHERE state = ? ORDER BY created_at, id`, StateRunning)
+	if err != nil {
+		return nil, err
+	}
+	var out []Info
+	for _, in := range all {
+		match := true
+		for k, v := range selector {
+			if in.Labels[k] != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info, error) {
+	rows, err := m.db.ReadDB().QueryContext(ctx, `SELECT id, state, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason FROM sandboxes `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("session: query: %w", err)
+	}
+	defer rows.Close()
+	var out []Info
+	for rows.Next() {
+		var in Info
+		var labels, created, expires, lastUsed, ended string
+		var idleMS int64
+		if err := rows.Scan(&in.ID, &in.State, &labels, &created, &expires, &idleMS, &lastUsed, &ended, &in.EndReason); err != nil {
+			return nil, fmt.Errorf("session: query: %w", err)
+		}
+		_ = json.Unmarshal([]byte(labels), &in.Labels)
+		in.CreatedAt, in.ExpiresAt, in.LastUsedAt, in.EndedAt = parseTime(created), parseTime(expires), parseTime(lastUsed), parseTime(ended)
+		in.Idle = time.Duration(idleMS) * time.Millisecond
+		// The store's last-used time is written at exec ends; the live one
+		// is fresher.
+		m.mu.Lock()
+		if e := m.live[in.ID]; e != nil {
+			in.LastUsedAt = e.lastUsed
+		}
+		m.mu.Unlock()
+		out = append(out, in)
+	}
+	return out, rows.Err()
+}
+
+// use marks a sandbox busy for one operation; the returned func ends it.
+func (m *Manager) use(id string) (sandbox.Sandbox, func(), error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.live[id]
+	if e == nil {
+		return nil, nil, fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
+	}
+	e.busy++
+	e.lastUsed = m.opts.Now()
+	return e.sb, func() {
+		m.mu.Lock()
+		e.busy--
+		e.lastUsed = m.opts.Now()
+		m.mu.Unlock()
+	}, nil
+}
+
+// Exec runs a command and audits it (argv, exit, duration, bytes,
+// truncation; never the output).
+func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	sb, done, err := m.use(id)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer done()
+	res, execErr := sb.Exec(ctx, req)
+	data := map[string]any{"argv": req.Argv, "exit": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
+		"stdout_bytes": res.StdoutBytes, "stderr_bytes": res.StderrBytes, "truncated": res.Truncated,
+		"timed_out": res.TimedOut, "oom_killed": res.OOMKilled}
+	if execErr != nil {
+		data["error"] = execErr.Error()
+	}
+	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: data}); err != nil {
+		return res, fmt.Errorf("session: audit: %w", err)
+	}
+	_, _ = m.db.DB().ExecContext(context.WithoutCancel(ctx), `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(m.opts.Now()), id)
+	return res, execErr
+}
+
+// WriteFile copies into the sandbox (see sandbox.Sandbox.WriteFile).
+func (m *Manager) WriteFile(ctx context.Context, id, path string, r io.Reader, mode fs.FileMode) error {
+	sb, done, err := m.use(id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return sb.WriteFile(ctx, path, r, mode)
+}
+
+// ReadFile copies out of the sandbox (see sandbox.Sandbox.ReadFile).
+func (m *Manager) ReadFile(ctx context.Context, id, path string, w io.Writer) error {
+	sb, done, err := m.use(id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return sb.ReadFile(ctx, path, w)
+}
+
+// Destroy ends a running sandbox. Destroying an ended one is not an error;
+// an unknown id is ErrNotFound.
+func (m *Manager) Destroy(ctx context.Context, actor, id string) error {
+	return m.finish(ctx, actor, id, StateDestroyed, "destroyed by "+actor, audit.KindSandboxDestroy)
+}
+
+func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind string) error {
+	m.mu.Lock()
+	e := m.live[id]
+	if e != nil {
+		delete(m.live, id)
+	}
+	m.mu.Unlock()
+	if e == nil {
+		if _, err := m.Get(ctx, id); err != nil {
+			return err
+		}
+		return nil // already ended
+	}
+	derr := e.sb.Destroy(ctx)
+	if err := m.end(context.WithoutCancel(ctx), id, state, reason); err != nil {
+		return err
+	}
+	data := map[string]any{"reason": reason}
+	if derr != nil {
+		data["error"] = derr.Error()
+	}
+	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: kind, Data: data}); err != nil {
+		return fmt.Errorf("session: audit: %w", err)
+	}
+	return derr
+}
+
+// reap ends sandboxes past their TTL or idle timeout.
+func (m *Manager) reap() {
+	defer close(m.done)
+	t := time.NewTicker(m.opts.ReapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := m.opts.Now()
+		type due struct{ id, why string }
+		var dues []due
+		m.mu.Lock()
+		for id, e := range m.live {
+			switch {
+			case e == nil: // a create in progress
+			case !e.info.ExpiresAt.IsZero() && now.After(e.info.ExpiresAt):
+				dues = append(dues, due{id, "ttl"})
+			case e.info.Idle > 0 && e.busy == 0 && now.Sub(e.lastUsed) > e.info.Idle:
+				dues = append(dues, due{id, "idle"})
+			}
+		}
+		m.mu.Unlock()
+		sort.Slice(dues, func(i, j int) bool { return dues[i].id < dues[j].id })
+		for _, d := range dues {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := m.finish(ctx, "reaper", d.id, StateReaped, d.why, audit.KindSandboxReap); err != nil {
+				m.opts.Logf("reaping %s: %v", d.id, err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Close stops the reaper and destroys every running sandbox of this run
+// (graceful shutdown).
+func (m *Manager) Close(ctx context.Context) error {
+	m.once.Do(func() { close(m.stop) })
+	<-m.done
+	m.mu.Lock()
+	ids := slices.Sorted(maps.Keys(m.live))
+	m.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := m.finish(ctx, "daemon", id, StateDestroyed, "daemon shut down", audit.KindSandboxDestroy); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

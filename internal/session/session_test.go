@@ -1,0 +1,314 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+	"github.com/ironclaw/ironclaw/internal/store"
+)
+
+func TestMain(m *testing.M) {
+	if boot.IsInit() {
+		boot.Main()
+	}
+	os.Exit(m.Run())
+}
+
+type fixture struct {
+	rt  *native.Runtime
+	db  *store.Store
+	log *audit.Log
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	rt, err := native.New(context.Background(), native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
+	if err != nil {
+		if os.Getenv("IRONCLAW_REQUIRE_SANDBOX") != "1" && errors.Is(err, sandbox.ErrUnsupported) {
+			t.Skipf("no sandboxes on this host: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "ironclaw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	log, err := audit.New(context.Background(), db, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	return &fixture{rt: rt, db: db, log: log}
+}
+
+func (f *fixture) manager(t *testing.T, opts Options) *Manager {
+	t.Helper()
+	m, err := New(context.Background(), f.rt, f.db, f.log, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+// kinds returns the audit kinds recorded for one sandbox, in order.
+func (f *fixture) kinds(t *testing.T, id string) []string {
+	t.Helper()
+	recs, err := f.log.Tail(context.Background(), 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range recs {
+		if r.Session == id {
+			out = append(out, r.Kind)
+		}
+	}
+	return out
+}
+
+func (f *fixture) verify(t *testing.T) {
+	t.Helper()
+	res, err := f.log.Verify(context.Background())
+	if err != nil || !res.OK {
+		t.Fatalf("audit chain does not verify: %+v %v", res, err)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, Options{})
+	ctx := context.Background()
+	info, err := m.Create(ctx, "agent", CreateRequest{Labels: map[string]string{"team": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := m.Create(ctx, "agent", CreateRequest{Labels: map[string]string{"team": "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := m.List(ctx, map[string]string{"team": "a"})
+	if err != nil || len(list) != 1 || list[0].ID != info.ID {
+		t.Fatalf("List(team=a) = %+v, %v", list, err)
+	}
+	if all, _ := m.List(ctx, nil); len(all) != 2 {
+		t.Fatalf("List() = %d sandboxes, want 2", len(all))
+	}
+	var out bytes.Buffer
+	res, err := m.Exec(ctx, "agent", info.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo hi; exit 4"}, Stdout: &out})
+	if err != nil || res.ExitCode != 4 || out.String() != "hi\n" {
+		t.Fatalf("Exec = %+v %q %v", res, out.String(), err)
+	}
+	if err := m.WriteFile(ctx, info.ID, "/workspace/f", strings.NewReader("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := m.ReadFile(ctx, info.ID, "/workspace/f", &out); err != nil || out.String() != "data" {
+		t.Fatalf("ReadFile = %q %v", out.String(), err)
+	}
+	if err := m.Destroy(ctx, "agent", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Destroy(ctx, "agent", info.ID); err != nil {
+		t.Fatalf("second Destroy: %v", err)
+	}
+	got, err := m.Get(ctx, info.ID)
+	if err != nil || got.State != StateDestroyed || got.EndedAt.IsZero() {
+		t.Fatalf("Get after Destroy = %+v, %v", got, err)
+	}
+	if _, err := m.Exec(ctx, "agent", info.ID, sandbox.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Exec on a destroyed sandbox: %v", err)
+	}
+	if err := m.Destroy(ctx, "agent", "sbx-unknown"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Destroy of an unknown id: %v", err)
+	}
+	if k := strings.Join(f.kinds(t, info.ID), " "); k != "sandbox.create sandbox.exec sandbox.destroy" {
+		t.Fatalf("audit kinds = %q", k)
+	}
+	_ = other
+	f.verify(t)
+}
+
+func TestReapTTLAndIdle(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, Options{ReapEvery: 20 * time.Millisecond})
+	ctx := context.Background()
+	ttl, err := m.Create(ctx, "agent", CreateRequest{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := m.Create(ctx, "agent", CreateRequest{Idle: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := m.Create(ctx, "agent", CreateRequest{Idle: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An exec longer than the idle timeout keeps its sandbox alive.
+	res, err := m.Exec(ctx, "agent", busy.ID, sandbox.ExecRequest{Argv: []string{"sleep", "0.8"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a busy sandbox was reaped under its exec: %+v %v", res, err)
+	}
+	for _, id := range []string{ttl.ID, idle.ID} {
+		got, err := m.Get(ctx, id)
+		if err != nil || got.State != StateReaped {
+			t.Fatalf("%s: %+v %v, want reaped", id, got, err)
+		}
+	}
+	if got, _ := m.Get(ctx, ttl.ID); got.EndReason != "ttl" {
+		t.Fatalf("ttl reap reason %q", got.EndReason)
+	}
+	if got, _ := m.Get(ctx, busy.ID); got.State != StateRunning {
+		t.Fatalf("busy sandbox state %q right after its exec", got.State)
+	}
+	if k := f.kinds(t, idle.ID); len(k) != 2 || k[1] != audit.KindSandboxReap {
+		t.Fatalf("idle audit kinds %q", k)
+	}
+	f.verify(t)
+}
+
+func TestMaxSandboxes(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, Options{MaxSandboxes: 2})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := m.Create(ctx, "agent", CreateRequest{})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	ok, limited := 0, 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrLimit):
+			limited++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if ok != 2 || limited != 2 {
+		t.Fatalf("4 concurrent creates under a maximum of 2: %d made, %d refused", ok, limited)
+	}
+	if _, err := m.Create(ctx, "agent", CreateRequest{Spec: sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 1}}}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("create at the maximum: %v", err)
+	}
+}
+
+func TestBadRequestLeavesNothing(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, Options{})
+	ctx := context.Background()
+	for _, req := range []CreateRequest{
+		{Spec: sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 1}}},
+		{Labels: map[string]string{"": "x"}},
+		{TTL: -time.Second},
+	} {
+		if _, err := m.Create(ctx, "agent", req); !errors.Is(err, sandbox.ErrInvalidSpec) {
+			t.Errorf("Create(%+v) = %v, want ErrInvalidSpec", req, err)
+		}
+	}
+	if all, _ := m.List(ctx, nil); len(all) != 0 {
+		t.Fatalf("bad requests left %d sandboxes", len(all))
+	}
+	recs, _ := f.log.Tail(ctx, 0, 100)
+	if len(recs) != 0 {
+		t.Fatalf("bad requests were audited as creates: %d records", len(recs))
+	}
+}
+
+// A daemon that died leaves rows "running"; the next run marks them lost
+// and the chain still verifies.
+func TestRestartMarksLost(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	first, err := New(ctx, f.rt, f.db, f.log, Options{Owner: "run-first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := first.Create(ctx, "agent", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first run "dies": its reaper stops, nothing is destroyed through it.
+	first.once.Do(func() { close(first.stop) })
+	<-first.done
+
+	second := f.manager(t, Options{Owner: "run-second"})
+	got, err := second.Get(ctx, info.ID)
+	if err != nil || got.State != StateLost || !strings.Contains(got.EndReason, "run-first") {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	if k := strings.Join(f.kinds(t, info.ID), " "); k != "sandbox.create sandbox.lost" {
+		t.Fatalf("audit kinds = %q", k)
+	}
+	f.verify(t)
+}
+
+func TestConcurrentExecs(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, Options{})
+	ctx := context.Background()
+	const boxes, per = 10, 5
+	var ids []string
+	for i := 0; i < boxes; i++ {
+		info, err := m.Create(ctx, "agent", CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ID)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, boxes*per)
+	for _, id := range ids {
+		for j := 0; j < per; j++ {
+			wg.Add(1)
+			go func(id string, j int) {
+				defer wg.Done()
+				var out bytes.Buffer
+				res, err := m.Exec(ctx, "agent", id, sandbox.ExecRequest{Argv: []string{"echo", fmt.Sprint(j)}, Stdout: &out})
+				if err != nil || res.ExitCode != 0 || out.String() != fmt.Sprintf("%d\n", j) {
+					errs <- fmt.Errorf("%s exec %d: %+v %q %v", id, j, res, out.String(), err)
+				}
+			}(id, j)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	n := 0
+	recs, _ := f.log.Tail(ctx, 0, 1000)
+	for _, r := range recs {
+		if r.Kind == audit.KindSandboxExec {
+			n++
+		}
+	}
+	if n != boxes*per {
+		t.Fatalf("%d exec records, want %d", n, boxes*per)
+	}
+	f.verify(t)
+}
