@@ -39,6 +39,9 @@ type Sandbox interface {
 	// ReadFile copies the regular file at path (under /workspace or /tmp)
 	// to w, with the same confinement as WriteFile.
 	ReadFile(ctx context.Context, path string, w io.Writer) error
+	// ListDir lists the directory at path (under /workspace or /tmp), with
+	// the same confinement as WriteFile, sorted by name.
+	ListDir(ctx context.Context, path string) ([]FileInfo, error)
 	// Stats reports resource use.
 	Stats(ctx context.Context) (Stats, error)
 	// Done is closed when the sandbox has ended (destroyed or died).
@@ -73,6 +76,15 @@ type ExecRequest struct {
 	Timeout time.Duration
 	// OutputBytes overrides the Spec's output cap if smaller and positive.
 	OutputBytes int64
+}
+
+// FileInfo describes one directory entry inside a sandbox.
+type FileInfo struct {
+	Name    string      `json:"name"`
+	Type    string      `json:"type"` // file, dir, symlink or other
+	Size    int64       `json:"size"`
+	Mode    fs.FileMode `json:"mode"`
+	ModTime time.Time   `json:"mtime"`
 }
 
 // WindowSize is a terminal size in characters.

@@ -61,6 +61,9 @@ type Options struct {
 	Now func() time.Time
 	// Logf receives diagnostics; nil discards them.
 	Logf func(format string, args ...any)
+	// OnEnd, if set, is called once for every sandbox that ends (state is
+	// destroyed, reaped or lost; reason is e.g. "ttl", "idle"), for metrics.
+	OnEnd func(state, reason string)
 }
 
 // CreateRequest asks for a sandbox.
@@ -126,6 +129,9 @@ func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Lo
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	if opts.OnEnd == nil {
+		opts.OnEnd = func(string, string) {}
+	}
 	m := &Manager{rt: rt, db: db, log: log, opts: opts, live: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := m.markLost(ctx); err != nil {
 		return nil, err
@@ -171,6 +177,7 @@ func (m *Manager) markLost(ctx context.Context) error {
 		if err := m.end(ctx, id, StateLost, "its daemon run "+owners[i]+" ended"); err != nil {
 			return err
 		}
+		m.opts.OnEnd(StateLost, "daemon restart")
 		if _, err := m.log.Append(ctx, audit.Entry{Session: id, Actor: "daemon", Kind: audit.KindSandboxLost,
 			Data: map[string]any{"previous_owner": owners[i]}}); err != nil {
 			return fmt.Errorf("session: audit: %w", err)
@@ -381,6 +388,29 @@ func (m *Manager) ReadFile(ctx context.Context, id, path string, w io.Writer) er
 	return sb.ReadFile(ctx, path, w)
 }
 
+// ListDir lists a directory inside (see sandbox.Sandbox.ListDir).
+func (m *Manager) ListDir(ctx context.Context, id, path string) ([]sandbox.FileInfo, error) {
+	sb, done, err := m.use(id)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return sb.ListDir(ctx, path)
+}
+
+// Running counts the running sandboxes of this run.
+func (m *Manager) Running() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, e := range m.live {
+		if e != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Destroy ends a running sandbox. Destroying an ended one is not an error;
 // an unknown id is ErrNotFound.
 func (m *Manager) Destroy(ctx context.Context, actor, id string) error {
@@ -404,6 +434,11 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	if err := m.end(context.WithoutCancel(ctx), id, state, reason); err != nil {
 		return err
 	}
+	metricReason := reason
+	if state == StateDestroyed {
+		metricReason = "destroy" // the stored reason names the actor
+	}
+	m.opts.OnEnd(state, metricReason)
 	data := map[string]any{"reason": reason}
 	if derr != nil {
 		data["error"] = derr.Error()

@@ -120,8 +120,17 @@ func TestLifecycle(t *testing.T) {
 	if err := m.ReadFile(ctx, info.ID, "/workspace/f", &out); err != nil || out.String() != "data" {
 		t.Fatalf("ReadFile = %q %v", out.String(), err)
 	}
+	if entries, err := m.ListDir(ctx, info.ID, "/workspace"); err != nil || len(entries) != 1 || entries[0].Name != "f" {
+		t.Fatalf("ListDir = %+v, %v", entries, err)
+	}
+	if n := m.Running(); n != 2 {
+		t.Fatalf("Running() = %d, want 2", n)
+	}
 	if err := m.Destroy(ctx, "agent", info.ID); err != nil {
 		t.Fatal(err)
+	}
+	if n := m.Running(); n != 1 {
+		t.Fatalf("Running() after Destroy = %d, want 1", n)
 	}
 	if err := m.Destroy(ctx, "agent", info.ID); err != nil {
 		t.Fatalf("second Destroy: %v", err)
@@ -145,7 +154,13 @@ func TestLifecycle(t *testing.T) {
 
 func TestReapTTLAndIdle(t *testing.T) {
 	f := newFixture(t)
-	m := f.manager(t, Options{ReapEvery: 20 * time.Millisecond})
+	var mu sync.Mutex
+	ends := map[string]int{}
+	m := f.manager(t, Options{ReapEvery: 20 * time.Millisecond, OnEnd: func(state, reason string) {
+		mu.Lock()
+		ends[state+"/"+reason]++
+		mu.Unlock()
+	}})
 	ctx := context.Background()
 	ttl, err := m.Create(ctx, "agent", CreateRequest{TTL: 300 * time.Millisecond})
 	if err != nil {
@@ -179,6 +194,11 @@ func TestReapTTLAndIdle(t *testing.T) {
 	if k := f.kinds(t, idle.ID); len(k) != 2 || k[1] != audit.KindSandboxReap {
 		t.Fatalf("idle audit kinds %q", k)
 	}
+	mu.Lock()
+	if ends["reaped/ttl"] != 1 || ends["reaped/idle"] != 1 {
+		t.Errorf("OnEnd calls = %v", ends)
+	}
+	mu.Unlock()
 	f.verify(t)
 }
 

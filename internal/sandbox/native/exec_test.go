@@ -178,6 +178,28 @@ func TestFiles(t *testing.T) {
 	if got, _ := os.ReadFile(hostFile); string(got) != "host" {
 		t.Fatalf("host file changed through a symlink: %q", got)
 	}
+
+	entries, err := b.sb.ListDir(ctx, "/workspace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name+":"+e.Type)
+	}
+	if got := strings.Join(names, " "); !strings.Contains(got, "d:dir") || !strings.Contains(got, "link:symlink") || !strings.Contains(got, "missing:file") {
+		t.Fatalf("ListDir(/workspace) = %q", got)
+	}
+	sub, err := b.sb.ListDir(ctx, "/workspace/dir/sub")
+	if err != nil || len(sub) != 1 || sub[0].Name != "hello.txt" || sub[0].Size != 5 || sub[0].Mode.Perm() != 0o600 {
+		t.Fatalf("ListDir(sub) = %+v, %v", sub, err)
+	}
+	for path, want := range map[string]error{"/etc": sandbox.ErrInvalidRequest, "/workspace/root": sandbox.ErrPermission,
+		"/workspace/d/up": sandbox.ErrPermission, "/workspace/nope": sandbox.ErrNotFound} {
+		if _, err := b.sb.ListDir(ctx, path); !errors.Is(err, want) {
+			t.Errorf("ListDir(%s) = %v, want %v", path, err, want)
+		}
+	}
 }
 
 func TestDirectoryRootAndWorkspace(t *testing.T) {

@@ -2,6 +2,7 @@ package native
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -520,6 +521,57 @@ func (b *Sandbox) ReadFile(ctx context.Context, p string, dst io.Writer) error {
 		return replyErr(r)
 	}
 	return nil
+}
+
+// ListDir implements sandbox.Sandbox.
+func (b *Sandbox) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, error) {
+	if p != sandbox.WorkspaceDir && p != sandbox.TmpDir {
+		if err := checkFilePath(p); err != nil {
+			return nil, err
+		}
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
+	id, ch := b.register()
+	defer b.unregister(id)
+	err = b.conn.Send(wire.Request{Op: wire.OpList, ID: id, Path: p}, pw)
+	pw.Close()
+	if err != nil {
+		return nil, b.sendErr(err)
+	}
+	r, err := b.await(ctx, ch)
+	if err != nil {
+		return nil, err
+	}
+	if r.Op == wire.OpFailed {
+		return nil, replyErr(r)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = pr.SetReadDeadline(time.Now()) })
+	defer stop()
+	var out []sandbox.FileInfo
+	dec := json.NewDecoder(pr)
+	for {
+		var fi sandbox.FileInfo
+		if err := dec.Decode(&fi); err == io.EOF {
+			break
+		} else if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("listing %s: %w", p, err)
+		}
+		out = append(out, fi)
+	}
+	if r, err = b.await(ctx, ch); err != nil {
+		return nil, err
+	}
+	if r.Op == wire.OpFailed {
+		return nil, replyErr(r)
+	}
+	return out, nil
 }
 
 func checkFilePath(p string) error {

@@ -1,13 +1,17 @@
 package boot
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
@@ -23,6 +27,9 @@ import (
 func splitBase(p string) (base, rel string, err error) {
 	if !path.IsAbs(p) || path.Clean(p) != p {
 		return "", "", fmt.Errorf("path %q must be a clean absolute path", p)
+	}
+	if p == sandbox.WorkspaceDir || p == sandbox.TmpDir {
+		return p, ".", nil
 	}
 	for _, b := range []string{sandbox.WorkspaceDir, sandbox.TmpDir} {
 		if r, ok := strings.CutPrefix(p, b+"/"); ok && r != "" {
@@ -164,4 +171,56 @@ func (a *agent) readFile(req wire.Request, files []*os.File) {
 		return
 	}
 	_ = a.conn.Send(wire.Reply{Op: wire.OpDone, ID: req.ID, Size: n})
+}
+
+// listDir writes the entries of req.Path, one JSON object a line, into the
+// pipe in files[0], then replies done.
+func (a *agent) listDir(req wire.Request, files []*os.File) {
+	defer wire.CloseAll(files)
+	if len(files) != 1 {
+		a.fail(req.ID, "bad-request", 0, errors.New("list needs one descriptor"))
+		return
+	}
+	base, rel, err := splitBase(req.Path)
+	if err != nil {
+		a.fail(req.ID, "bad-request", 0, err)
+		return
+	}
+	d, err := openBeneath(base, rel, unix.O_RDONLY|unix.O_DIRECTORY, 0, false)
+	if err != nil {
+		a.fileFail(req.ID, req.Path, err)
+		return
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		a.fileFail(req.ID, req.Path, err)
+		return
+	}
+	sort.Strings(names)
+	_ = a.conn.Send(wire.Reply{Op: wire.OpStarted, ID: req.ID, Size: int64(len(names))})
+	enc := json.NewEncoder(files[0])
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(d.Fd()), n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue // gone meanwhile
+		}
+		fi := sandbox.FileInfo{Name: n, Size: st.Size, Mode: fs.FileMode(st.Mode & 0o7777),
+			ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC()}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			fi.Type = "file"
+		case unix.S_IFDIR:
+			fi.Type, fi.Mode = "dir", fi.Mode|fs.ModeDir
+		case unix.S_IFLNK:
+			fi.Type, fi.Mode = "symlink", fi.Mode|fs.ModeSymlink
+		default:
+			fi.Type = "other"
+		}
+		if err := enc.Encode(fi); err != nil {
+			break // the daemon stopped reading
+		}
+	}
+	files[0].Close()
+	_ = a.conn.Send(wire.Reply{Op: wire.OpDone, ID: req.ID})
 }

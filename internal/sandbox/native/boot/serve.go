@@ -64,6 +64,8 @@ func (a *agent) read() {
 			go a.writeFile(req, files)
 		case wire.OpRead:
 			go a.readFile(req, files)
+		case wire.OpList:
+			go a.listDir(req, files)
 		default:
 			wire.CloseAll(files)
 			a.fail(req.ID, "bad-request", 0, fmt.Errorf("unknown op %q", req.Op))

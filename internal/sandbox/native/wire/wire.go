@@ -12,7 +12,7 @@
 //	  | <------------------------------- Reply{started, pid} (+ [pty master] with a tty)
 //	  | <------------------------------- Reply{exited, status}
 //	  | -- Request{signal|resize} -----------------------------> kill(-pgid) / TIOCSWINSZ
-//	  | -- Request{write|read} + [pipe end] -------------------> copy within /workspace, /tmp
+//	  | -- Request{write|read|list} + [pipe end] --------------> copy or list within /workspace, /tmp
 //	  | <------------------------------- Reply{done|failed}
 //
 // The child never learns anything about the host beyond what Config says,
@@ -48,6 +48,7 @@ const (
 	OpResize Op = "resize"
 	OpWrite  Op = "write"
 	OpRead   Op = "read"
+	OpList   Op = "list"
 )
 
 // Replies (child to parent).
