@@ -361,10 +361,12 @@ func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRe
 	if execErr != nil {
 		data["error"] = execErr.Error()
 	}
+	// The audit record is the durable trace of the exec; last_used_at lives
+	// in memory and reaches the row when the sandbox ends, which spares
+	// every exec a second synchronous commit.
 	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: data}); err != nil {
 		return res, fmt.Errorf("session: audit: %w", err)
 	}
-	_, _ = m.db.DB().ExecContext(context.WithoutCancel(ctx), `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(m.opts.Now()), id)
 	return res, execErr
 }
 
@@ -431,6 +433,10 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 		return nil // already ended
 	}
 	derr := e.sb.Destroy(ctx)
+	m.mu.Lock()
+	lastUsed := e.lastUsed
+	m.mu.Unlock()
+	_, _ = m.db.DB().ExecContext(context.WithoutCancel(ctx), `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(lastUsed), id)
 	if err := m.end(context.WithoutCancel(ctx), id, state, reason); err != nil {
 		return err
 	}

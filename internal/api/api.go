@@ -1,0 +1,332 @@
+// Package api serves IronClaw's HTTP API (docs/http-api.md): sandboxes,
+// exec (streamed as NDJSON), files and, for the operator, the audit log,
+// plus /healthz and Prometheus /metrics.
+//
+// Every handler returns an error; writeError maps it to a status and the
+// contract's {"error":{"code","message"}} body. Decisions the contract
+// leaves open, made here:
+//
+//   - A path the sandbox refuses (sandbox.ErrPermission, e.g. a symlink
+//     that points out of /workspace) is 400 invalid_argument, like any
+//     other bad path; 403 stays reserved for a token of the wrong role.
+//   - An exec or file request on a sandbox that exists but has ended is 409
+//     conflict; an unknown id is 404.
+//   - GET /v1/audit clamps limit to 1000 instead of refusing larger values.
+//   - An exec that fails after its stream began (the sandbox died under
+//     it) ends with {"exit": -1, "error": "..."}.
+//   - A file download that fails after its first byte aborts the
+//     connection, so the client sees a truncated body, not a short file.
+//   - Requests without a valid token are not rate limited (they are
+//     rejected before any work is done).
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/session"
+)
+
+// Config configures a Server.
+type Config struct {
+	// AgentToken and OperatorToken are the bearer tokens of the two roles;
+	// both are required, and they must differ.
+	AgentToken, OperatorToken string
+	// MaxBodyBytes bounds JSON request bodies; 0 means 1 MiB.
+	MaxBodyBytes int64
+	// MaxUploadBytes bounds file uploads; 0 means 256 MiB.
+	MaxUploadBytes int64
+	// RatePerSecond and RateBurst shape the token bucket each token gets;
+	// 0 means 50 per second with a burst of 100.
+	RatePerSecond float64
+	RateBurst     int
+	// Logf receives diagnostics (never a token); nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Roles, also the audit actor of a request.
+const (
+	roleAgent    = "agent"
+	roleOperator = "operator"
+)
+
+// Server is the HTTP API over one session.Manager and audit.Log.
+type Server struct {
+	cfg     Config
+	m       *session.Manager
+	log     *audit.Log
+	agent   [sha256.Size]byte // hashes of the tokens, compared in constant time
+	oper    [sha256.Size]byte
+	limiter *limiter
+	metrics *metrics
+	gather  prometheus.Gatherer
+	mux     *http.ServeMux
+	handler http.Handler
+}
+
+// New checks cfg and builds a Server. Metrics are registered on reg; nil
+// means a private registry. /metrics serves reg when it is also a
+// prometheus.Gatherer (a *prometheus.Registry is both), otherwise the
+// default gatherer.
+func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Registerer) (*Server, error) {
+	if cfg.AgentToken == "" || cfg.OperatorToken == "" {
+		return nil, errors.New("api: the agent and operator tokens are required")
+	}
+	if cfg.AgentToken == cfg.OperatorToken {
+		return nil, errors.New("api: the agent and operator tokens must differ")
+	}
+	if m == nil || log == nil {
+		return nil, errors.New("api: a session manager and an audit log are required")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = 256 << 20
+	}
+	if cfg.RatePerSecond <= 0 {
+		cfg.RatePerSecond = 50
+	}
+	if cfg.RateBurst <= 0 {
+		cfg.RateBurst = 100
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	var gather prometheus.Gatherer = prometheus.DefaultGatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, gather = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		gather = g
+	}
+	met, err := newMetrics(reg, m)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, m: m, log: log,
+		agent:   sha256.Sum256([]byte(cfg.AgentToken)),
+		oper:    sha256.Sum256([]byte(cfg.OperatorToken)),
+		limiter: newLimiter(cfg.RatePerSecond, cfg.RateBurst),
+		metrics: met,
+		gather:  gather,
+		mux:     http.NewServeMux(),
+	}
+	s.routes()
+	s.handler = http.HandlerFunc(s.serve)
+	return s, nil
+}
+
+// Handler returns the API's root handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// OnEnd counts a sandbox's end; the daemon wires session.Options.OnEnd to
+// it.
+func (s *Server) OnEnd(state, reason string) { s.metrics.ended(state, reason) }
+
+// handlerFunc is what every API handler is: it writes a success itself and
+// returns an error for writeError to render.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, role string) error
+
+func (s *Server) routes() {
+	agent := func(pattern string, h handlerFunc) { s.mux.Handle(pattern, s.authed(roleAgent, h)) }
+	oper := func(pattern string, h handlerFunc) { s.mux.Handle(pattern, s.authed(roleOperator, h)) }
+	agent("POST /v1/sandboxes", s.createSandbox)
+	agent("GET /v1/sandboxes", s.listSandboxes)
+	agent("GET /v1/sandboxes/{id}", s.getSandbox)
+	agent("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
+	agent("POST /v1/sandboxes/{id}/exec", s.exec)
+	agent("PUT /v1/sandboxes/{id}/files", s.putFile)
+	agent("GET /v1/sandboxes/{id}/files", s.getFile)
+	oper("GET /v1/audit", s.auditTail)
+	oper("GET /v1/audit/verify", s.auditVerify)
+	oper("GET /v1/audit/export", s.auditExport)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
+}
+
+// serve is the outermost layer: panic recovery, the request counter, and
+// JSON bodies for the mux's own 404 and 405.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	h, pattern := s.mux.Handler(r)
+	route := pattern
+	if route == "" {
+		route = "unmatched"
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				s.metrics.request(route, sw.code())
+				panic(v)
+			}
+			s.cfg.Logf("api: panic serving %s %s: %v\n%s", r.Method, route, v, debug.Stack())
+			if !sw.wrote {
+				writeError(sw, errInternal)
+			}
+		}
+		s.metrics.request(route, sw.code())
+	}()
+	if pattern == "" {
+		s.unmatched(sw, r, h)
+		return
+	}
+	// Through the mux again (not h) so the request gets its path values.
+	s.mux.ServeHTTP(sw, r)
+}
+
+// unmatched runs the mux's fallback handler into a recorder and turns its
+// 404 or 405 into the contract's JSON error; anything else (a redirect to
+// the clean path) is passed through.
+func (s *Server) unmatched(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	rec := &recorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusNotFound:
+		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such route: " + r.Method + " " + r.URL.Path})
+	case http.StatusMethodNotAllowed:
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		writeError(w, &apiError{http.StatusMethodNotAllowed, "method_not_allowed", "method " + r.Method + " is not allowed here"})
+	default:
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		w.WriteHeader(rec.status)
+		_, _ = w.Write(rec.body)
+	}
+}
+
+// authed checks the bearer token and the role, applies the token's rate
+// limit, runs h and renders its error.
+func (s *Server) authed(need string, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		role := s.role(r)
+		if role == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ironclaw"`)
+			writeError(w, &apiError{http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"})
+			return
+		}
+		if need == roleOperator && role != roleOperator {
+			writeError(w, &apiError{http.StatusForbidden, "forbidden", "this route needs the operator token"})
+			return
+		}
+		if ok, wait := s.limiter.allow(role); !ok {
+			secs := int((wait + 999_999_999) / 1_000_000_000)
+			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+			writeError(w, &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests for this token; retry later"})
+			return
+		}
+		if err := h(w, r, role); err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+// role returns the role of the request's bearer token, or "". Both tokens
+// are always compared, each in constant time over fixed-size hashes, so
+// neither the match nor the tokens' lengths show in the timing.
+func (s *Server) role(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	const prefix = "bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
+	isAgent := subtle.ConstantTimeCompare(sum[:], s.agent[:])
+	isOper := subtle.ConstantTimeCompare(sum[:], s.oper[:])
+	switch {
+	case isOper == 1:
+		return roleOperator
+	case isAgent == 1:
+		return roleAgent
+	}
+	return ""
+}
+
+// fail renders err unless the response has begun (a stream), in which
+// case it can only be logged.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	ae := classify(err)
+	if ae == errInternal || ae.status >= 500 {
+		s.cfg.Logf("api: %s %s: %v", r.Method, r.URL.Path, err)
+	}
+	if sw, ok := w.(*statusWriter); ok && sw.wrote {
+		return
+	}
+	if r.Context().Err() != nil && ae == errInternal {
+		// The client went away; nobody reads this response.
+		ae = &apiError{http.StatusServiceUnavailable, "unavailable", "request cancelled"}
+	}
+	writeError(w, ae)
+}
+
+// statusWriter remembers the status written, for the metrics and for
+// fail; Unwrap lets http.ResponseController reach Flush.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() string {
+	if !w.wrote {
+		return "200"
+	}
+	return strconv.Itoa(w.status)
+}
+
+// recorder captures the mux's fallback response.
+type recorder struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	if len(r.body) < 64<<10 {
+		r.body = append(r.body, p...)
+	}
+	return len(p), nil
+}

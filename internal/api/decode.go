@@ -1,0 +1,243 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/session"
+)
+
+// duration is a Go duration string in JSON ("30s", "1h30m").
+type duration time.Duration
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New(`a duration must be a string such as "30s"`)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %v", s, err)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", s)
+	}
+	*d = duration(v)
+	return nil
+}
+
+// size is a byte count in JSON: a number, or a string sandbox.ParseBytes
+// reads ("256M").
+type size int64
+
+func (z *size) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := sandbox.ParseBytes(s)
+		if err != nil {
+			return err
+		}
+		*z = size(v)
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return errors.New(`a size must be a number of bytes or a string such as "256M"`)
+	}
+	if f < 0 || f != math.Trunc(f) || f > math.MaxInt64/2 {
+		return fmt.Errorf("size %s must be a whole, non-negative number of bytes", b)
+	}
+	*z = size(f)
+	return nil
+}
+
+// decodeJSON reads exactly one JSON value into v, refusing unknown fields
+// and trailing data. An empty body is io.EOF. Errors other than a
+// *http.MaxBytesError are 400s.
+func decodeJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonErr(err)
+	}
+	var extra json.RawMessage
+	switch err := dec.Decode(&extra); {
+	case err == io.EOF:
+		return nil
+	case err == nil:
+		return badRequest("the body holds more than one JSON value")
+	default:
+		return jsonErr(err)
+	}
+}
+
+func jsonErr(err error) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return err
+	}
+	if err == io.EOF {
+		return err
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return badRequest("malformed JSON: unexpected end of the body")
+	}
+	return badRequest("malformed JSON: " + err.Error())
+}
+
+// createBody is POST /v1/sandboxes.
+type createBody struct {
+	Image  string            `json:"image"`
+	Env    map[string]string `json:"env"`
+	Limits *struct {
+		Memory    size     `json:"memory"`
+		Pids      int64    `json:"pids"`
+		CPUs      float64  `json:"cpus"`
+		Timeout   duration `json:"timeout"`
+		Output    size     `json:"output"`
+		Workspace size     `json:"workspace"`
+		Tmp       size     `json:"tmp"`
+		OpenFiles int64    `json:"open_files"`
+	} `json:"limits"`
+	TTL    duration          `json:"ttl"`
+	Idle   duration          `json:"idle"`
+	Labels map[string]string `json:"labels"`
+	Egress *struct {
+		Allow []string `json:"allow"`
+	} `json:"egress"`
+}
+
+// decodeCreate reads a create request. The result's spec, with defaults
+// applied, validates; an empty body asks for every default.
+func decodeCreate(r io.Reader) (session.CreateRequest, error) {
+	var b createBody
+	if err := decodeJSON(r, &b); err != nil && err != io.EOF {
+		return session.CreateRequest{}, err
+	}
+	var req session.CreateRequest
+	if b.Image != "" {
+		if !path.IsAbs(b.Image) || path.Clean(b.Image) != b.Image {
+			return req, badRequest(fmt.Sprintf("image %q must be a clean absolute directory path", b.Image))
+		}
+		req.Spec.Root = sandbox.Root{Kind: sandbox.RootDirectory, Path: b.Image}
+	}
+	env, err := envList(b.Env)
+	if err != nil {
+		return req, err
+	}
+	req.Spec.Env = env
+	if l := b.Limits; l != nil {
+		if l.Pids < 0 || l.OpenFiles < 0 || l.CPUs < 0 || math.IsNaN(l.CPUs) {
+			return req, badRequest("limits must not be negative")
+		}
+		req.Spec.Limits = sandbox.Limits{
+			MemoryBytes: int64(l.Memory), Pids: l.Pids, CPUs: l.CPUs, Timeout: time.Duration(l.Timeout),
+			OutputBytes: int64(l.Output), WorkspaceBytes: int64(l.Workspace), TmpBytes: int64(l.Tmp), OpenFiles: l.OpenFiles,
+		}
+	}
+	if b.Egress != nil && len(b.Egress.Allow) > 0 {
+		return req, badRequest("egress: an allow list is not supported yet (no egress broker)")
+	}
+	for k, v := range b.Labels {
+		if k == "" || len(k) > 63 || len(v) > 255 {
+			return req, badRequest(fmt.Sprintf("label %q: keys are 1-63 bytes, values at most 255", k))
+		}
+	}
+	req.Labels = b.Labels
+	req.TTL, req.Idle = time.Duration(b.TTL), time.Duration(b.Idle)
+	if err := req.Spec.WithDefaults().Validate(); err != nil {
+		return req, badRequest(strings.TrimPrefix(err.Error(), sandbox.ErrInvalidSpec.Error()+": "))
+	}
+	return req, nil
+}
+
+func envList(m map[string]string) ([]string, error) {
+	var out []string
+	for k, v := range m {
+		kv := k + "=" + v
+		if strings.Contains(k, "=") {
+			return nil, badRequest(fmt.Sprintf("env: %s is not a valid variable name", quote(k)))
+		}
+		if err := sandbox.ValidateEnv(kv); err != nil {
+			return nil, badRequest("env: " + err.Error())
+		}
+		out = append(out, kv)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// execBody is POST /v1/sandboxes/{id}/exec.
+type execBody struct {
+	Cmd     *string           `json:"cmd"`
+	Argv    []string          `json:"argv"`
+	Stdin   *string           `json:"stdin"`
+	Cwd     string            `json:"cwd"`
+	Env     map[string]string `json:"env"`
+	Timeout duration          `json:"timeout"`
+}
+
+// decodeExec reads an exec request: exactly one of cmd and argv, a
+// non-empty command without NUL bytes, valid env, a clean absolute cwd.
+// Output writers are left for the caller.
+func decodeExec(r io.Reader) (sandbox.ExecRequest, error) {
+	var b execBody
+	if err := decodeJSON(r, &b); err != nil {
+		if err == io.EOF {
+			return sandbox.ExecRequest{}, badRequest("empty body: a command (cmd or argv) is required")
+		}
+		return sandbox.ExecRequest{}, err
+	}
+	var req sandbox.ExecRequest
+	switch {
+	case b.Cmd != nil && b.Argv != nil:
+		return req, badRequest("give either cmd or argv, not both")
+	case b.Cmd != nil:
+		if strings.TrimSpace(*b.Cmd) == "" {
+			return req, badRequest("empty command")
+		}
+		req.Argv = []string{"/bin/sh", "-c", *b.Cmd}
+	case len(b.Argv) == 0 || b.Argv[0] == "":
+		return req, badRequest("empty command: give cmd or a non-empty argv")
+	default:
+		req.Argv = b.Argv
+	}
+	for _, a := range req.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return req, badRequest("the command contains a NUL byte")
+		}
+	}
+	if b.Cwd != "" && (!path.IsAbs(b.Cwd) || path.Clean(b.Cwd) != b.Cwd) {
+		return req, badRequest(fmt.Sprintf("cwd %q must be a clean absolute path", b.Cwd))
+	}
+	req.Cwd = b.Cwd
+	env, err := envList(b.Env)
+	if err != nil {
+		return req, err
+	}
+	req.Env = env
+	req.Timeout = time.Duration(b.Timeout)
+	if b.Stdin != nil {
+		req.Stdin = bytes.NewReader([]byte(*b.Stdin))
+	}
+	return req, nil
+}

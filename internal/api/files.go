@@ -1,0 +1,135 @@
+package api
+
+import (
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// filePath reads and checks ?path=: clean, absolute, under /workspace or
+// /tmp. The sandbox checks again and resolves it inside.
+func filePath(r *http.Request) (string, error) {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		return "", badRequest("the path parameter is required")
+	}
+	if err := checkPath(p); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+func checkPath(p string) error {
+	clean := len(p) > 0 && p[0] == '/'
+	if clean {
+		for _, base := range []string{"/workspace", "/tmp"} {
+			if p == base || len(p) > len(base) && p[:len(base)+1] == base+"/" {
+				return cleanPath(p)
+			}
+		}
+	}
+	return badRequest(fmt.Sprintf("path %s must be a clean absolute path under /workspace or /tmp", quote(p)))
+}
+
+func cleanPath(p string) error {
+	// path.Clean would also do, but naming the offending element helps.
+	for i, start := 1, 1; i <= len(p); i++ {
+		if i == len(p) || p[i] == '/' {
+			switch p[start:i] {
+			case "", ".", "..":
+				return badRequest(fmt.Sprintf("path %s must be clean: no empty, . or .. elements", quote(p)))
+			}
+			start = i + 1
+		}
+	}
+	return nil
+}
+
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request, role string) error {
+	id := r.PathValue("id")
+	p, err := filePath(r)
+	if err != nil {
+		return err
+	}
+	mode := fs.FileMode(0o644)
+	if m := r.URL.Query().Get("mode"); m != "" {
+		v, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || v > 0o777 {
+			return badRequest(fmt.Sprintf("mode %s must be octal permission bits such as 0644", quote(m)))
+		}
+		mode = fs.FileMode(v)
+	}
+	if r.ContentLength > s.cfg.MaxUploadBytes {
+		return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the upload is over the %d-byte limit", s.cfg.MaxUploadBytes)}
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
+	if err := s.m.WriteFile(r.Context(), id, p, body, mode); err != nil {
+		return s.notRunning(r, id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type dirEntry struct {
+	Name  string    `json:"name"`
+	Type  string    `json:"type"`
+	Size  int64     `json:"size"`
+	Mode  string    `json:"mode"`
+	MTime time.Time `json:"mtime"`
+}
+
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request, role string) error {
+	id := r.PathValue("id")
+	p, err := filePath(r)
+	if err != nil {
+		return err
+	}
+	if l := r.URL.Query().Get("list"); l == "1" || l == "true" {
+		infos, err := s.m.ListDir(r.Context(), id, p)
+		if err != nil {
+			return s.notRunning(r, id, err)
+		}
+		out := make([]dirEntry, 0, len(infos))
+		for _, fi := range infos {
+			out = append(out, dirEntry{Name: fi.Name, Type: fi.Type, Size: fi.Size, Mode: fmt.Sprintf("%04o", fi.Mode.Perm()), MTime: fi.ModTime.UTC()})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"entries": out})
+		return nil
+	}
+	dst := &lazyBody{w: w}
+	if err := s.m.ReadFile(r.Context(), id, p, dst); err != nil {
+		if !dst.begun {
+			return s.notRunning(r, id, err)
+		}
+		// Part of the file went out with a 200: cut the connection so the
+		// client cannot take the part for the whole.
+		s.cfg.Logf("api: reading %s in %s: %v", p, id, err)
+		panic(http.ErrAbortHandler)
+	}
+	if !dst.begun {
+		dst.begin() // an empty file
+	}
+	return nil
+}
+
+// lazyBody sends the 200 status with the first byte of a download.
+type lazyBody struct {
+	w     http.ResponseWriter
+	begun bool
+}
+
+func (b *lazyBody) begin() {
+	b.begun = true
+	b.w.Header().Set("Content-Type", "application/octet-stream")
+	b.w.Header().Set("X-Content-Type-Options", "nosniff")
+	b.w.WriteHeader(http.StatusOK)
+}
+
+func (b *lazyBody) Write(p []byte) (int, error) {
+	if !b.begun {
+		b.begin()
+	}
+	return b.w.Write(p)
+}

@@ -1,0 +1,124 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/session"
+)
+
+// sandboxView is the contract's sandbox object.
+type sandboxView struct {
+	ID          string            `json:"id"`
+	State       string            `json:"state"`
+	Labels      map[string]string `json:"labels"`
+	CreatedAt   time.Time         `json:"created_at"`
+	ExpiresAt   time.Time         `json:"expires_at,omitzero"`
+	IdleTimeout string            `json:"idle_timeout"`
+	LastUsedAt  time.Time         `json:"last_used_at"`
+	EndedAt     time.Time         `json:"ended_at,omitzero"`
+	EndReason   string            `json:"end_reason,omitempty"`
+}
+
+func view(in session.Info) sandboxView {
+	labels := in.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	utc := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return t
+		}
+		return t.UTC()
+	}
+	return sandboxView{ID: in.ID, State: in.State, Labels: labels, CreatedAt: utc(in.CreatedAt), ExpiresAt: utc(in.ExpiresAt),
+		IdleTimeout: in.Idle.String(), LastUsedAt: utc(in.LastUsedAt), EndedAt: utc(in.EndedAt), EndReason: in.EndReason}
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, role string) error {
+	req, err := decodeCreate(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	info, err := s.m.Create(r.Context(), role, req)
+	s.metrics.created(err)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, view(info))
+	return nil
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, role string) error {
+	sel := map[string]string{}
+	for _, l := range r.URL.Query()["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return badRequest("label selector " + quote(l) + " must be key=value")
+		}
+		sel[k] = v
+	}
+	infos, err := s.m.List(r.Context(), sel)
+	if err != nil {
+		return err
+	}
+	out := make([]sandboxView, 0, len(infos))
+	for _, in := range infos {
+		out = append(out, view(in))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
+	return nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, role string) error {
+	info, err := s.m.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, view(info))
+	return nil
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, role string) error {
+	id := r.PathValue("id")
+	derr := s.m.Destroy(r.Context(), role, id)
+	if errors.Is(derr, session.ErrNotFound) {
+		return derr
+	}
+	info, err := s.m.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if derr != nil {
+		if info.State == session.StateRunning {
+			return derr
+		}
+		// Recorded as ended although its teardown failed: the failure is
+		// the daemon's to report, not the caller's.
+		s.cfg.Logf("api: destroying %s: %v", id, derr)
+	}
+	writeJSON(w, http.StatusOK, view(info))
+	return nil
+}
+
+// notRunning turns session.ErrNotFound for a sandbox that exists but has
+// ended into 409 conflict.
+func (s *Server) notRunning(r *http.Request, id string, err error) error {
+	if !errors.Is(err, session.ErrNotFound) {
+		return err
+	}
+	info, gerr := s.m.Get(r.Context(), id)
+	if gerr != nil || info.State == session.StateRunning {
+		return err
+	}
+	return &apiError{http.StatusConflict, "conflict", "sandbox " + id + " is " + info.State + ", not running"}
+}
+
+func quote(s string) string {
+	if len(s) > 100 {
+		s = s[:100] + "..."
+	}
+	return "\"" + strings.ToValidUTF8(s, "\uFFFD") + "\""
+}
