@@ -65,7 +65,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, role string) er
 		return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the upload is over the %d-byte limit", s.cfg.MaxUploadBytes)}
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
-	if err := s.m.WriteFile(r.Context(), id, p, body, mode); err != nil {
+	if err := s.m.WriteFile(r.Context(), role, id, p, body, mode); err != nil {
 		return s.notRunning(r, id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)

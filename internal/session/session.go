@@ -370,14 +370,38 @@ func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRe
 	return res, execErr
 }
 
-// WriteFile copies into the sandbox (see sandbox.Sandbox.WriteFile).
-func (m *Manager) WriteFile(ctx context.Context, id, path string, r io.Reader, mode fs.FileMode) error {
+// WriteFile copies into the sandbox (see sandbox.Sandbox.WriteFile) and
+// audits it (path, bytes, mode; never the content).
+func (m *Manager) WriteFile(ctx context.Context, actor, id, path string, r io.Reader, mode fs.FileMode) error {
 	sb, done, err := m.use(id)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return sb.WriteFile(ctx, path, r, mode)
+	cr := &countingReader{r: r}
+	werr := sb.WriteFile(ctx, path, cr, mode)
+	data := map[string]any{"path": path, "bytes": cr.n, "mode": fmt.Sprintf("%#o", mode.Perm())}
+	if werr != nil {
+		data["error"] = werr.Error()
+	}
+	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: KindFileWrite, Data: data}); err != nil {
+		return fmt.Errorf("session: audit: %w", err)
+	}
+	return werr
+}
+
+// KindFileWrite is the audit kind of a file copied into a sandbox.
+const KindFileWrite = "sandbox.file.write"
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // ReadFile copies out of the sandbox (see sandbox.Sandbox.ReadFile).

@@ -113,7 +113,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || res.ExitCode != 4 || out.String() != "hi\n" {
 		t.Fatalf("Exec = %+v %q %v", res, out.String(), err)
 	}
-	if err := m.WriteFile(ctx, info.ID, "/workspace/f", strings.NewReader("data"), 0o644); err != nil {
+	if err := m.WriteFile(ctx, "agent", info.ID, "/workspace/f", strings.NewReader("data"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()
@@ -145,7 +145,7 @@ func TestLifecycle(t *testing.T) {
 	if err := m.Destroy(ctx, "agent", "sbx-unknown"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Destroy of an unknown id: %v", err)
 	}
-	if k := strings.Join(f.kinds(t, info.ID), " "); k != "sandbox.create sandbox.exec sandbox.destroy" {
+	if k := strings.Join(f.kinds(t, info.ID), " "); k != "sandbox.create sandbox.exec sandbox.file.write sandbox.destroy" {
 		t.Fatalf("audit kinds = %q", k)
 	}
 	_ = other

@@ -1,0 +1,333 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/spf13/cobra"
+)
+
+// newClient is the daemon client of every remote command: IRONCLAW_ADDR,
+// IRONCLAW_API_TOKEN, IRONCLAW_OPERATOR_TOKEN and the default data dir's
+// token files decide where it goes and who it is.
+func newClient() *client.Client { return &client.Client{} }
+
+func ctxOf(c *cobra.Command) context.Context {
+	if ctx := c.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
+
+func parseLabels(flag string, kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--%s %q: want KEY=VALUE", flag, kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func newSandboxCmd(e *env) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Manage the daemon's sandboxes (create, ls, exec, cp, rm)",
+		Long: `Manage sandboxes of a running 'ironclaw serve'. The daemon's address comes from
+IRONCLAW_ADDR (default http://127.0.0.1:8787), the token from IRONCLAW_API_TOKEN,
+else the agent.token file in the default data directory.`,
+	}
+	c.AddCommand(newSandboxCreateCmd(e), newSandboxLsCmd(e), newSandboxRmCmd(e), newSandboxExecCmd(e), newSandboxCpCmd(e))
+	return c
+}
+
+func newSandboxCreateCmd(e *env) *cobra.Command {
+	var (
+		labels, envs []string
+		req          client.CreateRequest
+	)
+	c := &cobra.Command{
+		Use:   "create [flags]",
+		Short: "Create a sandbox and print its id",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			var err error
+			if req.Labels, err = parseLabels("label", labels); err != nil {
+				return err
+			}
+			if req.Env, err = parseLabels("env", envs); err != nil {
+				return err
+			}
+			if req.Image != "" {
+				if req.Image, err = filepath.Abs(req.Image); err != nil {
+					return err
+				}
+			}
+			if req.TTL < 0 || req.Idle < 0 {
+				return errors.New("--ttl and --idle must not be negative")
+			}
+			sb, err := newClient().CreateSandbox(ctxOf(c), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(e.stdout, sb.ID)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
+	f.StringArrayVarP(&envs, "env", "e", nil, "environment KEY=VALUE of every command (repeatable)")
+	f.StringVar(&req.Image, "image", "", "root filesystem: a directory on the daemon's host (default: the host-toolchain view)")
+	f.DurationVar(&req.TTL, "ttl", 0, "lifetime (default: the daemon's)")
+	f.DurationVar(&req.Idle, "idle", 0, "idle timeout (default: the daemon's)")
+	f.StringVar(&req.Limits.Memory, "memory", "", "memory limit (e.g. 256M)")
+	f.Int64Var(&req.Limits.Pids, "pids", 0, "maximum number of processes and threads")
+	f.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU bandwidth in CPUs")
+	f.StringVar(&req.Limits.Timeout, "timeout", "", "wall-time limit per command (e.g. 30s)")
+	f.StringVar(&req.Limits.Output, "output", "", "output bytes kept per command")
+	f.StringVar(&req.Limits.Workspace, "workspace-size", "", "size of /workspace")
+	f.StringVar(&req.Limits.Tmp, "tmp-size", "", "size of /tmp")
+	f.Int64Var(&req.Limits.OpenFiles, "open-files", 0, "open file limit")
+	return c
+}
+
+func newSandboxLsCmd(e *env) *cobra.Command {
+	var labels []string
+	c := &cobra.Command{
+		Use:     "ls [--label KEY=VALUE]...",
+		Aliases: []string{"list"},
+		Short:   "List running sandboxes",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			sel, err := parseLabels("label", labels)
+			if err != nil {
+				return err
+			}
+			list, err := newClient().ListSandboxes(ctxOf(c), sel)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tLABELS")
+			now := time.Now()
+			for _, sb := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", sb.ID, sb.State, age(now.Sub(sb.CreatedAt)), formatLabels(sb.Labels))
+			}
+			return tw.Flush()
+		},
+	}
+	c.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label KEY=VALUE (repeatable: all must match)")
+	return c
+}
+
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", max(0, int(d.Seconds())))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func formatLabels(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	kv := make([]string, 0, len(m))
+	for k, v := range m {
+		kv = append(kv, k+"="+v)
+	}
+	sort.Strings(kv)
+	return strings.Join(kv, ",")
+}
+
+func newSandboxRmCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm ID...",
+		Aliases: []string{"destroy"},
+		Short:   "Destroy sandboxes",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(c *cobra.Command, ids []string) error {
+			cl := newClient()
+			var failed error
+			for _, id := range ids {
+				if _, err := cl.DeleteSandbox(ctxOf(c), id); err != nil {
+					if failed != nil {
+						fmt.Fprintf(e.stderr, "ironclaw: %v\n", failed)
+					}
+					failed = fmt.Errorf("%s: %w", id, err)
+					continue
+				}
+				fmt.Fprintln(e.stdout, id)
+			}
+			return failed
+		},
+	}
+}
+
+func newSandboxExecCmd(e *env) *cobra.Command {
+	var (
+		envs        []string
+		cwd         string
+		timeout     time.Duration
+		interactive bool
+	)
+	c := &cobra.Command{
+		Use:   "exec [flags] ID -- CMD [ARGS...]",
+		Short: "Run a command in a sandbox, stream its output and exit with its code",
+		Long: `Run a command in a running sandbox. Output is streamed; ironclaw exits with the
+command's exit code: 125 for an IronClaw error, 126 when the command cannot be
+executed, 127 when it is not found. stdin is sent only with -i (read to the end
+first).`,
+		Example: `  ironclaw sandbox exec sbx-0123456789abcdef -- sh -c 'echo hi'
+  echo data | ironclaw sandbox exec -i sbx-0123456789abcdef -- wc -c`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return errors.New("exec needs a sandbox and a command: ironclaw sandbox exec ID -- CMD [ARGS...]")
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			if args[1] == "--" { // flag parsing stopped at ID, so the separator is still here
+				args = append(args[:1:1], args[2:]...)
+			}
+			if len(args) < 2 {
+				return errors.New("exec needs a command after --: ironclaw sandbox exec ID -- CMD [ARGS...]")
+			}
+			env, err := parseLabels("env", envs)
+			if err != nil {
+				return err
+			}
+			req := client.ExecRequest{Argv: args[1:], Cwd: cwd, Env: env, Timeout: timeout, Stdout: e.stdout, Stderr: e.stderr}
+			if interactive && e.stdin != nil {
+				b, err := io.ReadAll(e.stdin)
+				if err != nil {
+					return fmt.Errorf("reading stdin: %w", err)
+				}
+				req.Stdin = string(b)
+			}
+			res, err := newClient().Exec(ctxOf(c), args[0], req)
+			if err != nil {
+				return err
+			}
+			if res.Error != "" {
+				fmt.Fprintf(e.stderr, "ironclaw: %s\n", res.Error)
+			}
+			if res.Truncated {
+				fmt.Fprintln(e.stderr, "ironclaw: output truncated at the sandbox's output limit")
+			}
+			if res.TimedOut {
+				fmt.Fprintln(e.stderr, "ironclaw: killed: the command ran past its wall-time limit")
+			}
+			if res.OOMKilled {
+				fmt.Fprintln(e.stderr, "ironclaw: a process was killed at the sandbox's memory limit")
+			}
+			if res.Exit < 0 {
+				return exitCode(ExitIronClaw)
+			}
+			return exitCode(res.Exit)
+		},
+	}
+	f := c.Flags()
+	f.SetInterspersed(false)
+	f.StringArrayVarP(&envs, "env", "e", nil, "set KEY=VALUE for this command (repeatable)")
+	f.StringVarP(&cwd, "workdir", "w", "", "working directory inside (default /workspace)")
+	f.DurationVar(&timeout, "timeout", 0, "wall-time limit (default: the sandbox's)")
+	f.BoolVarP(&interactive, "interactive", "i", false, "send stdin to the command")
+	return c
+}
+
+// remotePath splits "ID:/path" into its parts; ok is false for a local path.
+func remotePath(s string) (id, path string, ok bool) {
+	id, path, ok = strings.Cut(s, ":")
+	if !ok || id == "" || strings.Contains(id, "/") || !strings.HasPrefix(path, "/") {
+		return "", "", false
+	}
+	return id, path, true
+}
+
+func newSandboxCpCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file into or out of a sandbox",
+		Long: `Copy one file between this host and a sandbox. Exactly one side names the
+sandbox as ID:/path, where the path is under /workspace or /tmp. The local side
+may be - for stdin (upload) or stdout (download).`,
+		Example: `  ironclaw sandbox cp script.py sbx-0123456789abcdef:/workspace/script.py
+  ironclaw sandbox cp sbx-0123456789abcdef:/workspace/out.json -`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			srcID, srcPath, srcRemote := remotePath(args[0])
+			dstID, dstPath, dstRemote := remotePath(args[1])
+			cl := newClient()
+			ctx := ctxOf(c)
+			switch {
+			case srcRemote == dstRemote:
+				return errors.New("cp: exactly one of SRC and DST must be ID:/path inside a sandbox")
+			case dstRemote: // upload
+				var r io.Reader = e.stdin
+				var mode os.FileMode
+				if args[0] != "-" {
+					f, err := os.Open(args[0])
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					st, err := f.Stat()
+					if err != nil {
+						return err
+					}
+					if !st.Mode().IsRegular() {
+						return fmt.Errorf("cp: %s: not a regular file (directories are not supported)", args[0])
+					}
+					r, mode = f, st.Mode().Perm()
+				}
+				return cl.PutFile(ctx, dstID, dstPath, r, mode)
+			default: // download
+				if args[1] == "-" {
+					return cl.GetFile(ctx, srcID, srcPath, e.stdout)
+				}
+				dst := args[1]
+				if st, err := os.Stat(dst); err == nil && st.IsDir() {
+					dst = filepath.Join(dst, filepath.Base(srcPath))
+				}
+				// Write beside the target and rename, so a failed copy
+				// leaves no partial file.
+				tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".part-*")
+				if err != nil {
+					return err
+				}
+				defer os.Remove(tmp.Name())
+				if err := cl.GetFile(ctx, srcID, srcPath, tmp); err != nil {
+					tmp.Close()
+					return err
+				}
+				if err := tmp.Chmod(0o644); err != nil {
+					tmp.Close()
+					return err
+				}
+				if err := tmp.Close(); err != nil {
+					return err
+				}
+				return os.Rename(tmp.Name(), dst)
+			}
+		},
+	}
+}

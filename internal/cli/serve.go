@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/daemon"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+)
+
+// serveEnv maps the serve settings that an environment variable may set.
+var serveEnv = map[string]string{
+	"listen":   "IRONCLAW_LISTEN",
+	"data-dir": "IRONCLAW_DATA_DIR",
+}
+
+func newServeCmd(e *env) *cobra.Command {
+	var (
+		configFile         string
+		cfg                daemon.Config
+		idle, ttl          time.Duration
+		pool               int
+		maxBody, maxUpload string
+	)
+	c := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Run the IronClaw daemon: the HTTP API for sandboxes, exec, files and the audit log",
+		Long: `Run the IronClaw daemon. It serves the HTTP API (docs/http-api.md) on a loopback
+address, keeps its database, lock and tokens in the data directory, and runs
+until SIGINT or SIGTERM, when it destroys its sandboxes and exits.
+
+On first start it writes two random tokens, agent.token and operator.token
+(mode 0600), into the data directory; clients read them from there or from
+IRONCLAW_API_TOKEN / IRONCLAW_OPERATOR_TOKEN. Only one daemon may use a data
+directory at a time. Sandboxes a crashed daemon left are killed with it and
+shown as "lost" after the next start.
+
+Settings come from, in order of precedence: command-line flags, then the
+environment (IRONCLAW_LISTEN, IRONCLAW_DATA_DIR), then the YAML file named by
+--config, whose keys are the flag names:
+
+  listen: 127.0.0.1:8787
+  data-dir: /var/lib/ironclaw
+  pool: 2
+  max-sandboxes: 100
+  default-idle: 30m
+  default-ttl: 0
+  rate: 50
+  rate-burst: 100
+  max-body: 1M
+  max-upload: 256M`,
+		Example: `  ironclaw serve
+  ironclaw serve --listen 127.0.0.1:9000 --data-dir /var/lib/ironclaw
+  IRONCLAW_API_TOKEN=$(cat ~/.local/share/ironclaw/agent.token) ironclaw sandbox create`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := layerSettings(c.Flags(), configFile); err != nil {
+				return err
+			}
+			switch {
+			case pool < 0:
+				return errors.New("--pool must not be negative")
+			case pool == 0:
+				cfg.PoolSize = -1
+			default:
+				cfg.PoolSize = pool
+			}
+			if idle < 0 || ttl < 0 {
+				return errors.New("--default-idle and --default-ttl must not be negative")
+			}
+			cfg.DefaultIdle, cfg.DefaultTTL = idle, ttl
+			if idle == 0 {
+				cfg.DefaultIdle = -1 // none
+			}
+			if cfg.MaxSandboxes <= 0 {
+				return errors.New("--max-sandboxes must be positive")
+			}
+			var err error
+			if cfg.MaxBodyBytes, err = optionalSize("max-body", maxBody); err != nil {
+				return err
+			}
+			if cfg.MaxUploadBytes, err = optionalSize("max-upload", maxUpload); err != nil {
+				return err
+			}
+			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "ironclaw: "+format+"\n", args...) }
+			ctx := c.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return daemon.Run(ctx, cfg)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&configFile, "config", "", "YAML file of settings (keys as the flag names)")
+	f.StringVar(&cfg.Listen, "listen", daemon.DefaultListen, "address to serve the HTTP API on (port 0 picks one) [$IRONCLAW_LISTEN]")
+	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir(), "directory of the database, lock and tokens [$IRONCLAW_DATA_DIR]")
+	f.IntVar(&pool, "pool", daemon.DefaultPoolSize, "sealed idle sandboxes kept ready for fast creates (0: none)")
+	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", daemon.DefaultMaxSandboxes, "maximum number of running sandboxes")
+	f.DurationVar(&idle, "default-idle", daemon.DefaultIdle, "idle timeout of sandboxes created without one (0: none)")
+	f.DurationVar(&ttl, "default-ttl", 0, "lifetime of sandboxes created without a ttl (0: none)")
+	f.Float64Var(&cfg.RatePerSecond, "rate", 0, "requests per second allowed per token (0: 50)")
+	f.IntVar(&cfg.RateBurst, "rate-burst", 0, "burst of requests allowed per token (0: 100)")
+	f.StringVar(&maxBody, "max-body", "", "largest JSON request body (default 1M)")
+	f.StringVar(&maxUpload, "max-upload", "", "largest file upload (default 256M)")
+	return c
+}
+
+func optionalSize(flag, v string) (int64, error) {
+	if v == "" || v == "0" {
+		return 0, nil
+	}
+	n, err := sandbox.ParseBytes(v)
+	if err != nil {
+		return 0, fmt.Errorf("--%s: %v", flag, err)
+	}
+	return n, nil
+}
+
+// layerSettings applies, to every flag not given on the command line, its
+// environment variable if set, else its value in the config file.
+func layerSettings(f *pflag.FlagSet, file string) error {
+	fromFile := map[string]string{}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("--config: %v", err)
+		}
+		var raw map[string]any
+		if err := yaml.Unmarshal(b, &raw); err != nil {
+			return fmt.Errorf("--config %s: %v", file, oneLine(err))
+		}
+		keys := make([]string, 0, len(raw))
+		for k := range raw {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fl := f.Lookup(k)
+			if fl == nil || k == "config" {
+				return fmt.Errorf("--config %s: unknown setting %q", file, k)
+			}
+			switch v := raw[k].(type) {
+			case nil:
+			case map[string]any, []any:
+				return fmt.Errorf("--config %s: %s: want a single value", file, k)
+			default:
+				fromFile[k] = fmt.Sprint(v)
+			}
+		}
+	}
+	var err error
+	f.VisitAll(func(fl *pflag.Flag) {
+		if err != nil || fl.Changed {
+			return
+		}
+		v, ok := "", false
+		if name, has := serveEnv[fl.Name]; has {
+			v, ok = os.LookupEnv(name)
+			ok = ok && v != ""
+			if ok {
+				if serr := fl.Value.Set(v); serr != nil {
+					err = fmt.Errorf("$%s: %v", name, serr)
+				}
+				return
+			}
+		}
+		if v, ok = fromFile[fl.Name]; ok {
+			if serr := fl.Value.Set(v); serr != nil {
+				err = fmt.Errorf("--config %s: %s: %v", file, fl.Name, serr)
+			}
+		}
+	})
+	return err
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

@@ -1,0 +1,443 @@
+// Package daemon is `ironclaw serve`: it opens the data directory (lock,
+// tokens, database), starts the sandbox runtime, the session manager and
+// the HTTP API, serves until its context ends, and then shuts everything
+// down in order, destroying the sandboxes it runs.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/api"
+	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/session"
+	"github.com/ironclaw/ironclaw/internal/store"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultListen          = "127.0.0.1:8787"
+	DefaultPoolSize        = 2
+	DefaultMaxSandboxes    = 100
+	DefaultIdle            = 30 * time.Minute
+	DefaultShutdownGrace   = 2 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// File names inside the data directory.
+const (
+	AgentTokenFile    = client.AgentTokenFile
+	OperatorTokenFile = client.OperatorTokenFile
+	DatabaseFile      = "ironclaw.db"
+	LockFile          = "lock"
+)
+
+// ErrLocked is returned by Run when another daemon holds the data directory.
+var ErrLocked = errors.New("another ironclaw daemon is using this data directory")
+
+// Config configures Run. The zero value is usable.
+type Config struct {
+	// Listen is the TCP address to serve on (default 127.0.0.1:8787; port
+	// 0 picks a free one, see Ready).
+	Listen string
+	// DataDir holds the lock, the token files and the database (default
+	// DefaultDataDir(): $XDG_DATA_HOME/ironclaw or ~/.local/share/ironclaw).
+	// It is created with mode 0700.
+	DataDir string
+	// PoolSize is how many sealed idle sandboxes are kept ready (0 means
+	// DefaultPoolSize; negative disables the pool).
+	PoolSize int
+	// MaxSandboxes bounds running sandboxes (0 means DefaultMaxSandboxes).
+	MaxSandboxes int
+	// DefaultTTL applies to sandboxes created without a ttl (0: none).
+	DefaultTTL time.Duration
+	// DefaultIdle applies to sandboxes created without an idle timeout (0
+	// means DefaultIdle, 30m; negative: none).
+	DefaultIdle time.Duration
+	// RatePerSecond and RateBurst shape each token's request rate; 0 takes
+	// the API's defaults (50/s, burst 100).
+	RatePerSecond float64
+	RateBurst     int
+	// MaxBodyBytes bounds JSON request bodies and MaxUploadBytes file
+	// uploads; 0 takes the API's defaults (1 MiB, 256 MiB).
+	MaxBodyBytes, MaxUploadBytes int64
+	// At shutdown, requests in flight get ShutdownGrace to finish (0 means
+	// DefaultShutdownGrace); then the rest, typically exec and audit
+	// follow streams, are cancelled (killing their commands), and their
+	// handlers get ShutdownTimeout (0 means DefaultShutdownTimeout) to
+	// return before their connections are cut.
+	ShutdownGrace, ShutdownTimeout time.Duration
+	// InitExe is the binary re-executed as the sandbox init ("" means this
+	// very binary; see native.Options.Exe).
+	InitExe string
+	// Logf receives start-up messages and diagnostics (never a token); nil
+	// discards them.
+	Logf func(format string, args ...any)
+	// Ready, if set, is called with the listening address (host:port) once
+	// the daemon accepts requests.
+	Ready func(addr string)
+}
+
+// DefaultDataDir is $XDG_DATA_HOME/ironclaw, else ~/.local/share/ironclaw.
+func DefaultDataDir() string { return client.BaseDataDir() }
+
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir()
+	}
+	switch {
+	case c.PoolSize == 0:
+		c.PoolSize = DefaultPoolSize
+	case c.PoolSize < 0:
+		c.PoolSize = 0
+	}
+	if c.MaxSandboxes <= 0 {
+		c.MaxSandboxes = DefaultMaxSandboxes
+	}
+	switch {
+	case c.DefaultIdle == 0:
+		c.DefaultIdle = DefaultIdle
+	case c.DefaultIdle < 0:
+		c.DefaultIdle = 0
+	}
+	if c.DefaultTTL < 0 {
+		c.DefaultTTL = 0
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c
+}
+
+// Run serves until ctx ends, then shuts down: it stops accepting, lets
+// in-flight requests finish (see ShutdownGrace), destroys every
+// sandbox (audited as "daemon shut down") and closes the runtime, the
+// audit log and the store. A shutdown caused by ctx is a nil error.
+func Run(ctx context.Context, cfg Config) (err error) {
+	cfg = cfg.withDefaults()
+	logf := cfg.Logf
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if err := prepareDir(dir, logf); err != nil {
+		return err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	agentTok, err := ensureToken(filepath.Join(dir, AgentTokenFile))
+	if err != nil {
+		return err
+	}
+	operTok, err := ensureToken(filepath.Join(dir, OperatorTokenFile))
+	if err != nil {
+		return err
+	}
+	logf("agent token in %s", filepath.Join(dir, AgentTokenFile))
+	logf("operator token in %s", filepath.Join(dir, OperatorTokenFile))
+
+	// Everything below is closed in reverse order; the closers run with a
+	// fresh context because ctx is usually already cancelled by then.
+	var closers []func(context.Context) error
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+20*time.Second)
+		defer cancel()
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i](cctx); cerr != nil {
+				logf("shutdown: %v", cerr)
+				err = errors.Join(err, cerr)
+			}
+		}
+	}()
+
+	st, err := store.Open(ctx, filepath.Join(dir, DatabaseFile))
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func(context.Context) error { return st.Close() })
+	alog, err := audit.New(ctx, st, audit.Options{})
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func(context.Context) error { return alog.Close() })
+	rt, err := native.New(ctx, native.Options{PoolSize: cfg.PoolSize, Logf: logf, Exe: cfg.InitExe})
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func(c context.Context) error { return rt.Close(c) })
+
+	// The session manager reports ends to the API's metrics; ends before
+	// the API exists (sandboxes of a crashed run marked lost) are replayed.
+	ends := &endForwarder{}
+	mgr, err := session.New(ctx, rt, st, alog, session.Options{
+		MaxSandboxes: cfg.MaxSandboxes,
+		DefaultTTL:   cfg.DefaultTTL,
+		DefaultIdle:  cfg.DefaultIdle,
+		Logf:         logf,
+		OnEnd:        ends.onEnd,
+	})
+	if err != nil {
+		return err
+	}
+	// inflight counts requests still in handlers, so the manager, the log
+	// and the store close only once no handler can use them.
+	var inflight sync.WaitGroup
+	closers = append(closers, func(c context.Context) error {
+		err := mgr.Close(c)
+		waitGroup(c, &inflight, 5*time.Second)
+		return err
+	})
+
+	srv, err := api.New(api.Config{
+		AgentToken:     agentTok,
+		OperatorToken:  operTok,
+		MaxBodyBytes:   cfg.MaxBodyBytes,
+		MaxUploadBytes: cfg.MaxUploadBytes,
+		RatePerSecond:  cfg.RatePerSecond,
+		RateBurst:      cfg.RateBurst,
+		Logf:           logf,
+	}, mgr, alog, nil)
+	if err != nil {
+		return err
+	}
+	ends.set(srv.OnEnd)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	h := srv.Handler()
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	hs := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inflight.Add(1)
+			defer inflight.Done()
+			h.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		// No ReadTimeout or WriteTimeout: uploads may be large and exec and
+		// audit follow stream for as long as they run.
+		// Requests outlive ctx: shutdown cancels them itself, after a grace.
+		BaseContext: func(net.Listener) context.Context { return reqCtx },
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	addr := ln.Addr().String()
+	logf("listening on http://%s (data in %s)", addr, dir)
+	if cfg.Ready != nil {
+		cfg.Ready(addr)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			closers = append(closers, func(context.Context) error { return hs.Close() })
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	logf("shutting down")
+	// Stop accepting and give requests in flight a grace period; then
+	// cancel the rest (exec and audit follow streams run indefinitely),
+	// which kills their commands, and wait for their handlers to return.
+	gctx, gcancel := context.WithTimeout(context.Background(), min(cfg.ShutdownGrace, cfg.ShutdownTimeout))
+	err = hs.Shutdown(gctx)
+	gcancel()
+	if err != nil {
+		cancelRequests()
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := hs.Shutdown(sctx); err != nil {
+			logf("shutdown: requests still running after %v; closing their connections", cfg.ShutdownTimeout)
+			_ = hs.Close()
+		}
+	}
+	return nil
+}
+
+// endForwarder buffers sandbox ends until the API is there to count them.
+type endForwarder struct {
+	mu      sync.Mutex
+	fn      func(state, reason string)
+	pending [][2]string
+}
+
+func (f *endForwarder) onEnd(state, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fn == nil {
+		f.pending = append(f.pending, [2]string{state, reason})
+		return
+	}
+	f.fn(state, reason)
+}
+
+func (f *endForwarder) set(fn func(state, reason string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fn = fn
+	for _, p := range f.pending {
+		fn(p[0], p[1])
+	}
+	f.pending = nil
+}
+
+func waitGroup(ctx context.Context, wg *sync.WaitGroup, max time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// prepareDir creates the data directory (0700) or checks the existing one.
+func prepareDir(dir string, logf func(string, ...any)) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("data directory %s: not a directory", dir)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		logf("warning: data directory %s is accessible to other users (mode %04o); chmod 700 it", dir, st.Mode().Perm())
+	}
+	return nil
+}
+
+// lockDir takes an exclusive flock on dir/lock, held until the returned
+// func runs (or the process dies: the kernel drops it).
+func lockDir(dir string) (func(), error) {
+	p := filepath.Join(dir, LockFile)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", p, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		defer f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			who := ""
+			if b, rerr := os.ReadFile(p); rerr == nil {
+				if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
+					who = fmt.Sprintf(" (pid %d)", pid)
+				}
+			}
+			return nil, fmt.Errorf("%w: %s is locked by a running daemon%s; stop it or use another --data-dir", ErrLocked, dir, who)
+		}
+		return nil, fmt.Errorf("lock %s: %w", p, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() {
+		_ = f.Truncate(0)
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// ensureToken returns the token in path, creating a random one (32 bytes,
+// hex, mode 0600) if the file does not exist. An existing file must be a
+// regular file others cannot read and must hold a token.
+func ensureToken(path string) (string, error) {
+	tok, err := readToken(path)
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return tok, err
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	tok = hex.EncodeToString(b[:])
+	// Write a temporary file and link it into place, so the token file
+	// never exists half-written and an existing one is never replaced.
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".token-*")
+	if err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("token: %w", err)
+	}
+	if _, err := tmp.WriteString(tok + "\n"); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("token: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("token: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return readToken(path)
+		}
+		return "", fmt.Errorf("token: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return tok, nil
+}
+
+func readToken(path string) (string, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("token file %s: not a regular file", path)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("token file %s: readable by other users (mode %04o); chmod 600 it", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("token file %s: does not hold a token (16 or more characters on one line); delete it to get a new one", path)
+	}
+	return tok, nil
+}

@@ -1,0 +1,522 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+)
+
+// envDaemonDir makes the test binary a daemon on that data directory (see
+// subprocessMain).
+const envDaemonDir = "IRONCLAW_TEST_DAEMON_DIR"
+
+func TestMain(m *testing.M) {
+	if boot.IsInit() {
+		boot.Main()
+	}
+	if dir := os.Getenv(envDaemonDir); dir != "" {
+		os.Exit(subprocessMain(dir))
+	}
+	os.Exit(m.Run())
+}
+
+// subprocessMain runs the daemon until SIGTERM, printing "ADDR host:port"
+// on stdout once it serves.
+func subprocessMain(dir string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err := Run(ctx, Config{
+		Listen:  "127.0.0.1:0",
+		DataDir: dir,
+		InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE"),
+		Logf:    func(f string, a ...any) { fmt.Fprintf(os.Stderr, "daemon: "+f+"\n", a...) },
+		Ready:   func(addr string) { fmt.Printf("ADDR %s\n", addr) },
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "daemon:", err)
+		return 1
+	}
+	return 0
+}
+
+func needSandbox(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 && os.Getenv("IRONCLAW_REQUIRE_SANDBOX") != "1" {
+		if err := native.CheckUserNamespaces(); err != nil {
+			t.Skipf("no sandboxes here: %v", err)
+		}
+	}
+}
+
+type running struct {
+	addr, dir string
+	cancel    context.CancelFunc
+	done      chan error
+	once      sync.Once
+}
+
+// startDaemon runs Run in-process on a free port.
+func startDaemon(t *testing.T, dir string, mod func(*Config)) *running {
+	t.Helper()
+	needSandbox(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	r := &running{dir: dir, cancel: cancel, done: make(chan error, 1)}
+	cfg := Config{
+		Listen:   "127.0.0.1:0",
+		DataDir:  dir,
+		PoolSize: -1,
+		InitExe:  os.Getenv("IRONCLAW_TEST_INIT_EXE"),
+		Ready:    func(addr string) { ready <- addr },
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	go func() { r.done <- Run(ctx, cfg) }()
+	select {
+	case r.addr = <-ready:
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("daemon did not start: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("daemon did not start within 60s")
+	}
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				t.Errorf("daemon: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Error("daemon did not stop within 60s")
+		}
+	})
+}
+
+func (r *running) client(t *testing.T, operator bool) *client.Client {
+	t.Helper()
+	name := AgentTokenFile
+	if operator {
+		name = OperatorTokenFile
+	}
+	b, err := os.ReadFile(filepath.Join(r.dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client.Client{Addr: r.addr, Token: strings.TrimSpace(string(b))}
+}
+
+func TestServeTokensAndLock(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	r := startDaemon(t, dir, nil)
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("data dir: %v %v", st.Mode(), err)
+	}
+	toks := map[string]string{}
+	for _, name := range []string{AgentTokenFile, OperatorTokenFile} {
+		p := filepath.Join(dir, name)
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %04o, want 0600", name, st.Mode().Perm())
+		}
+		b, _ := os.ReadFile(p)
+		tok := strings.TrimSpace(string(b))
+		if len(tok) != 64 {
+			t.Errorf("%s holds %q, want 64 hex digits", name, tok)
+		}
+		toks[name] = tok
+	}
+	if toks[AgentTokenFile] == toks[OperatorTokenFile] {
+		t.Fatal("agent and operator tokens are the same")
+	}
+	ctx := context.Background()
+	if err := r.client(t, false).Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Roles: the agent may not read the audit log; no token is 401.
+	if _, err := r.client(t, false).AuditTail(ctx, 0, 10); !client.IsCode(err, "forbidden") {
+		t.Errorf("agent reading audit: %v, want forbidden", err)
+	}
+	if _, err := (&client.Client{Addr: r.addr, Token: "nope-nope-nope-nope"}).ListSandboxes(ctx, nil); !client.IsCode(err, "unauthorized") {
+		t.Errorf("bad token: %v, want unauthorized", err)
+	}
+
+	// Audit follow sees records as they are appended; file listing works.
+	op := r.client(t, true)
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	followed := make(chan client.AuditRecord, 10)
+	go op.AuditFollow(fctx, 0, func(rec client.AuditRecord) error { followed <- rec; return nil })
+	sb, err := r.client(t, false).CreateSandbox(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case rec := <-followed:
+		if rec.Kind != "sandbox.create" || rec.Session != sb.ID || rec.Actor != "agent" {
+			t.Errorf("followed %+v", rec)
+		}
+	case <-fctx.Done():
+		t.Fatal("follow saw nothing")
+	}
+	if err := r.client(t, false).PutFile(ctx, sb.ID, "/workspace/d/f", strings.NewReader("12345"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := r.client(t, false).ListFiles(ctx, sb.ID, "/workspace/d"); err != nil || len(ents) != 1 || ents[0].Name != "f" || ents[0].Size != 5 {
+		t.Errorf("ListFiles: %+v %v", ents, err)
+	}
+
+	// A second daemon on the same data directory is refused, and says why.
+	err = Run(ctx, Config{Listen: "127.0.0.1:0", DataDir: dir, PoolSize: -1})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("second daemon: %v", err)
+	}
+
+	// After a restart the tokens are the same.
+	r.stop(t)
+	r2 := startDaemon(t, dir, nil)
+	for name, tok := range toks {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		if strings.TrimSpace(string(b)) != tok {
+			t.Errorf("%s changed across a restart", name)
+		}
+	}
+	if err := r2.client(t, false).Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTokenFileChecks(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "agent.token")
+	if err := os.WriteFile(p, []byte("0123456789abcdef0123\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ensureToken(p); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("world-readable token: %v", err)
+	}
+	os.Chmod(p, 0o600)
+	if tok, err := ensureToken(p); err != nil || tok != "0123456789abcdef0123" {
+		t.Errorf("existing token: %q %v", tok, err)
+	}
+	os.WriteFile(p, nil, 0o600)
+	if _, err := ensureToken(p); err == nil {
+		t.Error("empty token file accepted")
+	}
+	q := filepath.Join(dir, "new.token")
+	tok, err := ensureToken(q)
+	if err != nil || len(tok) != 64 {
+		t.Fatalf("new token: %q %v", tok, err)
+	}
+	if again, _ := ensureToken(q); again != tok {
+		t.Error("token not kept")
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 {
+		t.Errorf("temporary files left: %v", ents)
+	}
+}
+
+func TestDefaultDataDirAgrees(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", "/x/y")
+	t.Setenv(client.EnvDataDir, "")
+	if DefaultDataDir() != "/x/y/ironclaw" || client.DefaultDataDir() != DefaultDataDir() {
+		t.Fatalf("DefaultDataDir = %q, client's %q", DefaultDataDir(), client.DefaultDataDir())
+	}
+}
+
+// A listen failure stops the start-up cleanly and frees the data dir.
+func TestListenFailure(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	err := Run(context.Background(), Config{Listen: "256.0.0.1:1", DataDir: dir, PoolSize: -1, InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
+	if err == nil || !strings.Contains(err.Error(), "listen") {
+		t.Fatalf("Run = %v", err)
+	}
+	r := startDaemon(t, dir, nil)
+	_ = r
+}
+
+// daemonProc is the test binary as a daemon in another process.
+type daemonProc struct {
+	cmd  *exec.Cmd
+	addr string
+	errb *strings.Builder
+}
+
+func startProc(t *testing.T, dir string) *daemonProc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = []string{envDaemonDir + "=" + dir, "IRONCLAW_TEST_INIT_EXE=" + os.Getenv("IRONCLAW_TEST_INIT_EXE"), "PATH=" + os.Getenv("PATH")}
+	errb := &strings.Builder{}
+	cmd.Stderr = errb
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &daemonProc{cmd: cmd, errb: errb}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	sc := bufio.NewScanner(out)
+	got := make(chan string, 1)
+	go func() {
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
+				got <- a
+			}
+		}
+		close(got)
+	}()
+	select {
+	case a, ok := <-got:
+		if !ok {
+			cmd.Wait()
+			t.Fatalf("daemon process exited: %s", errb.String())
+		}
+		p.addr = a
+	case <-time.After(60 * time.Second):
+		t.Fatalf("daemon process did not start: %s", errb.String())
+	}
+	return p
+}
+
+// cgroupDirs lists the cgroup directories whose name starts with prefix
+// and ends with suffix.
+func cgroupDirs(prefix, suffix string) []string {
+	var out []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), prefix) && strings.HasSuffix(d.Name(), suffix) {
+			out = append(out, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
+}
+
+func cgroupPids(dirs []string) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, d := range dirs {
+		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+				seen[pid] = true
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+func clientFor(t *testing.T, addr, dir string, operator bool) *client.Client {
+	t.Helper()
+	c := &client.Client{Addr: addr, DataDir: dir}
+	name := AgentTokenFile
+	if operator {
+		name = OperatorTokenFile
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Token = strings.TrimSpace(string(b))
+	return c
+}
+
+// Restart safety: a SIGKILLed daemon's sandboxes die with it, the next
+// daemon collects their cgroups, shows them as lost, and the audit chain
+// still verifies.
+func TestCrashThenRestart(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	p := startProc(t, dir)
+	ctx := context.Background()
+	ag := clientFor(t, p.addr, dir, false)
+	sb, err := ag.CreateSandbox(ctx, client.CreateRequest{Labels: map[string]string{"t": "crash"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execErr := make(chan error, 1)
+	go func() {
+		_, err := ag.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "echo started; sleep 1000 & sleep 1000", Stdout: &signalWriter{}})
+		execErr <- err
+	}()
+	daemonPid := p.cmd.Process.Pid
+	prefix := fmt.Sprintf("ic-%d.", daemonPid)
+	// Wait until the exec is running inside (more than the init in the cgroup).
+	var pids []int
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pids = cgroupPids(cgroupDirs(prefix, sb.ID))
+		if len(pids) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("exec did not start: pids %v in %v", pids, cgroupDirs(prefix, sb.ID))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Wait()
+	select {
+	case err := <-execErr:
+		if err == nil {
+			t.Error("exec stream ended cleanly although its daemon was killed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("exec stream outlived its daemon")
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox process %d outlived its daemon", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// A new daemon on the same data directory.
+	p2 := startProc(t, dir)
+	if left := cgroupDirs(prefix, ""); len(left) != 0 {
+		t.Errorf("cgroups of the dead daemon remain: %v", left)
+	}
+	ag2 := clientFor(t, p2.addr, dir, false)
+	got, err := ag2.GetSandbox(ctx, sb.ID)
+	if err != nil || got.State != "lost" {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	if list, err := ag2.ListSandboxes(ctx, nil); err != nil || len(list) != 0 {
+		t.Errorf("running after restart: %+v %v", list, err)
+	}
+	if _, err := ag2.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "true"}); err == nil {
+		t.Error("exec in a lost sandbox worked")
+	}
+	op := clientFor(t, p2.addr, dir, true)
+	v, err := op.AuditVerify(ctx)
+	if err != nil || !v.OK {
+		t.Fatalf("verify: %+v %v", v, err)
+	}
+	recs, err := op.AuditTail(ctx, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range recs {
+		if r.Session == sb.ID {
+			kinds = append(kinds, r.Kind)
+		}
+	}
+	if strings.Join(kinds, " ") != "sandbox.create sandbox.lost" {
+		t.Errorf("audit of %s: %v", sb.ID, kinds)
+	}
+	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.cmd.Wait(); err != nil {
+		t.Fatalf("daemon after SIGTERM: %v: %s", err, p2.errb.String())
+	}
+}
+
+// SIGTERM: the daemon destroys its sandboxes (audited), exits 0 and leaves
+// no cgroup.
+func TestGracefulShutdown(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	p := startProc(t, dir)
+	ctx := context.Background()
+	ag := clientFor(t, p.addr, dir, false)
+	var ids []string
+	for range 2 {
+		sb, err := ag.CreateSandbox(ctx, client.CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	// One exec in flight while shutting down.
+	go ag.Exec(ctx, ids[0], client.ExecRequest{Cmd: "sleep 1000"})
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("daemon after SIGTERM: %v: %s", err, p.errb.String())
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("shutdown with an exec in flight took %v", d)
+	}
+	if left := cgroupDirs(fmt.Sprintf("ic-%d.", p.cmd.Process.Pid), ""); len(left) != 0 {
+		t.Errorf("cgroups remain after a graceful shutdown: %v", left)
+	}
+	r := startDaemon(t, dir, nil)
+	op := r.client(t, true)
+	recs, err := op.AuditTail(ctx, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		found := false
+		for _, rec := range recs {
+			if rec.Session == id && rec.Kind == "sandbox.destroy" && strings.Contains(string(rec.Data), "daemon shut down") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no sandbox.destroy with reason \"daemon shut down\" for %s", id)
+		}
+		got, err := r.client(t, false).GetSandbox(ctx, id)
+		if err != nil || got.State != "destroyed" {
+			t.Errorf("%s after shutdown: %+v %v", id, got, err)
+		}
+	}
+	if v, err := op.AuditVerify(ctx); err != nil || !v.OK {
+		t.Fatalf("verify: %+v %v", v, err)
+	}
+}
+
+type signalWriter struct{}
+
+func (signalWriter) Write(p []byte) (int, error) { return len(p), nil }
