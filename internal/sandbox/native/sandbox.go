@@ -3,6 +3,7 @@ package native
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -266,7 +267,12 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	copyOut := func(dst io.Writer, src *os.File, counter *int64) {
 		defer copiers.Done()
 		w := out.writer(dst, counter)
-		_, _ = io.Copy(w, src)
+		if _, err := io.Copy(w, src); errors.Is(err, os.ErrDeadlineExceeded) {
+			// A deadline that passed before this goroutine got to read
+			// (a loaded machine) must not cost output the command wrote
+			// before it exited.
+			drainNow(src, w)
+		}
 	}
 	copiers.Add(1)
 	if req.TTY {
@@ -364,6 +370,34 @@ wait:
 
 // killGrace bounds the wait for a killed command's exit report.
 const killGrace = 10 * time.Second
+
+// drainNow reads what a pipe holds right now, without waiting. A pipe holds
+// at most pipe-max-size (1 MiB by default) of what was written before the
+// writer exited, so the bound only stops a process that keeps writing.
+func drainNow(f *os.File, w io.Writer) {
+	// The poller refuses any read once the deadline has passed, raw ones
+	// included; the single-attempt reads below never wait anyway.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		return
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for total := 0; total < 1<<20; {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, rerr = unix.Read(int(fd), buf)
+			return true // one attempt: never wait
+		}); err != nil || rerr != nil || n <= 0 {
+			return
+		}
+		_, _ = w.Write(buf[:n])
+		total += n
+	}
+}
 
 // drainGrace bounds how long output is read after the command exited.
 const drainGrace = 200 * time.Millisecond
@@ -470,9 +504,13 @@ func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode f
 	r, err := b.await(ctx, ch)
 	if err != nil {
 		pw.Close()
-		return err
+		return err // src may still be read until its pending Read returns
 	}
 	if r.Op == wire.OpFailed {
+		// Writes into the pipe now fail; wait for the copier so the caller
+		// gets src back untouched by us.
+		pw.Close()
+		<-copyErr
 		return replyErr(r)
 	}
 	if err := <-copyErr; err != nil {
