@@ -247,10 +247,18 @@ func (s Spec) Validate() error {
 			return bad("mount target %q must be a new top-level directory or lie under /workspace or /tmp", m.Target)
 		}
 	}
+	seen := map[uint16]bool{}
 	for _, p := range append(append([]uint16(nil), s.Network.ExposedTCP...), s.Network.LoopbackTCP...) {
 		if p == 0 {
 			return bad("network: port 0 is not a port")
 		}
+		if seen[p] {
+			return bad("network: port %d is listed twice (exposed ports belong to the daemon)", p)
+		}
+		seen[p] = true
+	}
+	if len(seen) > MaxMounts {
+		return bad("network: %d ports is more than the %d allowed", len(seen), MaxMounts)
 	}
 	return s.Limits.Validate()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/testutil/int80"
 )
 
@@ -82,6 +84,27 @@ func TestEscapeNetwork(t *testing.T) {
 		o = b.probe("mptcp")
 		if !strings.Contains(o.stdout, "EPROTONOSUPPORT") {
 			t.Fatalf("MPTCP socket (would bypass landlock's TCP rules): %q", o.stdout)
+		}
+	})
+	t.Run("exposed port reaches the daemon and nothing else", func(t *testing.T) {
+		eb := newBox(t, sandbox.Spec{Network: sandbox.Network{ExposedTCP: []uint16{4000}}})
+		l, ok := eb.sb.(*native.Sandbox).Listener(4000)
+		if !ok {
+			t.Fatal("no listener for the exposed port")
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, "served by the daemon")
+		})}
+		go srv.Serve(l)
+		defer srv.Close()
+		o := eb.sh(`wget -qO- http://127.0.0.1:4000/; echo; wget -qO- -t 1 -T 2 http://127.0.0.1:4001/ 2>&1 || echo refused`)
+		if !strings.Contains(o.stdout, "served by the daemon") || !strings.Contains(o.stdout, "refused") {
+			t.Fatalf("inside: %q", o.stdout)
+		}
+		// The port lives on the sandbox's loopback, not the host's.
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:4000", time.Second); err == nil {
+			c.Close()
+			t.Fatal("the sandbox's exposed port is reachable on the host's loopback")
 		}
 	})
 	t.Run("listed loopback port works", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -136,6 +137,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	go b.logInit(errR)
 	defer func() {
 		if retErr != nil {
+			b.closeListeners()
 			proc.Kill()
 			conn.Close()
 			proc.Wait()
@@ -173,15 +175,15 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 // awaitReady waits for the init's first reply.
 func (b *Sandbox) awaitReady(ctx context.Context) error {
 	type result struct {
-		rep wire.Reply
-		err error
+		rep   wire.Reply
+		files []*os.File
+		err   error
 	}
 	ch := make(chan result, 1)
 	go func() {
 		var rep wire.Reply
 		files, err := b.conn.Recv(&rep)
-		wire.CloseAll(files)
-		ch <- result{rep, err}
+		ch <- result{rep, files, err}
 	}()
 	t := time.NewTimer(readyTimeout)
 	defer t.Stop()
@@ -191,16 +193,17 @@ func (b *Sandbox) awaitReady(ctx context.Context) error {
 			return fmt.Errorf("%w: the sandbox init exited during setup%s", sandbox.ErrUnsupported, b.initDiag())
 		}
 		if res.rep.Op != wire.OpReady {
+			wire.CloseAll(res.files)
 			return fmt.Errorf("%w: sandbox setup failed: %s", sandbox.ErrUnsupported, res.rep.Err)
 		}
-		return nil
+		return b.adoptListeners(res.files)
 	case <-ctx.Done():
 		b.conn.Close()
-		<-ch
+		wire.CloseAll((<-ch).files)
 		return ctx.Err()
 	case <-t.C:
 		b.conn.Close()
-		<-ch
+		wire.CloseAll((<-ch).files)
 		return fmt.Errorf("sandbox init did not become ready within %v", readyTimeout)
 	}
 }
@@ -320,4 +323,24 @@ func (b *Sandbox) initDiag() string {
 		return ""
 	}
 	return ": " + b.diag[len(b.diag)-1]
+}
+
+// adoptListeners turns the sockets the init bound on the sandbox's loopback
+// into listeners, one per exposed port, in the Spec's order.
+func (b *Sandbox) adoptListeners(files []*os.File) error {
+	defer wire.CloseAll(files)
+	ports := b.spec.Network.ExposedTCP
+	if len(files) != len(ports) {
+		return fmt.Errorf("sandbox init returned %d listeners for %d exposed ports", len(files), len(ports))
+	}
+	b.listeners = map[uint16]net.Listener{}
+	for i, f := range files {
+		l, err := net.FileListener(f)
+		if err != nil {
+			b.closeListeners()
+			return fmt.Errorf("exposed port %d: %w", ports[i], err)
+		}
+		b.listeners[ports[i]] = l
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path"
 	"strings"
@@ -40,6 +41,22 @@ type Sandbox struct {
 	diagMu   sync.Mutex
 	diag     []string
 	diagDone chan struct{}
+
+	listeners map[uint16]net.Listener // exposed port -> listener on the sandbox's lo; fixed after Create
+}
+
+// Listener returns the listener on the sandbox's own loopback for an
+// exposed port (Spec.Network.ExposedTCP): whatever the daemon serves on it
+// is reachable inside at 127.0.0.1:port, and from nowhere else.
+func (b *Sandbox) Listener(port uint16) (net.Listener, bool) {
+	l, ok := b.listeners[port]
+	return l, ok
+}
+
+func (b *Sandbox) closeListeners() {
+	for _, l := range b.listeners {
+		l.Close()
+	}
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -639,6 +656,7 @@ func (b *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 // the cgroup goes last.
 func (b *Sandbox) Destroy(ctx context.Context) error {
 	b.destroyOnce.Do(func() {
+		b.closeListeners()
 		_ = b.proc.Kill()
 		b.conn.Close()
 		select {

@@ -69,13 +69,16 @@ func Main() {
 	if err != nil {
 		os.Exit(1)
 	}
-	err = setUp(&cfg, trees)
+	listeners, err := setUp(&cfg, trees)
 	wire.CloseAll(trees)
 	if err != nil {
 		_ = conn.Send(wire.Reply{Op: wire.OpFailed, Err: err.Error()})
 		os.Exit(1)
 	}
-	if err := conn.Send(wire.Reply{Op: wire.OpReady}); err != nil {
+	// The daemon serves the exposed ports on these; pid 1 keeps no copy.
+	err = conn.Send(wire.Reply{Op: wire.OpReady}, listeners...)
+	wire.CloseAll(listeners)
+	if err != nil {
 		os.Exit(1)
 	}
 	serve(conn)

@@ -27,27 +27,35 @@ var readOnlyProc = []string{"sys", "sysrq-trigger", "irq", "bus", "fs"}
 
 // setUp builds the sandbox from cfg; it runs as root of the new user
 // namespace, before the seal.
-func setUp(cfg *wire.Config, trees []*os.File) error {
+func setUp(cfg *wire.Config, trees []*os.File) ([]*os.File, error) {
 	if cfg.UnshareCgroup {
 		// cgroup v1: the daemon has placed us into our cgroups by now, so
 		// the namespace is rooted at the sandbox's own cgroup.
 		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-			return fmt.Errorf("cgroup namespace: %w", err)
+			return nil, fmt.Errorf("cgroup namespace: %w", err)
 		}
 	}
 	if err := rootfs.Check(cfg.Root); err != nil {
-		return err
+		return nil, err
 	}
 	if err := buildRoot(cfg, trees); err != nil {
-		return err
+		return nil, err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		return fmt.Errorf("hostname: %w", err)
+		return nil, fmt.Errorf("hostname: %w", err)
 	}
 	if err := loopbackUp(); err != nil {
-		return err
+		return nil, err
 	}
-	return seal(cfg)
+	listeners, err := listenExposed(cfg.ConnectTCP)
+	if err != nil {
+		return nil, err
+	}
+	if err := seal(cfg); err != nil {
+		wire.CloseAll(listeners)
+		return nil, err
+	}
+	return listeners, nil
 }
 
 // newRootCandidates are where the new root is assembled before
@@ -350,6 +358,33 @@ func pivot(root string) error {
 		return fmt.Errorf("detach old root: %w", err)
 	}
 	return unix.Chdir("/")
+}
+
+// listenExposed binds the daemon's ports on the sandbox's loopback. Done
+// here, before the seal and inside the sandbox's own network namespace, it
+// needs no setns from the daemon (which an unprivileged daemon could not do)
+// and no network interface.
+func listenExposed(ports []uint16) ([]*os.File, error) {
+	var out []*os.File
+	for _, port := range ports {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			wire.CloseAll(out)
+			return nil, fmt.Errorf("exposed port %d: %w", port, err)
+		}
+		f := os.NewFile(uintptr(fd), fmt.Sprintf("lo:%d", port))
+		out = append(out, f)
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(port), Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			wire.CloseAll(out)
+			return nil, fmt.Errorf("exposed port %d: bind: %w", port, err)
+		}
+		if err := unix.Listen(fd, 256); err != nil {
+			wire.CloseAll(out)
+			return nil, fmt.Errorf("exposed port %d: listen: %w", port, err)
+		}
+	}
+	return out, nil
 }
 
 // loopbackUp brings lo up: the only interface a sandbox has.

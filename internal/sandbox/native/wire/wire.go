@@ -7,7 +7,7 @@
 //	  | -- clone(new user,pid,mnt,net,ipc,uts[,cgroup] ns) --> |
 //	  |    (parent puts the child into its cgroups)            |
 //	  | -- Config ---------------------------------------------> build root, pivot_root, seal
-//	  | <------------------------------- Reply{Op: ready|failed}
+//	  | <------------------------------- Reply{Op: ready|failed} (+ [listeners on lo])
 //	  | -- Request{exec} + [stdin, stdout, stderr] ------------> fork+exec
 //	  | <------------------------------- Reply{started, pid} (+ [pty master] with a tty)
 //	  | <------------------------------- Reply{exited, status}
@@ -80,8 +80,8 @@ type Config struct {
 
 	// The seal.
 	OpenFiles       int64    `json:"open_files"`
-	UnshareCgroup   bool     `json:"unshare_cgroup"` // cgroup v1: enter a cgroup namespace once placed
-	ConnectTCP      []uint16 `json:"connect_tcp,omitempty"`
+	UnshareCgroup   bool     `json:"unshare_cgroup"`        // cgroup v1: enter a cgroup namespace once placed
+	ConnectTCP      []uint16 `json:"connect_tcp,omitempty"` // the exposed ports: the child binds them on lo before the seal and hands the listeners back with "ready"
 	BindTCP         []uint16 `json:"bind_tcp,omitempty"`
 	RequireLandlock bool     `json:"require_landlock"`
 }
