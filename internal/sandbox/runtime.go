@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"net"
 	"time"
 )
 
@@ -42,6 +43,10 @@ type Sandbox interface {
 	// ListDir lists the directory at path (under /workspace or /tmp), with
 	// the same confinement as WriteFile, sorted by name.
 	ListDir(ctx context.Context, path string) ([]FileInfo, error)
+	// Listener returns the listener for an exposed port
+	// (Spec.Network.ExposedTCP): what the caller serves on it is reachable
+	// inside the sandbox at 127.0.0.1:port and from nowhere else.
+	Listener(port uint16) (net.Listener, bool)
 	// Stats reports resource use.
 	Stats(ctx context.Context) (Stats, error)
 	// Done is closed when the sandbox has ended (destroyed or died).

@@ -21,6 +21,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -64,6 +65,29 @@ type Options struct {
 	// OnEnd, if set, is called once for every sandbox that ends (state is
 	// destroyed, reaped or lost; reason is e.g. "ttl", "idle"), for metrics.
 	OnEnd func(state, reason string)
+	// Model, if set, gives every sandbox the model proxy on its own
+	// loopback, with a per-sandbox token in its commands' environment.
+	Model ModelAccess
+}
+
+// ModelAccess is what the session layer needs of the model proxy.
+type ModelAccess interface {
+	// Port is where the proxy listens inside every sandbox.
+	Port() uint16
+	// Handler serves the proxy (paths /openai/v1/... and /anthropic/v1/...).
+	Handler() http.Handler
+	// Mint returns a proxy token bound to one sandbox; Revoke ends them.
+	Mint(session string) (string, error)
+	Revoke(session string)
+}
+
+// modelEnv is what a sandbox's commands are told about the model proxy.
+func modelEnv(port uint16, token string) []string {
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	return []string{
+		"OPENAI_BASE_URL=" + base + "/openai/v1", "OPENAI_API_KEY=" + token,
+		"ANTHROPIC_BASE_URL=" + base + "/anthropic", "ANTHROPIC_API_KEY=" + token,
+	}
 }
 
 // CreateRequest asks for a sandbox.
@@ -104,6 +128,8 @@ type Manager struct {
 
 type entry struct {
 	sb       sandbox.Sandbox
+	env      []string     // added to every exec: the model proxy's address and token
+	serving  *http.Server // the model proxy on the sandbox's loopback, or nil
 	info     Info
 	lastUsed time.Time // guarded by Manager.mu
 	busy     int       // execs and file copies in flight; an entry is never idle while busy
@@ -224,9 +250,20 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		m.mu.Unlock()
 	}()
 
+	if m.opts.Model != nil {
+		req.Spec.Network.ExposedTCP = append(slices.Clone(req.Spec.Network.ExposedTCP), m.opts.Model.Port())
+	}
 	sb, err := m.rt.Create(ctx, req.Spec)
 	if err != nil {
 		return Info{}, err
+	}
+	var extraEnv []string
+	var serving *http.Server
+	if m.opts.Model != nil {
+		if extraEnv, serving, err = m.attachModel(sb); err != nil {
+			_ = sb.Destroy(context.Background())
+			return Info{}, err
+		}
 	}
 	now := m.opts.Now()
 	ttl, idle := req.TTL, req.Idle
@@ -259,9 +296,36 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		return Info{}, fmt.Errorf("session: audit: %w", err)
 	}
 	m.mu.Lock()
-	m.live[info.ID] = &entry{sb: sb, info: info, lastUsed: now}
+	m.live[info.ID] = &entry{sb: sb, info: info, lastUsed: now, env: extraEnv, serving: serving}
 	m.mu.Unlock()
 	return info, nil
+}
+
+// attachModel mints the sandbox's proxy token and serves the proxy on the
+// sandbox's loopback. The token reaches commands through their environment
+// only; it is worthless outside the proxy and revoked when the sandbox ends.
+func (m *Manager) attachModel(sb sandbox.Sandbox) ([]string, *http.Server, error) {
+	port := m.opts.Model.Port()
+	l, ok := sb.Listener(port)
+	if !ok {
+		return nil, nil, fmt.Errorf("session: no listener for the model proxy port %d", port)
+	}
+	token, err := m.opts.Model.Mint(sb.ID())
+	if err != nil {
+		return nil, nil, fmt.Errorf("session: model proxy token: %w", err)
+	}
+	srv := &http.Server{Handler: m.opts.Model.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return modelEnv(port, token), srv, nil
+}
+
+func (m *Manager) extraEnv(id string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.live[id]; e != nil {
+		return e.env
+	}
+	return nil
 }
 
 // Get describes a sandbox of any state.
@@ -354,6 +418,11 @@ func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRe
 		return sandbox.ExecResult{}, err
 	}
 	defer done()
+	if env := m.extraEnv(id); len(env) > 0 {
+		// The daemon's values come last so a request cannot point the
+		// sandbox's model calls elsewhere or swap its token.
+		req.Env = append(slices.Clone(req.Env), env...)
+	}
 	res, execErr := sb.Exec(ctx, req)
 	data := map[string]any{"argv": req.Argv, "exit": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
 		"stdout_bytes": res.StdoutBytes, "stderr_bytes": res.StderrBytes, "truncated": res.Truncated,
@@ -455,6 +524,12 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 			return err
 		}
 		return nil // already ended
+	}
+	if m.opts.Model != nil {
+		m.opts.Model.Revoke(id)
+	}
+	if e.serving != nil {
+		_ = e.serving.Close()
 	}
 	derr := e.sb.Destroy(ctx)
 	m.mu.Lock()

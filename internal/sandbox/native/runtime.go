@@ -46,6 +46,10 @@ type Options struct {
 	// Create can hand one out at once (see pool). 0 disables the pool; a
 	// one-shot CLI has no use for it, a daemon does.
 	PoolSize int
+	// PoolExposedTCP are the exposed ports pooled sandboxes are made with:
+	// a daemon that exposes its model proxy in every sandbox lists its port
+	// here so that its sandboxes still come from the pool.
+	PoolExposedTCP []uint16
 }
 
 // Runtime is the native backend. It is safe for concurrent use; Close
