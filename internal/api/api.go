@@ -51,6 +51,17 @@ type Config struct {
 	RateBurst     int
 	// Logf receives diagnostics (never a token); nil discards them.
 	Logf func(format string, args ...any)
+	// Model, if set, is the model proxy: mounted at /v1/model/ (prefix
+	// stripped; it authenticates its own per-session proxy tokens, never the
+	// API tokens), and POST /v1/model/tokens lets an agent mint one for a
+	// program that runs on the host.
+	Model ModelProxy
+}
+
+// ModelProxy is what the API needs of the model proxy.
+type ModelProxy interface {
+	Handler() http.Handler
+	Mint(session string) (string, error)
 }
 
 // Roles, also the audit actor of a request.
@@ -151,6 +162,11 @@ func (s *Server) routes() {
 	oper("GET /v1/audit", s.auditTail)
 	oper("GET /v1/audit/verify", s.auditVerify)
 	oper("GET /v1/audit/export", s.auditExport)
+	if s.cfg.Model != nil {
+		agent("POST /v1/model/tokens", s.mintModelToken)
+		s.mux.Handle("/v1/model/openai/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
+		s.mux.Handle("/v1/model/anthropic/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
+	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})

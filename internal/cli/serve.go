@@ -114,6 +114,12 @@ environment (IRONCLAW_LISTEN, IRONCLAW_DATA_DIR), then the YAML file named by
 	f.IntVar(&cfg.RateBurst, "rate-burst", 0, "burst of requests allowed per token (0: 100)")
 	f.StringVar(&maxBody, "max-body", "", "largest JSON request body (default 1M)")
 	f.StringVar(&maxUpload, "max-upload", "", "largest file upload (default 256M)")
+	f.StringVar(&cfg.Model.Provider, "provider", "", "model provider: empty uses a provider whose key is in the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY) and the offline mock for the rest; \"mock\" uses the mock for all")
+	f.StringVar(&cfg.Model.MockScript, "mock-script", "", "JSON file of scripted turns for the mock provider")
+	f.IntVar(&cfg.Model.Port, "model-port", daemon.DefaultModelPort, "port of the model proxy inside every sandbox (-1: none)")
+	f.StringSliceVar(&cfg.Model.Models, "allow-model", nil, "model names agents may use (repeatable; default: any)")
+	f.IntVar(&cfg.Model.RequestsPerMinute, "model-rpm", 0, "model requests per minute per proxy token (0: no limit)")
+	f.Int64Var(&cfg.Model.TokensPerSession, "model-tokens", 0, "model tokens (input+output) per proxy token (0: no limit)")
 	return c
 }
 

@@ -58,6 +58,8 @@ type Config struct {
 	// DefaultDataDir(): $XDG_DATA_HOME/ironclaw or ~/.local/share/ironclaw).
 	// It is created with mode 0700.
 	DataDir string
+	// Model configures the model proxy (keys come from the environment).
+	Model ModelConfig
 	// PoolSize is how many sealed idle sandboxes are kept ready (0 means
 	// DefaultPoolSize; negative disables the pool).
 	PoolSize int
@@ -182,12 +184,29 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	closers = append(closers, func(context.Context) error { return st.Close() })
-	alog, err := audit.New(ctx, st, audit.Options{})
+	// The API tokens and the provider keys are redacted wherever they might
+	// appear in an audit record.
+	alog, err := audit.New(ctx, st, audit.Options{Redactor: audit.NewRedactor(append(secretsOf(os.Getenv), agentTok, operTok)...)})
 	if err != nil {
 		return err
 	}
 	closers = append(closers, func(context.Context) error { return alog.Close() })
-	rt, err := native.New(ctx, native.Options{PoolSize: cfg.PoolSize, Logf: logf, Exe: cfg.InitExe})
+	proxy, err := newModelProxy(cfg.Model, alog, logf)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func(context.Context) error { return proxy.Close() })
+	var model session.ModelAccess
+	var poolPorts []uint16
+	if cfg.Model.Port >= 0 {
+		port := uint16(cfg.Model.Port)
+		if port == 0 {
+			port = DefaultModelPort
+		}
+		model = modelAccess{Proxy: proxy, port: port}
+		poolPorts = []uint16{port}
+	}
+	rt, err := native.New(ctx, native.Options{PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
 	}
@@ -202,6 +221,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		DefaultIdle:  cfg.DefaultIdle,
 		Logf:         logf,
 		OnEnd:        ends.onEnd,
+		Model:        model,
 	})
 	if err != nil {
 		return err
@@ -223,6 +243,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		RatePerSecond:  cfg.RatePerSecond,
 		RateBurst:      cfg.RateBurst,
 		Logf:           logf,
+		Model:          proxy,
 	}, mgr, alog, nil)
 	if err != nil {
 		return err

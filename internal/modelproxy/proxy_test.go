@@ -1,0 +1,747 @@
+package modelproxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/store"
+)
+
+const (
+	openaiKey    = "sk-proj-REALOPENAIKEY0123456789abcdef"
+	anthropicKey = "sk-ant-api03-REALANTHROPICKEY0123456789"
+)
+
+// recorder is a stand-in provider that records what reached it.
+type recorder struct {
+	mu      sync.Mutex
+	headers []http.Header
+	paths   []string
+	bodies  []string
+	handle  func(w http.ResponseWriter, r *http.Request)
+}
+
+func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	rc.mu.Lock()
+	rc.headers = append(rc.headers, r.Header.Clone())
+	rc.paths = append(rc.paths, r.URL.RequestURI())
+	rc.bodies = append(rc.bodies, string(b))
+	rc.mu.Unlock()
+	if rc.handle != nil {
+		rc.handle(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	io.WriteString(w, `{"id":"x","object":"chat.completion","usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`)
+}
+
+func (rc *recorder) count() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.paths)
+}
+
+func (rc *recorder) last() (http.Header, string, string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	n := len(rc.paths) - 1
+	return rc.headers[n], rc.paths[n], rc.bodies[n]
+}
+
+type env struct {
+	p        *Proxy
+	srv      *httptest.Server
+	oa, an   *recorder
+	oaS, anS *httptest.Server
+}
+
+func setup(t testing.TB, mod func(*Config)) *env {
+	t.Helper()
+	e := &env{oa: &recorder{}, an: &recorder{}}
+	e.oaS = httptest.NewServer(e.oa)
+	e.anS = httptest.NewServer(e.an)
+	t.Cleanup(e.oaS.Close)
+	t.Cleanup(e.anS.Close)
+	cfg := Config{
+		OpenAI:    &Upstream{BaseURL: e.oaS.URL + "/v1", APIKey: openaiKey},
+		Anthropic: &Upstream{BaseURL: e.anS.URL + "/v1/", APIKey: anthropicKey},
+		Logf:      t.Logf,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.p = p
+	e.srv = httptest.NewServer(p.Handler())
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *env) do(t testing.TB, method, path string, hdr map[string]string, body string) (*http.Response, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func mint(t testing.TB, p *Proxy, session string) string {
+	t.Helper()
+	tok, err := p.Mint(session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func bearer(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+
+func TestMintFormat(t *testing.T) {
+	e := setup(t, nil)
+	a, b := mint(t, e.p, "s1"), mint(t, e.p, "s1")
+	if a == b || !strings.HasPrefix(a, "icp_") || len(a) != 4+43 {
+		t.Fatalf("tokens %q %q", a, b)
+	}
+	if _, err := e.p.Mint(""); err == nil {
+		t.Fatal("empty session minted")
+	}
+}
+
+func TestForwardOpenAI(t *testing.T) {
+	e := setup(t, nil)
+	tok := mint(t, e.p, "s1")
+	hdr := map[string]string{
+		"Authorization":       "Bearer " + tok,
+		"X-Api-Key":           tok,
+		"Cookie":              "a=" + tok,
+		"OpenAI-Organization": "org-evil",
+		"Connection":          "X-Secret-Hop",
+		"X-Secret-Hop":        "1",
+		"X-Custom":            "kept",
+	}
+	resp, body := e.do(t, "POST", "/openai/v1/chat/completions?x=1", hdr, `{"model":"gpt-4o","messages":[]}`)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"completion_tokens":4`) {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	h, path, got := e.oa.last()
+	if path != "/v1/chat/completions?x=1" {
+		t.Fatalf("upstream path %q", path)
+	}
+	if got != `{"model":"gpt-4o","messages":[]}` {
+		t.Fatalf("body %q", got)
+	}
+	if h.Get("Authorization") != "Bearer "+openaiKey {
+		t.Fatalf("authorization %q", h.Get("Authorization"))
+	}
+	for k, vs := range h {
+		for _, v := range vs {
+			if strings.Contains(v, tok) {
+				t.Fatalf("proxy token leaked upstream in %s", k)
+			}
+		}
+	}
+	for _, k := range []string{"X-Api-Key", "Cookie", "Openai-Organization", "X-Secret-Hop"} {
+		if h.Get(k) != "" {
+			t.Fatalf("%s forwarded: %q", k, h.Get(k))
+		}
+	}
+	if h.Get("X-Custom") != "kept" {
+		t.Fatal("custom header dropped")
+	}
+	waitTokens(t, e.p, tok, 7)
+
+	// GET models and embeddings are forwarded too.
+	if resp, _ := e.do(t, "GET", "/openai/v1/models", bearer(tok), ""); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	if _, p, _ := e.oa.last(); p != "/v1/models" {
+		t.Fatal(p)
+	}
+	if resp, _ := e.do(t, "POST", "/openai/v1/embeddings", bearer(tok), `{"model":"e"}`); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	if resp, _ := e.do(t, "POST", "/openai/v1/responses", bearer(tok), `{"model":"e"}`); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	if _, p, _ := e.oa.last(); p != "/v1/responses" {
+		t.Fatal(p)
+	}
+}
+
+func TestForwardAnthropic(t *testing.T) {
+	e := setup(t, nil)
+	e.an.handle = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"type":"message","usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":2}}`)
+	}
+	tok := mint(t, e.p, "s1")
+	// Anthropic client sending the token as a bearer: accepted, and stripped.
+	resp, _ := e.do(t, "POST", "/anthropic/v1/messages", map[string]string{
+		"Authorization": "Bearer " + tok, "anthropic-version": "2023-01-01", "anthropic-beta": "b1",
+	}, `{"model":"claude"}`)
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	h, path, _ := e.an.last()
+	if path != "/v1/messages" || h.Get("X-Api-Key") != anthropicKey || h.Get("Authorization") != "" ||
+		h.Get("Anthropic-Version") != "2023-01-01" || h.Get("Anthropic-Beta") != "b1" {
+		t.Fatalf("path %q headers %v", path, h)
+	}
+	waitTokens(t, e.p, tok, 17)
+	// x-api-key client, default version.
+	resp, _ = e.do(t, "GET", "/anthropic/v1/models", map[string]string{"x-api-key": tok}, "")
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	h, path, _ = e.an.last()
+	if path != "/v1/models" || h.Get("X-Api-Key") != anthropicKey || h.Get("Anthropic-Version") != DefaultAnthropicVersion {
+		t.Fatalf("path %q headers %v", path, h)
+	}
+}
+
+func TestStatusAndErrorPassThrough(t *testing.T) {
+	e := setup(t, nil)
+	const errBody = `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`
+	e.oa.handle = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "7")
+		w.Header().Set("Set-Cookie", "__cf=1")
+		w.WriteHeader(429)
+		io.WriteString(w, errBody)
+	}
+	tok := mint(t, e.p, "s")
+	resp, body := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`)
+	if resp.StatusCode != 429 || body != errBody || resp.Header.Get("Retry-After") != "7" || resp.Header.Get("Set-Cookie") != "" {
+		t.Fatalf("%d %q %v", resp.StatusCode, body, resp.Header)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	e := setup(t, nil)
+	tok := mint(t, e.p, "s1")
+	other := mint(t, e.p, "s2")
+	cases := []struct {
+		name, path string
+		hdr        map[string]string
+	}{
+		{"none", "/openai/v1/chat/completions", nil},
+		{"unknown", "/openai/v1/chat/completions", bearer("icp_" + strings.Repeat("A", 43))},
+		{"real key", "/openai/v1/chat/completions", bearer(openaiKey)},
+		{"anthropic unknown", "/anthropic/v1/messages", map[string]string{"x-api-key": "icp_nope"}},
+	}
+	for _, c := range cases {
+		resp, body := e.do(t, "POST", c.path, c.hdr, `{"model":"m"}`)
+		if resp.StatusCode != 401 {
+			t.Fatalf("%s: %d", c.name, resp.StatusCode)
+		}
+		var v struct {
+			Type  string
+			Error struct{ Code, Message, Type string }
+		}
+		if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error.Code != "unauthorized" || v.Error.Message == "" {
+			t.Fatalf("%s: body %s", c.name, body)
+		}
+		if strings.HasPrefix(c.path, "/anthropic") && (v.Type != "error" || v.Error.Type != "authentication_error") {
+			t.Fatalf("anthropic shape: %s", body)
+		}
+	}
+	e.p.Revoke("s1")
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`); resp.StatusCode != 401 {
+		t.Fatalf("revoked: %d", resp.StatusCode)
+	}
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(other), `{"model":"m"}`); resp.StatusCode != 200 {
+		t.Fatalf("other session: %d", resp.StatusCode)
+	}
+	if e.oa.count() != 1 {
+		t.Fatalf("upstream hit %d times", e.oa.count())
+	}
+}
+
+func TestPaths(t *testing.T) {
+	e := setup(t, nil)
+	tok := mint(t, e.p, "s")
+	for _, path := range []string{
+		"/openai/v1/files", "/openai/chat/completions", "/openai/v1/chat/completions/",
+		"/openai/v1/chat%2Fcompletions", "/anthropic/v1/complete", "/v1/chat/completions",
+		"/openai/v1/models/gpt-4o", "/", "/anthropic/v1/../v1/messages",
+	} {
+		resp, body := e.do(t, "POST", path, bearer(tok), `{"model":"m"}`)
+		if resp.StatusCode != 404 || !strings.Contains(body, "not_found") {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	// Raw request with dot segments (the Go client would keep them, but be explicit).
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /openai/../x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", tok)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 404 {
+		t.Fatalf("dot segments: %v %v", err, resp)
+	}
+	if resp, _ := e.do(t, "GET", "/openai/v1/chat/completions", bearer(tok), ""); resp.StatusCode != 405 {
+		t.Fatalf("GET chat: %d", resp.StatusCode)
+	}
+	if e.oa.count()+e.an.count() != 0 {
+		t.Fatal("upstream reached")
+	}
+}
+
+func TestRequestsPerMinute(t *testing.T) {
+	e := setup(t, func(c *Config) { c.RequestsPerMinute = 2 })
+	tok := mint(t, e.p, "s")
+	for i := 0; i < 2; i++ {
+		if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`); resp.StatusCode != 200 {
+			t.Fatal(resp.Status)
+		}
+	}
+	resp, body := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`)
+	if resp.StatusCode != 429 || !strings.Contains(body, "requests-per-minute") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	// Another token has its own budget.
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(mint(t, e.p, "s")), `{"model":"m"}`); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	// Sliding window.
+	g := &grant{}
+	now := time.Unix(1000, 0)
+	ok1, _ := g.allow(now, 1)
+	ok2, wait := g.allow(now.Add(30*time.Second), 1)
+	ok3, _ := g.allow(now.Add(61*time.Second), 1)
+	if !ok1 || ok2 || wait != 30*time.Second || !ok3 {
+		t.Fatal(ok1, ok2, wait, ok3)
+	}
+}
+
+func TestTokenBudget(t *testing.T) {
+	e := setup(t, func(c *Config) { c.TokensPerSession = 10 })
+	tok := mint(t, e.p, "s")
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	waitTokens(t, e.p, tok, 7)
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`); resp.StatusCode != 200 {
+		t.Fatal(resp.Status) // 7 < 10
+	}
+	waitTokens(t, e.p, tok, 14)
+	resp, body := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`)
+	if resp.StatusCode != 429 || !strings.Contains(body, "token budget") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if e.oa.count() != 2 {
+		t.Fatal(e.oa.count())
+	}
+}
+
+func TestAllowlist(t *testing.T) {
+	e := setup(t, func(c *Config) { c.Models = []string{"gpt-ok", "claude-ok"} })
+	tok := mint(t, e.p, "s")
+	for _, c := range []struct {
+		path, body string
+		want       int
+	}{
+		{"/openai/v1/chat/completions", `{"model":"gpt-ok"}`, 200},
+		{"/openai/v1/chat/completions", `{"model":"gpt-bad"}`, 400},
+		{"/openai/v1/chat/completions", `{"messages":[]}`, 400},
+		{"/openai/v1/chat/completions", `not json`, 400},
+		{"/openai/v1/chat/completions", `{"model":["gpt-ok"]}`, 400},
+		{"/anthropic/v1/messages", `{"model":"claude-ok"}`, 200},
+		{"/anthropic/v1/messages", `{"model":"claude-bad"}`, 400},
+	} {
+		resp, body := e.do(t, "POST", c.path, bearer(tok), c.body)
+		if resp.StatusCode != c.want {
+			t.Fatalf("%s %s: %d %s", c.path, c.body, resp.StatusCode, body)
+		}
+		if c.want == 400 && !strings.Contains(body, "invalid_argument") {
+			t.Fatal(body)
+		}
+	}
+	if e.oa.count() != 1 || e.an.count() != 1 {
+		t.Fatal("refused request reached upstream")
+	}
+}
+
+func TestRequestTooLarge(t *testing.T) {
+	e := setup(t, func(c *Config) { c.MaxRequestBytes = 100 })
+	tok := mint(t, e.p, "s")
+	big := `{"model":"m","x":"` + strings.Repeat("a", 200) + `"}`
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), big); resp.StatusCode != 413 {
+		t.Fatal(resp.Status)
+	}
+	// Chunked, no Content-Length.
+	req, _ := http.NewRequest("POST", e.srv.URL+"/anthropic/v1/messages", io.MultiReader(strings.NewReader(big)))
+	req.ContentLength = -1
+	req.Header.Set("x-api-key", tok)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 413 || !strings.Contains(string(b), "too_large") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if e.oa.count()+e.an.count() != 0 {
+		t.Fatal("upstream reached")
+	}
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+}
+
+func TestResponseCut(t *testing.T) {
+	e := setup(t, func(c *Config) { c.MaxResponseBytes = 1000 })
+	e.oa.handle = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		for i := 0; i < 10; i++ {
+			w.Write(bytes.Repeat([]byte("x"), 500))
+			w.(http.Flusher).Flush()
+		}
+	}
+	tok := mint(t, e.p, "s")
+	req, _ := http.NewRequest("POST", e.srv.URL+"/openai/v1/chat/completions", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil || len(b) > 1000 {
+		t.Fatalf("read %d bytes, err %v: want a cut stream", len(b), err)
+	}
+}
+
+// sseStandIn writes events one by one, each only after the test confirmed it
+// received the previous one through the proxy.
+func TestSSEStreamsUnbuffered(t *testing.T) {
+	for _, prov := range []string{"openai", "anthropic"} {
+		t.Run(prov, func(t *testing.T) {
+			events := map[string][]string{
+				"openai": {
+					`data: {"choices":[{"delta":{"content":"he"}}],"usage":null}`,
+					`data: {"choices":[{"delta":{"content":"llo"}}],"usage":null}`,
+					`data: {"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":5}}`,
+					`data: [DONE]`,
+				},
+				"anthropic": {
+					"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}",
+					"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}",
+					"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}",
+					"event: message_stop\ndata: {\"type\":\"message_stop\"}",
+				},
+			}[prov]
+			ack := make(chan struct{})
+			stand := func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(200)
+				for _, ev := range events {
+					io.WriteString(w, ev+"\n\n")
+					w.(http.Flusher).Flush()
+					select {
+					case <-ack:
+					case <-time.After(5 * time.Second):
+						return // the proxy buffered: the test fails below
+					}
+				}
+			}
+			e := setup(t, nil)
+			e.oa.handle, e.an.handle = stand, stand
+			tok := mint(t, e.p, "s")
+			path := "/openai/v1/chat/completions"
+			if prov == "anthropic" {
+				path = "/anthropic/v1/messages"
+			}
+			req, _ := http.NewRequest("POST", e.srv.URL+path, strings.NewReader(`{"model":"m","stream":true}`))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := e.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			for i, ev := range events {
+				got := readEvent(t, br)
+				if got != ev {
+					t.Fatalf("event %d: %q, want %q", i, got, ev)
+				}
+				select {
+				case ack <- struct{}{}:
+				case <-time.After(5 * time.Second):
+					t.Fatal("stand-in not waiting")
+				}
+			}
+			io.Copy(io.Discard, br)
+			want := map[string]int64{"openai": 16, "anthropic": 29}[prov]
+			waitTokens(t, e.p, tok, want)
+		})
+	}
+}
+
+func readEvent(t *testing.T, br *bufio.Reader) string {
+	t.Helper()
+	done := make(chan string, 1)
+	go func() {
+		var lines []string
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				done <- "ERR: " + err.Error()
+				return
+			}
+			l = strings.TrimSuffix(l, "\n")
+			if l == "" {
+				done <- strings.Join(lines, "\n")
+				return
+			}
+			lines = append(lines, l)
+		}
+	}()
+	select {
+	case s := <-done:
+		return s
+	case <-time.After(3 * time.Second):
+		t.Fatal("event not relayed before the next one was written: proxy buffers")
+		return ""
+	}
+}
+
+func TestMockUpstream(t *testing.T) {
+	var seen http.Header
+	var seenPath string
+	mockOA := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen, seenPath = r.Header.Clone(), r.URL.Path
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[]}\n\n")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "data: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n")
+	})
+	mockAN := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(418)
+		io.WriteString(w, `{"path":"`+r.URL.Path+`"}`)
+	})
+	st, l := openAudit(t)
+	_ = st
+	e := setup(t, func(c *Config) {
+		c.OpenAI, c.Anthropic = nil, nil
+		c.Mock = map[Provider]http.Handler{OpenAI: mockOA, Anthropic: mockAN}
+		c.Models = []string{"mock-model"}
+		c.Log = l
+	})
+	tok := mint(t, e.p, "sess-mock")
+	resp, body := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"mock-model","stream":true}`)
+	if resp.StatusCode != 200 || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if seenPath != "/v1/chat/completions" || seen.Get("Authorization") != "" {
+		t.Fatalf("mock saw %q %v", seenPath, seen)
+	}
+	waitTokens(t, e.p, tok, 3)
+	resp, body = e.do(t, "POST", "/anthropic/v1/messages", map[string]string{"x-api-key": tok}, `{"model":"mock-model"}`)
+	if resp.StatusCode != 418 || body != `{"path":"/v1/messages"}` {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	// Same auth and allowlist path.
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", nil, `{"model":"mock-model"}`); resp.StatusCode != 401 {
+		t.Fatal(resp.Status)
+	}
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"other"}`); resp.StatusCode != 400 {
+		t.Fatal(resp.Status)
+	}
+	recs := waitRecords(t, l, 3)
+	if len(recs) != 3 || !strings.Contains(string(recs[0].Data), `"upstream":"mock"`) {
+		t.Fatalf("records %v", recs)
+	}
+
+	// Neither upstream nor mock: 503.
+	e2 := setup(t, func(c *Config) { c.OpenAI = nil })
+	if resp, _ := e2.do(t, "POST", "/openai/v1/chat/completions", bearer(mint(t, e2.p, "s")), `{"model":"m"}`); resp.StatusCode != 503 {
+		t.Fatal(resp.Status)
+	}
+}
+
+func openAudit(t testing.TB) (*store.Store, *audit.Log) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := audit.New(ctx, st, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(); st.Close() })
+	return st, l
+}
+
+func TestAudit(t *testing.T) {
+	_, l := openAudit(t)
+	e := setup(t, func(c *Config) { c.Log = l; c.Models = []string{"gpt-4o"} })
+	tok := mint(t, e.p, "sess-1")
+	e.do(t, "POST", "/openai/v1/chat/completions", map[string]string{"Authorization": "Bearer " + tok}, `{"model":"gpt-4o","messages":[{"content":"SECRET PROMPT"}]}`)
+	e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"nope"}`)
+	e.do(t, "POST", "/openai/v1/chat/completions", bearer("icp_unknown"), `{"model":"gpt-4o"}`)
+	waitRecords(t, l, 2)
+	e.p.Close()
+	var buf bytes.Buffer
+	if err := l.Export(context.Background(), &buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, s := range []string{openaiKey, anthropicKey, tok, "SECRET PROMPT"} {
+		if strings.Contains(out, s) {
+			t.Fatalf("audit contains %q", s)
+		}
+	}
+	recs, _ := l.Tail(context.Background(), 0, 10)
+	if len(recs) != 2 {
+		t.Fatalf("%d records: %s", len(recs), out)
+	}
+	// Appends are concurrent; find each by status.
+	var ok, refused map[string]any
+	for _, r := range recs {
+		if r.Session != "sess-1" || r.Actor != "model-proxy" || r.Kind != audit.KindModelRequest {
+			t.Fatalf("record %+v", r)
+		}
+		var d map[string]any
+		json.Unmarshal(r.Data, &d)
+		if d["status"] == float64(200) {
+			ok = d
+		} else {
+			refused = d
+		}
+	}
+	want := map[string]any{"provider": "openai", "model": "gpt-4o", "path": "/openai/v1/chat/completions",
+		"input_tokens": float64(3), "output_tokens": float64(4), "upstream": "provider"}
+	for k, v := range want {
+		if ok[k] != v {
+			t.Fatalf("%s = %v, want %v (%v)", k, ok[k], v, ok)
+		}
+	}
+	for _, k := range []string{"latency_ms", "request_bytes", "response_bytes"} {
+		if _, has := ok[k]; !has {
+			t.Fatalf("missing %s", k)
+		}
+	}
+	if refused["status"] != float64(400) || refused["model"] != "nope" {
+		t.Fatalf("refused %v", refused)
+	}
+}
+
+func TestLargeJSONUsage(t *testing.T) {
+	e := setup(t, nil)
+	e.oa.handle = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		io.WriteString(w, `{"object":"list","data":[`)
+		for i := 0; i < 20000; i++ {
+			if i > 0 {
+				io.WriteString(w, ",")
+			}
+			io.WriteString(w, `{"embedding":[0.1,0.2,0.3,{"x":[1,2]}],"s":"}]{"}`)
+		}
+		io.WriteString(w, `],"usage":{"prompt_tokens":42,"total_tokens":42}}`)
+	}
+	tok := mint(t, e.p, "s")
+	resp, body := e.do(t, "POST", "/openai/v1/embeddings", bearer(tok), `{"model":"e"}`)
+	if resp.StatusCode != 200 || !json.Valid([]byte(body)) {
+		t.Fatal(resp.Status)
+	}
+	waitTokens(t, e.p, tok, 42)
+}
+
+func TestSSEUsageParser(t *testing.T) {
+	s := &sseUsage{}
+	in := "event: response.completed\r\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":8}}}\r\n\r\n" +
+		"data: " + strings.Repeat("x", maxSSELine+10) + "\n"
+	for i := 0; i < len(in); i += 5 {
+		s.Write([]byte(in[i:min(i+5, len(in))]))
+	}
+	if a, b := s.Usage(); a != 7 || b != 8 {
+		t.Fatal(a, b)
+	}
+}
+
+func TestNewValidation(t *testing.T) {
+	for _, up := range []*Upstream{
+		{BaseURL: "ftp://x/v1", APIKey: "k"},
+		{BaseURL: "https://u:p@x/v1", APIKey: "k"},
+		{BaseURL: "https://x/v1", APIKey: ""},
+		{BaseURL: "https://x/v1", APIKey: "k\r\nX: y"},
+		{BaseURL: "/v1", APIKey: "k"},
+	} {
+		_, err := New(Config{OpenAI: up})
+		if err == nil {
+			t.Fatalf("accepted %+v", up)
+		}
+		if strings.Contains(err.Error(), "k\r\n") {
+			t.Fatal("key in error")
+		}
+	}
+}
+
+// waitTokens waits for a token's usage to reach want: usage is added when the
+// handler has relayed the last byte, which the client may read first.
+func waitTokens(t *testing.T, p *Proxy, tok string, want int64) {
+	t.Helper()
+	g := p.lookup(tok)
+	deadline := time.Now().Add(5 * time.Second)
+	for g.tokensUsed() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("tokens used %d, want %d", g.tokensUsed(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitRecords waits for n audit records: the proxy appends after the
+// response, so the client can see the response first.
+func waitRecords(t *testing.T, l *audit.Log, n int) []audit.Record {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		recs, err := l.Tail(context.Background(), 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) >= n || time.Now().After(deadline) {
+			return recs
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
