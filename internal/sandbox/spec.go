@@ -29,26 +29,26 @@ const (
 // is validated by Validate and never mutated by a backend.
 type Spec struct {
 	// Root is the root filesystem. The zero value is the host-toolchain view.
-	Root Root
+	Root Root `json:"root"`
 	// Env holds extra "KEY=VALUE" pairs for every command. Nothing from the
 	// daemon's own environment is ever passed in.
-	Env []string
+	Env []string `json:"env,omitempty"`
 	// Cwd is the default working directory of commands; "" means /workspace.
-	Cwd string
+	Cwd string `json:"cwd,omitempty"`
 	// Hostname inside the sandbox; "" means "sandbox".
-	Hostname string
+	Hostname string `json:"hostname,omitempty"`
 	// Limits are hard limits; zero fields are filled from DefaultLimits by
 	// WithDefaults.
-	Limits Limits
+	Limits Limits `json:"limits"`
 	// Workspace, when set, is a host directory bound read-write at
 	// /workspace instead of a private size-limited tmpfs. Files created there
 	// belong to the sandbox's mapped host uid.
-	Workspace string
+	Workspace string `json:"workspace,omitempty"`
 	// Mounts are extra host paths bound into the sandbox.
-	Mounts []Mount
+	Mounts []Mount `json:"mounts,omitempty"`
 	// Network says which loopback ports are reachable inside. The sandbox
 	// never has a network interface other than lo.
-	Network Network
+	Network Network `json:"network"`
 }
 
 // RootKind names a kind of root filesystem.
@@ -64,16 +64,16 @@ const (
 
 // Root selects the root filesystem.
 type Root struct {
-	Kind RootKind
+	Kind RootKind `json:"kind,omitempty"`
 	// Path is the directory for RootDirectory.
-	Path string
+	Path string `json:"path,omitempty"`
 }
 
 // Mount binds a host path into the sandbox.
 type Mount struct {
-	Source   string // absolute host path
-	Target   string // absolute path inside; a new top-level directory, or under /workspace or /tmp
-	ReadOnly bool
+	Source   string `json:"source"` // absolute host path
+	Target   string `json:"target"` // absolute path inside; a new top-level directory, or under /workspace or /tmp
+	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
 // Network lists the loopback TCP ports the sandbox may use. Everything else
@@ -81,22 +81,22 @@ type Mount struct {
 type Network struct {
 	// ExposedTCP are ports on which the daemon serves inside the sandbox's
 	// loopback (model proxy, egress broker): the sandbox may connect to them.
-	ExposedTCP []uint16
+	ExposedTCP []uint16 `json:"exposed_tcp,omitempty"`
 	// LoopbackTCP are ports the sandbox's own code may bind and connect to,
 	// for example a test server. Empty by default.
-	LoopbackTCP []uint16
+	LoopbackTCP []uint16 `json:"loopback_tcp,omitempty"`
 }
 
 // Limits are per-sandbox hard limits.
 type Limits struct {
-	MemoryBytes    int64         // memory incl. tmpfs pages; no swap
-	Pids           int64         // processes and threads
-	CPUs           float64       // CPU bandwidth, in CPUs
-	Timeout        time.Duration // wall time per exec
-	OutputBytes    int64         // stdout+stderr bytes kept per exec; the rest is dropped and reported
-	WorkspaceBytes int64         // size of the /workspace tmpfs
-	TmpBytes       int64         // size of the /tmp tmpfs
-	OpenFiles      int64         // RLIMIT_NOFILE
+	MemoryBytes    int64         `json:"memory_bytes"`    // memory incl. tmpfs pages; no swap
+	Pids           int64         `json:"pids"`            // processes and threads
+	CPUs           float64       `json:"cpus"`            // CPU bandwidth, in CPUs
+	Timeout        time.Duration `json:"timeout_ns"`      // wall time per exec
+	OutputBytes    int64         `json:"output_bytes"`    // stdout+stderr bytes kept per exec; the rest is dropped and reported
+	WorkspaceBytes int64         `json:"workspace_bytes"` // size of the /workspace tmpfs
+	TmpBytes       int64         `json:"tmp_bytes"`       // size of the /tmp tmpfs
+	OpenFiles      int64         `json:"open_files"`      // RLIMIT_NOFILE
 }
 
 // DefaultLimits are used for every zero field of Spec.Limits.
