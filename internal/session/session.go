@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -280,7 +281,14 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if ttl > 0 {
 		info.ExpiresAt = now.Add(ttl)
 	}
-	spec, _ := json.Marshal(req.Spec)
+	// Environment values may be anyone's secrets: the record keeps names only.
+	recorded := req.Spec
+	recorded.Env = nil
+	for _, kv := range req.Spec.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		recorded.Env = append(recorded.Env, k+"=[not recorded]")
+	}
+	spec, _ := json.Marshal(recorded)
 	labels, _ := json.Marshal(info.Labels)
 	if _, err := m.db.DB().ExecContext(ctx, `INSERT INTO sandboxes
 		(id, owner, state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason)

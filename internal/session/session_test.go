@@ -410,3 +410,23 @@ func TestModelProxyInsideSandbox(t *testing.T) {
 		t.Fatal("the sandbox's proxy token outlived it")
 	}
 }
+
+func TestCreateRecordsEnvNamesOnly(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, Options{})
+	ctx := context.Background()
+	info, err := m.Create(ctx, "agent", CreateRequest{Spec: sandbox.Spec{Env: []string{"DB_PASSWORD=hunter2-not-a-pattern"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := f.log.Tail(ctx, 0, 10)
+	for _, r := range recs {
+		if r.Session == info.ID && strings.Contains(string(r.Data), "hunter2") {
+			t.Fatalf("an env value reached the audit log: %s", r.Data)
+		}
+	}
+	var out bytes.Buffer
+	if _, err := m.Exec(ctx, "agent", info.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $DB_PASSWORD"}, Stdout: &out}); err != nil || out.String() != "hunter2-not-a-pattern\n" {
+		t.Fatalf("the sandbox lost its env: %q %v", out.String(), err)
+	}
+}
