@@ -1,0 +1,609 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/audit"
+)
+
+// Actor is the audit actor of every record the broker writes.
+const Actor = "egress"
+
+// Defaults for Config's zero values.
+const (
+	DefaultDialTimeout      = 30 * time.Second
+	DefaultResolveTimeout   = 10 * time.Second
+	DefaultHalfCloseTimeout = 5 * time.Minute
+)
+
+// UnknownFunc decides about a host that is not on the allowlist (at that
+// port). It may block, e.g. while a human decides; ctx is cancelled when the
+// client goes away or the broker is closed. Returning true admits this one
+// request only; the broker does not add the host to the allowlist.
+type UnknownFunc func(ctx context.Context, session, host string, port int) (allow bool, err error)
+
+// Resolver resolves names on the host side; *net.Resolver implements it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Config configures a Broker.
+type Config struct {
+	Session      string         // the sandbox id, for audit and the hook
+	Allow        *Allowlist     // per sandbox; nil admits nothing (but Unknown may)
+	Unknown      UnknownFunc    // nil denies every host not on Allow
+	AllowPrivate []netip.Prefix // special-use ranges reachable anyway (tests: 127.0.0.0/8)
+	Resolver     Resolver       // nil => net.DefaultResolver
+	// Dial connects to a checked "ip:port"; it is never given a name.
+	// Nil => a net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	Log  *audit.Log           // may be nil
+	Logf func(string, ...any) // may be nil
+
+	DialTimeout      time.Duration // per dial attempt; 0 => DefaultDialTimeout
+	ResolveTimeout   time.Duration // 0 => DefaultResolveTimeout
+	HalfCloseTimeout time.Duration // after one tunnel direction ends; 0 => default, <0 => none
+}
+
+// Broker is the egress proxy for one sandbox. It is an http.Handler.
+type Broker struct {
+	cfg       Config
+	allow     *Allowlist
+	resolver  Resolver
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	transport *http.Transport
+	proxy     *httputil.ReverseProxy
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	tunnels map[*tunnel]struct{}
+	wg      sync.WaitGroup
+}
+
+// New checks cfg and returns a Broker.
+func New(cfg Config) (*Broker, error) {
+	for _, p := range cfg.AllowPrivate {
+		if !p.IsValid() {
+			return nil, errors.New("egress: invalid AllowPrivate prefix")
+		}
+	}
+	b := &Broker{cfg: cfg, allow: cfg.Allow, resolver: cfg.Resolver, dial: cfg.Dial, tunnels: map[*tunnel]struct{}{}}
+	if b.allow == nil {
+		b.allow = &Allowlist{}
+	}
+	if b.resolver == nil {
+		b.resolver = net.DefaultResolver
+	}
+	if b.dial == nil {
+		b.dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	}
+	if b.cfg.DialTimeout <= 0 {
+		b.cfg.DialTimeout = DefaultDialTimeout
+	}
+	if b.cfg.ResolveTimeout <= 0 {
+		b.cfg.ResolveTimeout = DefaultResolveTimeout
+	}
+	if b.cfg.HalfCloseTimeout == 0 {
+		b.cfg.HalfCloseTimeout = DefaultHalfCloseTimeout
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.transport = &http.Transport{
+		Proxy:                 nil, // never chain to the daemon's own proxy settings
+		DialContext:           b.dialFromContext,
+		DisableCompression:    true, // pass bodies through byte for byte
+		MaxIdleConns:          32,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	b.proxy = &httputil.ReverseProxy{
+		Rewrite:       rewrite,
+		Transport:     b.transport,
+		FlushInterval: -1, // stream
+		ErrorHandler:  b.proxyError,
+	}
+	return b, nil
+}
+
+// Allowlist returns the list the broker consults (Config.Allow, or the
+// empty list New created).
+func (b *Broker) Allowlist() *Allowlist { return b.allow }
+
+// Close cancels pending Unknown decisions, ends open tunnels, drops idle
+// upstream connections and waits for the tunnels' audit records.
+// In-flight plain HTTP requests end with their clients; stop the
+// http.Server first.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	ts := make([]*tunnel, 0, len(b.tunnels))
+	for t := range b.tunnels {
+		ts = append(ts, t)
+	}
+	b.mu.Unlock()
+	b.cancel()
+	for _, t := range ts {
+		t.close()
+	}
+	b.transport.CloseIdleConnections()
+	b.wg.Wait()
+	return nil
+}
+
+func (b *Broker) logf(format string, args ...any) {
+	if b.cfg.Logf != nil {
+		b.cfg.Logf(format, args...)
+	}
+}
+
+// attempt is what is known about one request, for audit.
+type attempt struct {
+	start     time.Time
+	method    string
+	host      string
+	port      int
+	reason    string
+	addr      string
+	status    int
+	err       string
+	up, down  atomic.Int64
+	proxyFail atomic.Pointer[error]
+}
+
+func (b *Broker) record(kind string, a *attempt) {
+	if b.cfg.Log == nil {
+		return
+	}
+	data := map[string]any{
+		"host":       a.host,
+		"port":       a.port,
+		"method":     a.method,
+		"bytes_up":   a.up.Load(),
+		"bytes_down": a.down.Load(),
+		"reason":     a.reason,
+	}
+	if a.addr != "" {
+		data["addr"] = a.addr
+	}
+	if a.status != 0 {
+		data["status"] = a.status
+	}
+	if a.err != "" {
+		data["error"] = a.err
+	}
+	if kind == audit.KindEgressAllow {
+		data["duration_ms"] = time.Since(a.start).Milliseconds()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := audit.Entry{Session: b.cfg.Session, Actor: Actor, Kind: kind, Data: data}
+	if _, err := b.cfg.Log.Append(ctx, e); err != nil {
+		b.logf("egress: audit %s %s:%d: %v", kind, a.host, a.port, err)
+	}
+}
+
+// refusal is a request the broker will not carry.
+type refusal struct {
+	status int
+	reason string // audit code
+	msg    string // body, without the "ironclaw egress: " prefix
+}
+
+func (b *Broker) refuse(w http.ResponseWriter, a *attempt, f *refusal) {
+	a.reason = f.reason
+	a.status = f.status
+	b.record(audit.KindEgressDeny, a)
+	if f.status == 0 {
+		return // client gone
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Connection", "close")
+	w.WriteHeader(f.status)
+	io.WriteString(w, "ironclaw egress: "+f.msg+"\n")
+}
+
+// ServeHTTP serves one proxy request.
+func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a := &attempt{start: time.Now(), method: r.Method}
+	if r.Method == http.MethodConnect {
+		b.serveConnect(w, r, a)
+		return
+	}
+	if !r.URL.IsAbs() {
+		a.host = r.Host
+		b.refuse(w, a, &refusal{http.StatusBadRequest, "not_proxy_request",
+			"this is an HTTP forward proxy, not a web server: send absolute-form requests (GET http://host/path) or CONNECT host:port, e.g. by setting HTTP_PROXY and HTTPS_PROXY"})
+		return
+	}
+	b.servePlain(w, r, a)
+}
+
+// target parses an authority into a normalised host and port; defPort 0
+// means the port is required.
+func parseTarget(authority string, defPort int) (host string, port int, isIP bool, err error) {
+	if authority == "" {
+		return "", 0, false, errors.New("missing host")
+	}
+	h, p, err := splitHostPortOpt(strings.ToLower(authority))
+	if err != nil {
+		return "", 0, false, err
+	}
+	if p == "" {
+		if defPort == 0 {
+			return "", 0, false, errors.New("missing port")
+		}
+		port = defPort
+	} else if port, err = parsePort(p); err != nil {
+		return "", 0, false, err
+	}
+	if strings.Contains(h, "*") {
+		return "", 0, false, fmt.Errorf("bad host %q", h)
+	}
+	host, isIP, err = normalizeHost(h)
+	return host, port, isIP, err
+}
+
+// admit runs the policy for host:port and returns the checked addresses.
+func (b *Broker) admit(ctx context.Context, a *attempt, isIP bool) ([]netip.Addr, *refusal) {
+	hp := net.JoinHostPort(a.host, strconv.Itoa(a.port))
+	if isIP {
+		if !b.allow.allows(a.host, a.port) {
+			return nil, &refusal{http.StatusForbidden, "literal_ip",
+				fmt.Sprintf("%s is an IP address and no rule names it; use the host's name", hp)}
+		}
+		ip := netip.MustParseAddr(a.host)
+		if isSpecial(ip) && !allowedPrivate(ip, b.cfg.AllowPrivate) {
+			return nil, &refusal{http.StatusForbidden, "private_address",
+				fmt.Sprintf("%s is a private or special-use address", hp)}
+		}
+		a.reason = "allowlist"
+		return []netip.Addr{ip}, nil
+	}
+	if b.allow.allows(a.host, a.port) {
+		a.reason = "allowlist"
+	} else if b.cfg.Unknown == nil {
+		return nil, &refusal{http.StatusForbidden, "not_allowlisted",
+			fmt.Sprintf("host %s is not on this sandbox's allowlist", hp)}
+	} else {
+		hctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(b.ctx, cancel)
+		ok, err := b.cfg.Unknown(hctx, b.cfg.Session, a.host, a.port)
+		stop()
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil, &refusal{0, "canceled", ""}
+		case err != nil:
+			a.err = err.Error()
+			return nil, &refusal{http.StatusForbidden, "unknown_error",
+				fmt.Sprintf("host %s is not on this sandbox's allowlist and approval failed", hp)}
+		case !ok:
+			return nil, &refusal{http.StatusForbidden, "unknown_denied",
+				fmt.Sprintf("host %s is not on this sandbox's allowlist and was not approved", hp)}
+		}
+		a.reason = "approved"
+	}
+	rctx, cancel := context.WithTimeout(ctx, b.cfg.ResolveTimeout)
+	addrs, err := b.resolver.LookupNetIP(rctx, "ip", a.host)
+	cancel()
+	if err == nil && len(addrs) == 0 {
+		err = errors.New("no addresses")
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &refusal{0, "canceled", ""}
+		}
+		a.err = err.Error()
+		return nil, &refusal{http.StatusBadGateway, "resolve_failed",
+			fmt.Sprintf("cannot resolve host %s", a.host)}
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, ip := range addrs {
+		if isSpecial(ip) && !allowedPrivate(ip, b.cfg.AllowPrivate) {
+			a.addr = ip.String()
+			return nil, &refusal{http.StatusForbidden, "private_address",
+				fmt.Sprintf("host %s resolves to a private address %s", a.host, ip)}
+		}
+		ip = ip.Unmap()
+		if !containsAddr(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out, nil
+}
+
+func containsAddr(s []netip.Addr, a netip.Addr) bool {
+	for _, x := range s {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// dialChecked dials the checked addresses in order until one answers.
+func (b *Broker) dialChecked(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, netip.Addr, error) {
+	var errs []error
+	for _, ip := range addrs {
+		dctx, cancel := context.WithTimeout(ctx, b.cfg.DialTimeout)
+		c, err := b.dial(dctx, "tcp", netip.AddrPortFrom(ip, uint16(port)).String())
+		cancel()
+		if err == nil {
+			return c, ip, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, netip.Addr{}, errors.Join(errs...)
+}
+
+func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, a *attempt) {
+	authority := r.URL.Host
+	if authority == "" {
+		authority = r.Host
+	}
+	host, port, isIP, err := parseTarget(authority, 0)
+	if err != nil {
+		a.host = authority
+		b.refuse(w, a, &refusal{http.StatusBadRequest, "bad_request",
+			fmt.Sprintf("bad CONNECT target %q: %v (want host:port)", authority, err)})
+		return
+	}
+	a.host, a.port = host, port
+	addrs, f := b.admit(r.Context(), a, isIP)
+	if f != nil {
+		b.refuse(w, a, f)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(b.ctx, cancel)
+	up, ip, err := b.dialChecked(ctx, addrs, port)
+	stop()
+	cancel()
+	if err != nil {
+		a.err = "dial: " + err.Error()
+		a.status = http.StatusBadGateway
+		b.record(audit.KindEgressAllow, a)
+		http.Error(w, fmt.Sprintf("ironclaw egress: cannot connect to %s:%d", host, port), http.StatusBadGateway)
+		return
+	}
+	a.addr = ip.String()
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		up.Close()
+		a.err = "hijack: " + err.Error()
+		a.status = http.StatusInternalServerError
+		b.record(audit.KindEgressAllow, a)
+		http.Error(w, "ironclaw egress: CONNECT needs HTTP/1.1", http.StatusInternalServerError)
+		return
+	}
+	t := &tunnel{client: client, up: up}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		t.close()
+		a.err = "broker closed"
+		b.record(audit.KindEgressAllow, a)
+		return
+	}
+	b.tunnels[t] = struct{}{}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.tunnels, t)
+		b.mu.Unlock()
+		b.wg.Done()
+	}()
+
+	client.SetDeadline(time.Time{})
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		t.close()
+		a.err = "reply: " + err.Error()
+		b.record(audit.KindEgressAllow, a)
+		return
+	}
+	// brw.Reader may hold bytes the client sent right after the request.
+	b.splice(t, brw.Reader, a)
+	b.record(audit.KindEgressAllow, a)
+}
+
+// tunnel is one spliced CONNECT.
+type tunnel struct {
+	client, up net.Conn
+	once       sync.Once
+}
+
+func (t *tunnel) close() {
+	t.once.Do(func() {
+		t.client.Close()
+		t.up.Close()
+	})
+}
+
+// countWriter counts bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// splice copies both ways until both directions end.
+func (b *Broker) splice(t *tunnel, clientR io.Reader, a *attempt) {
+	done := make(chan struct{}, 2)
+	pipe := func(dst net.Conn, src io.Reader, n *atomic.Int64) {
+		// Avoid io.Copy's ReaderFrom/WriterTo fast paths bypassing the counter.
+		_, err := io.CopyBuffer(countWriter{dst, n}, src, make([]byte, 32*1024))
+		if err != nil || !closeWrite(dst) {
+			t.close()
+		}
+		done <- struct{}{}
+	}
+	go pipe(t.up, clientR, &a.up)
+	go pipe(t.client, t.up, &a.down)
+	<-done
+	if d := b.cfg.HalfCloseTimeout; d > 0 {
+		timer := time.AfterFunc(d, t.close)
+		<-done
+		timer.Stop()
+	} else {
+		<-done
+	}
+	t.close()
+}
+
+func closeWrite(c net.Conn) bool {
+	cw, ok := c.(interface{ CloseWrite() error })
+	return ok && cw.CloseWrite() == nil
+}
+
+// ctxKey carries a plain HTTP request's checked addresses to the dialer.
+type ctxKey struct{}
+
+type dialPlan struct {
+	addrs []netip.Addr
+	port  int
+	a     *attempt
+}
+
+// dialFromContext is the forwarding Transport's dialer: it dials only the
+// addresses admit checked for this request, never the name in addr.
+func (b *Broker) dialFromContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	p, ok := ctx.Value(ctxKey{}).(*dialPlan)
+	if !ok || len(p.addrs) == 0 {
+		return nil, fmt.Errorf("egress: dial %s without checked addresses", addr)
+	}
+	c, _, err := b.dialChecked(ctx, p.addrs, p.port)
+	return c, err
+}
+
+// rewrite prepares the outgoing request. ReverseProxy has already removed
+// hop-by-hop headers (Connection and those it names, Keep-Alive,
+// Proxy-Connection, Proxy-Authenticate, Proxy-Authorization, TE, Trailer,
+// Transfer-Encoding, Upgrade unless upgrading) and X-Forwarded-*/Forwarded.
+func rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.Host = "" // use the URL's authority, as RFC 9112 3.2.2 asks
+	for k := range pr.Out.Header {
+		if strings.HasPrefix(k, "Proxy-") {
+			pr.Out.Header.Del(k)
+		}
+	}
+}
+
+func (b *Broker) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	if p, ok := r.Context().Value(ctxKey{}).(*dialPlan); ok {
+		p.a.proxyFail.Store(&err)
+	}
+	if r.Context().Err() != nil {
+		return
+	}
+	http.Error(w, "ironclaw egress: upstream request failed", http.StatusBadGateway)
+}
+
+// statusWriter counts response body bytes and remembers the status.
+type statusWriter struct {
+	http.ResponseWriter
+	a      *attempt
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(p)
+	s.a.down.Add(int64(n))
+	return n, err
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// countBody counts request body bytes.
+type countBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c countBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) {
+	if r.URL.Scheme != "http" {
+		a.host = r.URL.Host
+		b.refuse(w, a, &refusal{http.StatusBadRequest, "bad_request",
+			fmt.Sprintf("cannot proxy %q URLs in absolute form; use CONNECT for https", r.URL.Scheme)})
+		return
+	}
+	if r.URL.User != nil {
+		r.URL.User = nil // never forward credentials embedded in the URL's authority form
+	}
+	host, port, isIP, err := parseTarget(r.URL.Host, 80)
+	if err != nil {
+		a.host = r.URL.Host
+		b.refuse(w, a, &refusal{http.StatusBadRequest, "bad_request",
+			fmt.Sprintf("bad target %q: %v", r.URL.Host, err)})
+		return
+	}
+	a.host, a.port = host, port
+	addrs, f := b.admit(r.Context(), a, isIP)
+	if f != nil {
+		b.refuse(w, a, f)
+		return
+	}
+	plan := &dialPlan{addrs: addrs, port: port, a: a}
+	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), ctxKey{}, plan))
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel)
+	defer stop()
+	out := r.WithContext(ctx)
+	if r.Body != nil && r.Body != http.NoBody {
+		out.Body = countBody{r.Body, &a.up}
+	}
+	sw := &statusWriter{ResponseWriter: w, a: a}
+	b.proxy.ServeHTTP(sw, out)
+	a.status = sw.status
+	if p := a.proxyFail.Load(); p != nil {
+		a.err = (*p).Error()
+		if a.status == 0 {
+			a.status = http.StatusBadGateway
+		}
+	}
+	if len(addrs) == 1 {
+		a.addr = addrs[0].String()
+	}
+	b.record(audit.KindEgressAllow, a)
+}

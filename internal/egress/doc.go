@@ -1,0 +1,70 @@
+// Package egress is the sandbox egress broker: the only way out of an
+// IronClaw sandbox, which has no network interface of its own.
+//
+// A Broker is an HTTP forward proxy. The daemon serves it on a listener
+// inside the sandbox's loopback and advertises it as HTTP_PROXY/HTTPS_PROXY.
+// It accepts two kinds of requests:
+//
+//   - CONNECT host:port (HTTPS and any other TCP protocol): after the checks
+//     below the broker dials the target, hijacks the client connection,
+//     replies "HTTP/1.1 200 Connection established" and splices bytes both
+//     ways until both directions have ended. An EOF on one side is passed on
+//     as a half-close (CloseWrite) where the connection supports it,
+//     otherwise both connections are closed. Once one direction has ended,
+//     the other gets Config.HalfCloseTimeout to finish.
+//   - Absolute-form plain HTTP requests (GET http://host/path): after the
+//     same checks the request is forwarded with hop-by-hop and Proxy-*
+//     headers removed, and the response is streamed back.
+//
+// Anything else is refused with 400: origin-form requests ("GET /path", the
+// broker is not a web server), https:// URLs in absolute form (use CONNECT),
+// and malformed targets.
+//
+// # Admission
+//
+// For every request, in this order:
+//
+//  1. The target host is normalised (lower case, one trailing dot dropped)
+//     and validated. Hosts whose last label is numeric ("127.1", "0x7f.1")
+//     are rejected, because some resolvers read them as IPv4 addresses.
+//  2. Literal IP targets are admitted only if a rule names that exact IP
+//     (and port); the Unknown hook is not consulted for them.
+//  3. Names are matched against the sandbox's Allowlist. A name that is not
+//     on it (at that port) is passed to Config.Unknown, which may block, for
+//     example while a human decides; its context is cancelled when the client
+//     goes away. A nil hook, false or an error deny. An approval applies to
+//     that one request only: the broker does not add the host to the list
+//     (the approval gateway may call Allowlist.Add itself).
+//  4. Only then is the name resolved, on the host side through
+//     Config.Resolver. Unadmitted names are never resolved, so the sandbox
+//     cannot leak data through DNS queries.
+//  5. Every resolved address is checked: if any is loopback, private
+//     (RFC 1918), CGNAT, link-local (including the 169.254.169.254 metadata
+//     address), unique-local, multicast, broadcast, unspecified, reserved or
+//     documentation space, or an IPv4-mapped/NAT64/6to4 form of one, the
+//     request is refused, unless the address is inside one of
+//     Config.AllowPrivate. This defeats DNS rebinding of allowlisted names.
+//  6. The broker dials the checked IP addresses, never the name, so a
+//     second resolution cannot substitute a different address.
+//
+// Denials are answered with 403 and a one-line text body such as
+// "ironclaw egress: host example.com:443 is not on this sandbox's allowlist"
+// or "ironclaw egress: host x.example resolves to a private address
+// 10.0.0.5". A name that does not resolve gets 502, as does a failed dial.
+//
+// # Audit
+//
+// Every attempt is recorded in Config.Log (if set) as an audit.Entry with
+// Actor "egress" and Kind audit.KindEgressDeny or audit.KindEgressAllow.
+// Data holds host, port, method, bytes_up (client to upstream), bytes_down,
+// reason, and where known addr (the dialed IP), status (plain HTTP), error
+// and duration_ms. For CONNECT the byte counts are raw tunnel bytes; for
+// plain HTTP they are request and response body bytes. reason is
+// "allowlist" or "approved" for admitted requests and a short code for
+// denials (bad_request, not_proxy_request, not_allowlisted, literal_ip,
+// unknown_denied, unknown_error, canceled, resolve_failed,
+// private_address). An admitted request whose dial fails is recorded as
+// egress.allow with an error, since policy allowed it. Allow records are
+// written when the connection or response ends. Denials are recorded before
+// the response is written.
+package egress
