@@ -154,8 +154,8 @@ func decodeCreate(r io.Reader) (session.CreateRequest, error) {
 			OutputBytes: int64(l.Output), WorkspaceBytes: int64(l.Workspace), TmpBytes: int64(l.Tmp), OpenFiles: l.OpenFiles,
 		}
 	}
-	if b.Egress != nil && len(b.Egress.Allow) > 0 {
-		return req, badRequest("egress: an allow list is not supported yet (no egress broker)")
+	if b.Egress != nil {
+		req.EgressAllow = b.Egress.Allow // checked by the session layer
 	}
 	for k, v := range b.Labels {
 		if k == "" || len(k) > 63 || len(v) > 255 {

@@ -91,6 +91,7 @@ func newSandboxCreateCmd(e *env) *cobra.Command {
 	f := c.Flags()
 	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "environment KEY=VALUE of every command (repeatable)")
+	f.StringArrayVar(&req.EgressAllow, "allow-host", nil, "host the sandbox may reach through its egress broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
 	f.StringVar(&req.Image, "image", "", "root filesystem: a directory on the daemon's host (default: the host-toolchain view)")
 	f.DurationVar(&req.TTL, "ttl", 0, "lifetime (default: the daemon's)")
 	f.DurationVar(&req.Idle, "idle", 0, "idle timeout (default: the daemon's)")

@@ -120,6 +120,9 @@ environment (IRONCLAW_LISTEN, IRONCLAW_DATA_DIR), then the YAML file named by
 	f.StringSliceVar(&cfg.Model.Models, "allow-model", nil, "model names agents may use (repeatable; default: any)")
 	f.IntVar(&cfg.Model.RequestsPerMinute, "model-rpm", 0, "model requests per minute per proxy token (0: no limit)")
 	f.Int64Var(&cfg.Model.TokensPerSession, "model-tokens", 0, "model tokens (input+output) per proxy token (0: no limit)")
+	f.IntVar(&cfg.Egress.Port, "egress-port", daemon.DefaultEgressPort, "port of the egress broker inside every sandbox (-1: none)")
+	f.StringSliceVar(&cfg.Egress.Allow, "egress-allow", nil, "hosts every sandbox may reach through the broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
+	f.StringSliceVar(&cfg.Egress.AllowPrivate, "egress-allow-private", nil, "CIDRs reachable although private or loopback (repeatable; for tests)")
 	return c
 }
 

@@ -281,6 +281,8 @@ type CreateRequest struct {
 	TTL    time.Duration // 0: the daemon's default
 	Idle   time.Duration // 0: the daemon's default
 	Labels map[string]string
+	// EgressAllow adds hosts to the sandbox's egress allowlist.
+	EgressAllow []string
 }
 
 func (r CreateRequest) MarshalJSON() ([]byte, error) {
@@ -291,8 +293,16 @@ func (r CreateRequest) MarshalJSON() ([]byte, error) {
 		TTL    string            `json:"ttl,omitempty"`
 		Idle   string            `json:"idle,omitempty"`
 		Labels map[string]string `json:"labels,omitempty"`
+		Egress *struct {
+			Allow []string `json:"allow"`
+		} `json:"egress,omitempty"`
 	}
 	w := wire{Image: r.Image, Env: r.Env, Labels: r.Labels}
+	if len(r.EgressAllow) > 0 {
+		w.Egress = &struct {
+			Allow []string `json:"allow"`
+		}{r.EgressAllow}
+	}
 	if r.Limits != (Limits{}) {
 		l := r.Limits
 		w.Limits = &l

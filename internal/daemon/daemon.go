@@ -60,6 +60,8 @@ type Config struct {
 	DataDir string
 	// Model configures the model proxy (keys come from the environment).
 	Model ModelConfig
+	// Egress configures the egress broker of every sandbox.
+	Egress EgressConfig
 	// PoolSize is how many sealed idle sandboxes are kept ready (0 means
 	// DefaultPoolSize; negative disables the pool).
 	PoolSize int
@@ -206,6 +208,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		model = modelAccess{Proxy: proxy, port: port}
 		poolPorts = []uint16{port}
 	}
+	var eg session.EgressAccess
+	if cfg.Egress.Port >= 0 {
+		e, err := newEgressAccess(cfg.Egress, alog, logf)
+		if err != nil {
+			return err
+		}
+		eg = e
+		poolPorts = append(poolPorts, e.Port())
+	}
 	rt, err := native.New(ctx, native.Options{PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
@@ -222,6 +233,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Logf:         logf,
 		OnEnd:        ends.onEnd,
 		Model:        model,
+		Egress:       eg,
 	})
 	if err != nil {
 		return err

@@ -69,6 +69,28 @@ type Options struct {
 	// Model, if set, gives every sandbox the model proxy on its own
 	// loopback, with a per-sandbox token in its commands' environment.
 	Model ModelAccess
+	// Egress, if set, gives every sandbox an egress broker on its own
+	// loopback (HTTP_PROXY/HTTPS_PROXY), admitting only its allowlist.
+	Egress EgressAccess
+}
+
+// EgressAccess is what the session layer needs of the egress broker.
+type EgressAccess interface {
+	// Port is where the broker listens inside every sandbox.
+	Port() uint16
+	// Check validates allowlist rules before anything is created.
+	Check(allow []string) error
+	// Broker serves one sandbox's egress with its allowlist; close ends
+	// its tunnels.
+	Broker(session string, allow []string) (h http.Handler, close func() error, err error)
+}
+
+// egressEnv points HTTP clients inside at the broker. Loopback stays
+// direct: the model proxy lives there.
+func egressEnv(port uint16) []string {
+	p := fmt.Sprintf("http://127.0.0.1:%d", port)
+	return []string{"HTTP_PROXY=" + p, "HTTPS_PROXY=" + p, "http_proxy=" + p, "https_proxy=" + p,
+		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost"}
 }
 
 // ModelAccess is what the session layer needs of the model proxy.
@@ -97,6 +119,9 @@ type CreateRequest struct {
 	TTL    time.Duration // 0: Options.DefaultTTL
 	Idle   time.Duration // 0: Options.DefaultIdle
 	Labels map[string]string
+	// EgressAllow adds hosts ("api.github.com", "*.pypi.org:443") to the
+	// sandbox's egress allowlist; it needs Options.Egress.
+	EgressAllow []string
 }
 
 // Info describes a sandbox, running or ended.
@@ -131,6 +156,8 @@ type entry struct {
 	sb       sandbox.Sandbox
 	env      []string     // added to every exec: the model proxy's address and token
 	serving  *http.Server // the model proxy on the sandbox's loopback, or nil
+	egress   *http.Server // the egress broker on the sandbox's loopback, or nil
+	closeEg  func() error
 	info     Info
 	lastUsed time.Time // guarded by Manager.mu
 	busy     int       // execs and file copies in flight; an entry is never idle while busy
@@ -235,6 +262,14 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if req.TTL < 0 || req.Idle < 0 {
 		return Info{}, fmt.Errorf("%w: ttl and idle timeout must not be negative", sandbox.ErrInvalidSpec)
 	}
+	switch {
+	case m.opts.Egress != nil:
+		if err := m.opts.Egress.Check(req.EgressAllow); err != nil {
+			return Info{}, fmt.Errorf("%w: egress: %v", sandbox.ErrInvalidSpec, err)
+		}
+	case len(req.EgressAllow) > 0:
+		return Info{}, fmt.Errorf("%w: egress: this daemon runs no egress broker", sandbox.ErrInvalidSpec)
+	}
 	m.mu.Lock()
 	if len(m.live) >= m.opts.MaxSandboxes {
 		m.mu.Unlock()
@@ -251,8 +286,12 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		m.mu.Unlock()
 	}()
 
+	req.Spec.Network.ExposedTCP = slices.Clone(req.Spec.Network.ExposedTCP)
 	if m.opts.Model != nil {
-		req.Spec.Network.ExposedTCP = append(slices.Clone(req.Spec.Network.ExposedTCP), m.opts.Model.Port())
+		req.Spec.Network.ExposedTCP = append(req.Spec.Network.ExposedTCP, m.opts.Model.Port())
+	}
+	if m.opts.Egress != nil {
+		req.Spec.Network.ExposedTCP = append(req.Spec.Network.ExposedTCP, m.opts.Egress.Port())
 	}
 	sb, err := m.rt.Create(ctx, req.Spec)
 	if err != nil {
@@ -265,6 +304,21 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 			_ = sb.Destroy(context.Background())
 			return Info{}, err
 		}
+	}
+	var egressSrv *http.Server
+	var closeEgress func() error
+	if m.opts.Egress != nil {
+		if egressSrv, closeEgress, err = m.attachEgress(sb, req.EgressAllow); err != nil {
+			if serving != nil {
+				serving.Close()
+			}
+			if m.opts.Model != nil {
+				m.opts.Model.Revoke(sb.ID())
+			}
+			_ = sb.Destroy(context.Background())
+			return Info{}, err
+		}
+		extraEnv = append(extraEnv, egressEnv(m.opts.Egress.Port())...)
 	}
 	now := m.opts.Now()
 	ttl, idle := req.TTL, req.Idle
@@ -304,7 +358,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		return Info{}, fmt.Errorf("session: audit: %w", err)
 	}
 	m.mu.Lock()
-	m.live[info.ID] = &entry{sb: sb, info: info, lastUsed: now, env: extraEnv, serving: serving}
+	m.live[info.ID] = &entry{sb: sb, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, closeEg: closeEgress}
 	m.mu.Unlock()
 	return info, nil
 }
@@ -325,6 +379,22 @@ func (m *Manager) attachModel(sb sandbox.Sandbox) ([]string, *http.Server, error
 	srv := &http.Server{Handler: m.opts.Model.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	return modelEnv(port, token), srv, nil
+}
+
+// attachEgress serves the sandbox's egress broker on its loopback.
+func (m *Manager) attachEgress(sb sandbox.Sandbox, allow []string) (*http.Server, func() error, error) {
+	port := m.opts.Egress.Port()
+	l, ok := sb.Listener(port)
+	if !ok {
+		return nil, nil, fmt.Errorf("session: no listener for the egress port %d", port)
+	}
+	h, closeFn, err := m.opts.Egress.Broker(sb.ID(), allow)
+	if err != nil {
+		return nil, nil, fmt.Errorf("session: egress broker: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return srv, closeFn, nil
 }
 
 func (m *Manager) extraEnv(id string) []string {
@@ -538,6 +608,10 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	}
 	if e.serving != nil {
 		_ = e.serving.Close()
+	}
+	if e.egress != nil {
+		_ = e.egress.Close()
+		_ = e.closeEg()
 	}
 	derr := e.sb.Destroy(ctx)
 	m.mu.Lock()
