@@ -437,53 +437,45 @@ func (r *Redactor) appendValue(b []byte, v any) ([]byte, error) {
 		if t == nil {
 			return append(b, "null"...), nil
 		}
-		keys, ok := sortedKeys(t)
-		if !ok {
-			return r.marshalValue(b, v)
-		}
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if err := r.checkKey(k); err != nil {
-				return nil, err
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
-			var err error
-			if b, err = r.appendMember(b, k, t[k]); err != nil {
-				return nil, err
-			}
-		}
-		return append(b, '}'), nil
+		return appendObject(r, b, v, t, r.appendMember)
 	case map[string]string:
 		if t == nil {
 			return append(b, "null"...), nil
 		}
-		keys, ok := sortedKeys(t)
-		if !ok {
-			return r.marshalValue(b, v)
-		}
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if err := r.checkKey(k); err != nil {
-				return nil, err
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
+		return appendObject(r, b, v, t, func(b []byte, k, s string) ([]byte, error) {
 			if SensitiveKey(k) {
-				b = appendString(b, Redacted)
-			} else {
-				b = appendString(b, r.RedactString(t[k]))
+				return appendString(b, Redacted), nil
 			}
-		}
-		return append(b, '}'), nil
+			return appendString(b, r.RedactString(s)), nil
+		})
 	}
 	return r.marshalValue(b, v)
+}
+
+// appendObject appends m with sorted keys, each member's value through
+// member. Typed maps skip boxing every value into an any; v is m itself, for
+// the marshalling fallback when keys cannot be sorted canonically.
+func appendObject[V any](r *Redactor, b []byte, v any, m map[string]V, member func([]byte, string, V) ([]byte, error)) ([]byte, error) {
+	keys, ok := sortedKeys(m)
+	if !ok {
+		return r.marshalValue(b, v)
+	}
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if err := r.checkKey(k); err != nil {
+			return nil, err
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		var err error
+		if b, err = member(b, k, m[k]); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
 }
 
 // appendMember appends the value of object member key, applying the
