@@ -206,19 +206,30 @@ func (req *chatRequest) conversation() *conversation {
 	return c
 }
 
-func (p *Provider) chatCompletions(w http.ResponseWriter, r *http.Request) {
+// decodeOpenAI reads and parses an OpenAI request body into req and checks
+// that *model (a field of req) was given; on failure it has answered with
+// OpenAI's error shape and returns false.
+func decodeOpenAI(w http.ResponseWriter, r *http.Request, req any, model *string) ([]byte, bool) {
 	body, err := readBody(w, r)
 	if err != nil {
 		oaError(w, http.StatusBadRequest, "could not read request body: "+err.Error(), "", "")
-		return
+		return nil, false
 	}
-	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
+	if err := json.Unmarshal(body, req); err != nil {
 		oaError(w, http.StatusBadRequest, "We could not parse the JSON body of your request: "+err.Error(), "", "invalid_json")
-		return
+		return nil, false
 	}
-	if req.Model == "" {
+	if *model == "" {
 		oaError(w, http.StatusBadRequest, "you must provide a model parameter", "model", "")
+		return nil, false
+	}
+	return body, true
+}
+
+func (p *Provider) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	body, ok := decodeOpenAI(w, r, &req, &req.Model)
+	if !ok {
 		return
 	}
 	if len(req.Messages) == 0 {
@@ -398,18 +409,9 @@ func (req *responsesRequest) conversation() (*conversation, error) {
 }
 
 func (p *Provider) responses(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r)
-	if err != nil {
-		oaError(w, http.StatusBadRequest, "could not read request body: "+err.Error(), "", "")
-		return
-	}
 	var req responsesRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		oaError(w, http.StatusBadRequest, "We could not parse the JSON body of your request: "+err.Error(), "", "invalid_json")
-		return
-	}
-	if req.Model == "" {
-		oaError(w, http.StatusBadRequest, "you must provide a model parameter", "model", "")
+	body, ok := decodeOpenAI(w, r, &req, &req.Model)
+	if !ok {
 		return
 	}
 	if in := bytes.TrimSpace(req.Input); len(in) == 0 || string(in) == "null" {
@@ -501,23 +503,14 @@ func (p *Provider) responses(w http.ResponseWriter, r *http.Request) {
 // ---- Embeddings ----
 
 func (p *Provider) embeddings(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r)
-	if err != nil {
-		oaError(w, http.StatusBadRequest, "could not read request body: "+err.Error(), "", "")
-		return
-	}
 	var req struct {
 		Model          string          `json:"model"`
 		Input          json.RawMessage `json:"input"`
 		EncodingFormat string          `json:"encoding_format"`
 		Dimensions     int             `json:"dimensions"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		oaError(w, http.StatusBadRequest, "We could not parse the JSON body of your request: "+err.Error(), "", "invalid_json")
-		return
-	}
-	if req.Model == "" {
-		oaError(w, http.StatusBadRequest, "you must provide a model parameter", "model", "")
+	_, ok := decodeOpenAI(w, r, &req, &req.Model)
+	if !ok {
 		return
 	}
 	// Inputs: a string, an array of strings, an array of token ids, or an
