@@ -5,13 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,11 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
-	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/session"
-	"github.com/ironclaw/ironclaw/internal/store"
+	"github.com/ironclaw/ironclaw/internal/testutil/stack"
 )
 
 func TestMain(m *testing.M) {
@@ -78,24 +75,8 @@ type envOpts struct {
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
-	rt, err := native.New(context.Background(), native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), PoolSize: o.poolSize})
-	if err != nil {
-		if os.Getenv("IRONCLAW_REQUIRE_SANDBOX") != "1" && errors.Is(err, sandbox.ErrUnsupported) {
-			t.Skipf("no sandboxes on this host: %v", err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "ironclaw.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	log, err := audit.New(context.Background(), db, audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { log.Close() })
+	st := stack.New(t, native.Options{PoolSize: o.poolSize})
+	rt, db, log := st.Runtime, st.Store, st.Log
 	var srvp atomic.Pointer[Server]
 	o.sess.OnEnd = func(state, reason string) {
 		if s := srvp.Load(); s != nil {

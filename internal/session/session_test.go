@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/store"
+	"github.com/ironclaw/ironclaw/internal/testutil/stack"
 )
 
 func TestMain(m *testing.M) {
@@ -35,25 +35,8 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	rt, err := native.New(context.Background(), native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
-	if err != nil {
-		if os.Getenv("IRONCLAW_REQUIRE_SANDBOX") != "1" && errors.Is(err, sandbox.ErrUnsupported) {
-			t.Skipf("no sandboxes on this host: %v", err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "ironclaw.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	log, err := audit.New(context.Background(), db, audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { log.Close() })
-	return &fixture{rt: rt, db: db, log: log}
+	st := stack.New(t, native.Options{})
+	return &fixture{rt: st.Runtime, db: st.Store, log: st.Log}
 }
 
 func (f *fixture) manager(t *testing.T, opts Options) *Manager {

@@ -1,0 +1,52 @@
+// Package stack builds, for tests, the daemon's lower layers on real parts:
+// a native runtime, a SQLite store in a temp dir and an audit log, each closed
+// when the test ends. Only tests import it; their TestMain must still call
+// boot.Main when boot.IsInit.
+package stack
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/store"
+)
+
+// Stack is a runtime, a store and an audit log.
+type Stack struct {
+	Runtime *native.Runtime
+	Store   *store.Store
+	Log     *audit.Log
+}
+
+// New builds a Stack. It skips the test when the host cannot run
+// sandboxes, unless IRONCLAW_REQUIRE_SANDBOX=1 (CI), where that fails it.
+// IRONCLAW_TEST_INIT_EXE names a cgo-free init binary for -race builds.
+func New(t testing.TB, opts native.Options) *Stack {
+	t.Helper()
+	opts.Exe = os.Getenv("IRONCLAW_TEST_INIT_EXE")
+	rt, err := native.New(context.Background(), opts)
+	if err != nil {
+		if os.Getenv("IRONCLAW_REQUIRE_SANDBOX") != "1" && errors.Is(err, sandbox.ErrUnsupported) {
+			t.Skipf("no sandboxes on this host: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "ironclaw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	log, err := audit.New(context.Background(), db, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	return &Stack{Runtime: rt, Store: db, Log: log}
+}
