@@ -21,9 +21,11 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -56,6 +58,27 @@ type Config struct {
 	// API tokens), and POST /v1/model/tokens lets an agent mint one for a
 	// program that runs on the host.
 	Model ModelProxy
+	// Operators are further operator tokens, each with the name recorded
+	// as the decider of the approvals it decides. OperatorToken's name is
+	// "operator".
+	Operators []Operator
+	// Gateway, if set, enables the approval routes and the privileged
+	// actions (tools, agents, widening), and Policy marks commands that
+	// need approval.
+	Gateway Gateway
+	Policy  ExecPolicy
+	// EgressCovers reports whether an egress rule is already allowed for
+	// every sandbox; a create asking for other hosts files a widen request.
+	EgressCovers func(rule string) bool
+	// Tools lists registered tools for GET /v1/tools.
+	Tools ToolLister
+	// Console, if set, is served at /ui/ (static files; data needs a token).
+	Console http.Handler
+}
+
+// Operator is a named operator token.
+type Operator struct {
+	Name, Token string
 }
 
 // ModelProxy is what the API needs of the model proxy.
@@ -76,7 +99,7 @@ type Server struct {
 	m       *session.Manager
 	log     *audit.Log
 	agent   [sha256.Size]byte // hashes of the tokens, compared in constant time
-	oper    [sha256.Size]byte
+	opers   []namedHash
 	limiter *limiter
 	metrics *metrics
 	gather  prometheus.Gatherer
@@ -92,8 +115,22 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 	if cfg.AgentToken == "" || cfg.OperatorToken == "" {
 		return nil, errors.New("api: the agent and operator tokens are required")
 	}
+	opers := []namedHash{{"operator", sha256.Sum256([]byte(cfg.OperatorToken))}}
+	seen := map[string]bool{cfg.AgentToken: true, cfg.OperatorToken: true}
 	if cfg.AgentToken == cfg.OperatorToken {
 		return nil, errors.New("api: the agent and operator tokens must differ")
+	}
+	for _, o := range cfg.Operators {
+		switch {
+		case !validOperatorName(o.Name):
+			return nil, fmt.Errorf("api: operator name %q: 1-64 letters, digits, '.', '_', '-', '@'", o.Name)
+		case len(o.Token) < 16:
+			return nil, fmt.Errorf("api: operator %s: token shorter than 16 characters", o.Name)
+		case seen[o.Token]:
+			return nil, fmt.Errorf("api: operator %s: token used twice", o.Name)
+		}
+		seen[o.Token] = true
+		opers = append(opers, namedHash{o.Name, sha256.Sum256([]byte(o.Token))})
 	}
 	if m == nil || log == nil {
 		return nil, errors.New("api: a session manager and an audit log are required")
@@ -127,7 +164,7 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 	s := &Server{
 		cfg: cfg, m: m, log: log,
 		agent:   sha256.Sum256([]byte(cfg.AgentToken)),
-		oper:    sha256.Sum256([]byte(cfg.OperatorToken)),
+		opers:   opers,
 		limiter: newLimiter(cfg.RatePerSecond, cfg.RateBurst),
 		metrics: met,
 		gather:  gather,
@@ -166,6 +203,22 @@ func (s *Server) routes() {
 		agent("POST /v1/model/tokens", s.mintModelToken)
 		s.mux.Handle("/v1/model/openai/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
 		s.mux.Handle("/v1/model/anthropic/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
+	}
+	if s.cfg.Gateway != nil {
+		agent("POST /v1/approvals", s.fileApproval)
+		agent("GET /v1/approvals", s.listApprovals)
+		agent("GET /v1/approvals/{id}", s.getApproval)
+		oper("POST /v1/approvals/{id}/approve", s.decide(true))
+		oper("POST /v1/approvals/{id}/deny", s.decide(false))
+		agent("POST /v1/tools", s.registerTool)
+		agent("GET /v1/tools", s.listTools)
+		agent("POST /v1/agents", s.spawnAgent)
+		agent("POST /v1/sandboxes/{id}/egress", s.widenEgress)
+		agent("POST /v1/sandboxes/{id}/limits", s.widenLimits)
+	}
+	if s.cfg.Console != nil {
+		s.mux.Handle("GET /ui/", s.cfg.Console)
+		s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
@@ -233,7 +286,7 @@ func (s *Server) unmatched(w http.ResponseWriter, r *http.Request, h http.Handle
 // limit, runs h and renders its error.
 func (s *Server) authed(need string, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		role := s.role(r)
+		role, name := s.role(r)
 		if role == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ironclaw"`)
 			writeError(w, &apiError{http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"})
@@ -249,6 +302,7 @@ func (s *Server) authed(need string, h handlerFunc) http.Handler {
 			writeError(w, &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests for this token; retry later"})
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, name))
 		if err := h(w, r, role); err != nil {
 			s.fail(w, r, err)
 		}
@@ -258,22 +312,48 @@ func (s *Server) authed(need string, h handlerFunc) http.Handler {
 // role returns the role of the request's bearer token, or "". Both tokens
 // are always compared, each in constant time over fixed-size hashes, so
 // neither the match nor the tokens' lengths show in the timing.
-func (s *Server) role(r *http.Request) string {
+func (s *Server) role(r *http.Request) (role, name string) {
 	h := r.Header.Get("Authorization")
 	const prefix = "bearer "
 	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return ""
+		return "", ""
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-	isAgent := subtle.ConstantTimeCompare(sum[:], s.agent[:])
-	isOper := subtle.ConstantTimeCompare(sum[:], s.oper[:])
-	switch {
-	case isOper == 1:
-		return roleOperator
-	case isAgent == 1:
-		return roleAgent
+	if subtle.ConstantTimeCompare(sum[:], s.agent[:]) == 1 {
+		role, name = roleAgent, roleAgent
 	}
-	return ""
+	for _, o := range s.opers {
+		if subtle.ConstantTimeCompare(sum[:], o.hash[:]) == 1 {
+			role, name = roleOperator, o.name
+		}
+	}
+	return role, name
+}
+
+type namedHash struct {
+	name string
+	hash [sha256.Size]byte
+}
+
+type identityKey struct{}
+
+// identity is the name behind the request's token: "agent", or the
+// operator's name. It is what approvals record as their decider.
+func identity(r *http.Request) string {
+	n, _ := r.Context().Value(identityKey{}).(string)
+	return n
+}
+
+func validOperatorName(n string) bool {
+	if n == "" || len(n) > 64 {
+		return false
+	}
+	for _, c := range n {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-@", c)) {
+			return false
+		}
+	}
+	return true
 }
 
 // fail renders err unless the response has begun (a stream), in which

@@ -20,6 +20,12 @@ import (
 // duration is a Go duration string in JSON ("30s", "1h30m").
 type duration time.Duration
 
+// MarshalJSON writes the string form, so a decoded body re-encodes to
+// something decodeJSON reads again (approval data).
+func (d duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
 func (d *duration) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
@@ -104,26 +110,29 @@ func jsonErr(err error) error {
 	return badRequest("malformed JSON: " + err.Error())
 }
 
+// limitsBody is the limits object of a create request.
+type limitsBody struct {
+	Memory    size     `json:"memory,omitempty"`
+	Pids      int64    `json:"pids,omitempty"`
+	CPUs      float64  `json:"cpus,omitempty"`
+	Timeout   duration `json:"timeout,omitempty"`
+	Output    size     `json:"output,omitempty"`
+	Workspace size     `json:"workspace,omitempty"`
+	Tmp       size     `json:"tmp,omitempty"`
+	OpenFiles int64    `json:"open_files,omitempty"`
+}
+
 // createBody is POST /v1/sandboxes.
 type createBody struct {
-	Image  string            `json:"image"`
-	Env    map[string]string `json:"env"`
-	Limits *struct {
-		Memory    size     `json:"memory"`
-		Pids      int64    `json:"pids"`
-		CPUs      float64  `json:"cpus"`
-		Timeout   duration `json:"timeout"`
-		Output    size     `json:"output"`
-		Workspace size     `json:"workspace"`
-		Tmp       size     `json:"tmp"`
-		OpenFiles int64    `json:"open_files"`
-	} `json:"limits"`
-	TTL    duration          `json:"ttl"`
-	Idle   duration          `json:"idle"`
-	Labels map[string]string `json:"labels"`
+	Image  string            `json:"image,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+	Limits *limitsBody       `json:"limits,omitempty"`
+	TTL    duration          `json:"ttl,omitempty"`
+	Idle   duration          `json:"idle,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 	Egress *struct {
 		Allow []string `json:"allow"`
-	} `json:"egress"`
+	} `json:"egress,omitempty"`
 }
 
 // decodeCreate reads a create request. The result's spec, with defaults
@@ -133,6 +142,11 @@ func decodeCreate(r io.Reader) (session.CreateRequest, error) {
 	if err := decodeJSON(r, &b); err != nil && err != io.EOF {
 		return session.CreateRequest{}, err
 	}
+	return b.request()
+}
+
+// request turns the body into a validated create request.
+func (b createBody) request() (session.CreateRequest, error) {
 	var req session.CreateRequest
 	if b.Image != "" {
 		if !path.IsAbs(b.Image) || path.Clean(b.Image) != b.Image {
@@ -188,56 +202,80 @@ func envList(m map[string]string) ([]string, error) {
 
 // execBody is POST /v1/sandboxes/{id}/exec.
 type execBody struct {
-	Cmd     *string           `json:"cmd"`
-	Argv    []string          `json:"argv"`
-	Stdin   *string           `json:"stdin"`
-	Cwd     string            `json:"cwd"`
-	Env     map[string]string `json:"env"`
-	Timeout duration          `json:"timeout"`
+	Cmd      *string           `json:"cmd"`
+	Argv     []string          `json:"argv"`
+	Stdin    *string           `json:"stdin"`
+	Cwd      string            `json:"cwd"`
+	Env      map[string]string `json:"env"`
+	Timeout  duration          `json:"timeout"`
+	Approval string            `json:"approval"`
+}
+
+// execCall is a decoded exec request.
+type execCall struct {
+	req sandbox.ExecRequest
+	// line is the command line policies match: cmd as given, or argv
+	// joined by spaces.
+	line     string
+	approval string // an approved exec.command request to spend, if any
+}
+
+// commandArgv checks exactly one of cmd and argv and returns the argv to
+// run and the command line policies see.
+func commandArgv(cmd *string, argv []string) ([]string, string, error) {
+	var out []string
+	var line string
+	switch {
+	case cmd != nil && argv != nil:
+		return nil, "", badRequest("give either cmd or argv, not both")
+	case cmd != nil:
+		if strings.TrimSpace(*cmd) == "" {
+			return nil, "", badRequest("empty command")
+		}
+		out, line = []string{"/bin/sh", "-c", *cmd}, *cmd
+	case len(argv) == 0 || argv[0] == "":
+		return nil, "", badRequest("empty command: give cmd or a non-empty argv")
+	default:
+		out, line = argv, strings.Join(argv, " ")
+	}
+	for _, a := range out {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, "", badRequest("the command contains a NUL byte")
+		}
+	}
+	return out, line, nil
 }
 
 // decodeExec reads an exec request: exactly one of cmd and argv, a
 // non-empty command without NUL bytes, valid env, a clean absolute cwd.
 // Output writers are left for the caller.
-func decodeExec(r io.Reader) (sandbox.ExecRequest, error) {
+func decodeExec(r io.Reader) (execCall, error) {
 	var b execBody
 	if err := decodeJSON(r, &b); err != nil {
 		if err == io.EOF {
-			return sandbox.ExecRequest{}, badRequest("empty body: a command (cmd or argv) is required")
+			return execCall{}, badRequest("empty body: a command (cmd or argv) is required")
 		}
-		return sandbox.ExecRequest{}, err
+		return execCall{}, err
 	}
-	var req sandbox.ExecRequest
-	switch {
-	case b.Cmd != nil && b.Argv != nil:
-		return req, badRequest("give either cmd or argv, not both")
-	case b.Cmd != nil:
-		if strings.TrimSpace(*b.Cmd) == "" {
-			return req, badRequest("empty command")
-		}
-		req.Argv = []string{"/bin/sh", "-c", *b.Cmd}
-	case len(b.Argv) == 0 || b.Argv[0] == "":
-		return req, badRequest("empty command: give cmd or a non-empty argv")
-	default:
-		req.Argv = b.Argv
+	argv, line, err := commandArgv(b.Cmd, b.Argv)
+	if err != nil {
+		return execCall{}, err
 	}
-	for _, a := range req.Argv {
-		if strings.IndexByte(a, 0) >= 0 {
-			return req, badRequest("the command contains a NUL byte")
-		}
-	}
+	call := execCall{line: line, approval: b.Approval}
+	req := &call.req
+	req.Argv = argv
 	if b.Cwd != "" && (!path.IsAbs(b.Cwd) || path.Clean(b.Cwd) != b.Cwd) {
-		return req, badRequest(fmt.Sprintf("cwd %q must be a clean absolute path", b.Cwd))
+		return execCall{}, badRequest(fmt.Sprintf("cwd %q must be a clean absolute path", b.Cwd))
 	}
 	req.Cwd = b.Cwd
 	env, err := envList(b.Env)
 	if err != nil {
-		return req, err
+		return execCall{}, err
 	}
 	req.Env = env
 	req.Timeout = time.Duration(b.Timeout)
 	if b.Stdin != nil {
 		req.Stdin = bytes.NewReader([]byte(*b.Stdin))
 	}
-	return req, nil
+	return call, nil
 }

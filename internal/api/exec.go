@@ -33,10 +33,14 @@ func isStartFailure(err error) bool {
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request, role string) error {
 	id := r.PathValue("id")
-	req, err := decodeExec(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	call, err := decodeExec(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		return err
 	}
+	if gated, err := s.gateExec(w, r, role, id, call); gated || err != nil {
+		return err
+	}
+	req := call.req
 	wait := r.URL.Query().Get("wait")
 	if wait == "1" || wait == "true" {
 		return s.execWait(w, r, role, id, req)

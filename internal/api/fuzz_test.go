@@ -65,7 +65,8 @@ func FuzzDecodeExec(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, err := decodeExec(bytes.NewReader(data))
+		call, err := decodeExec(bytes.NewReader(data))
+		req := call.req
 		if err != nil {
 			if ae := classify(err); ae.status != http.StatusBadRequest {
 				t.Fatalf("error %v renders as %d, want 400", err, ae.status)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/session"
 )
 
@@ -42,13 +43,55 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, role stri
 	if err != nil {
 		return err
 	}
+	// Hosts beyond what every sandbox may reach are a widening: the
+	// sandbox starts without them and they wait for an operator.
+	var extra []string
+	if s.cfg.Gateway != nil && s.cfg.EgressCovers != nil {
+		covered := req.EgressAllow[:0:0]
+		for _, rule := range req.EgressAllow {
+			if s.cfg.EgressCovers(rule) {
+				covered = append(covered, rule)
+			} else {
+				extra = append(extra, rule)
+			}
+		}
+		if len(extra) > 0 {
+			// Check the rules now: a bad one must fail the create, not
+			// the approval.
+			if err := s.m.CheckEgress(extra); err != nil {
+				return err
+			}
+		}
+		req.EgressAllow = covered
+	}
 	info, err := s.m.Create(r.Context(), role, req)
 	s.metrics.created(err)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, view(info))
+	out := createdView{sandboxView: view(info)}
+	if len(extra) > 0 {
+		a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: info.ID, By: role,
+			Data: map[string]any{"egress_allow": extra}})
+		if err != nil {
+			// The sandbox exists either way; the caller learns the hosts
+			// were not filed.
+			s.cfg.Logf("api: widen request for %s: %v", info.ID, err)
+			out.ApprovalError = gatewayError(err).Error()
+		} else {
+			out.Approvals = []gateway.Approval{a}
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
 	return nil
+}
+
+// createdView is the create response: the sandbox, plus the widening
+// request filed for hosts the policy does not cover.
+type createdView struct {
+	sandboxView
+	Approvals     []gateway.Approval `json:"approvals,omitempty"`
+	ApprovalError string             `json:"approval_error,omitempty"`
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, role string) error {

@@ -224,7 +224,33 @@ first).`,
 				}
 				req.Stdin = string(b)
 			}
-			res, err := newClient().Exec(ctxOf(c), args[0], req)
+			cl := newClient()
+			res, err := cl.Exec(ctxOf(c), args[0], req)
+			var need *client.ApprovalRequiredError
+			if errors.As(err, &need) {
+				// The policy marks this command: wait for an operator, then
+				// run it once with the approval.
+				id := need.Approval.ID
+				fmt.Fprintf(e.stderr, "ironclaw: this command needs approval: waiting for request %s (ironclaw approvals approve %s)\n", id, id)
+				a := need.Approval
+				for a.State == "pending" {
+					if a, err = cl.GetApproval(ctxOf(c), id, 30*time.Second); err != nil {
+						return err
+					}
+				}
+				if a.State != "approved" {
+					msg := fmt.Sprintf("request %s was %s", id, a.State)
+					if a.DecidedBy != "" && a.State == "denied" {
+						msg += " by " + a.DecidedBy
+					}
+					if a.Reason != "" {
+						msg += ": " + a.Reason
+					}
+					return errors.New(msg)
+				}
+				req.Approval = id
+				res, err = cl.Exec(ctxOf(c), args[0], req)
+			}
 			if err != nil {
 				return err
 			}

@@ -58,7 +58,25 @@ environment (IRONCLAW_LISTEN, IRONCLAW_DATA_DIR), then the YAML file named by
   rate: 50
   rate-burst: 100
   max-body: 1M
-  max-upload: 256M`,
+  max-upload: 256M
+  policy: /etc/ironclaw/policy.yaml
+
+The policy file (--policy) is YAML:
+
+  egress:
+    allow: ["api.github.com", "*.pypi.org:443"]
+    unknown: ask              # ask: hold and file an egress.host approval; deny
+    allow_private: []         # CIDRs reachable although private (tests: 127.0.0.0/8)
+  approvals:
+    timeout: 10m              # then the request is expired (denied)
+    max_pending: 20           # open requests per sandbox
+    webhooks: ["https://hooks.example.com/ironclaw"]
+    webhook_secret_file: ""   # default: webhook.secret in the data directory
+  exec:
+    require_approval: ["^curl ", "rm -rf /"]   # regexps over the command line
+
+Further operators: 'ironclaw operator add NAME' writes operators/NAME.token in
+the data directory; approvals decided with it record NAME as the decider.`,
 		Example: `  ironclaw serve
   ironclaw serve --listen 127.0.0.1:9000 --data-dir /var/lib/ironclaw
   IRONCLAW_API_TOKEN=$(cat ~/.local/share/ironclaw/agent.token) ironclaw sandbox create`,
@@ -123,6 +141,9 @@ environment (IRONCLAW_LISTEN, IRONCLAW_DATA_DIR), then the YAML file named by
 	f.IntVar(&cfg.Egress.Port, "egress-port", daemon.DefaultEgressPort, "port of the egress broker inside every sandbox (-1: none)")
 	f.StringSliceVar(&cfg.Egress.Allow, "egress-allow", nil, "hosts every sandbox may reach through the broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
 	f.StringSliceVar(&cfg.Egress.AllowPrivate, "egress-allow-private", nil, "CIDRs reachable although private or loopback (repeatable; for tests)")
+	f.BoolVar(&cfg.Egress.DenyUnknown, "egress-deny-unknown", false, "refuse hosts off the allowlist at once instead of asking an operator (policy: egress.unknown: deny)")
+	f.StringVar(&cfg.PolicyFile, "policy", "", "policy file (YAML): egress allowlist, unknown hosts ask|deny, approval timeout and webhooks, commands needing approval")
+	f.BoolVar(&cfg.DisableConsole, "no-console", false, "do not serve the web console at /ui/")
 	return c
 }
 

@@ -377,6 +377,9 @@ type ExecRequest struct {
 	Cwd     string
 	Env     map[string]string
 	Timeout time.Duration // 0: the sandbox's limit
+	// Approval spends an approved exec.command request (see
+	// ApprovalRequiredError).
+	Approval string
 
 	// Output is written here as it arrives (nil discards it).
 	Stdout, Stderr io.Writer
@@ -422,11 +425,23 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 	if req.Timeout != 0 {
 		body["timeout"] = req.Timeout.String()
 	}
+	if req.Approval != "" {
+		body["approval"] = req.Approval
+	}
 	resp, err := c.do(ctx, agent, http.MethodPost, sandboxPath(id, "/exec"), nil, body)
 	if err != nil {
 		return ExecResult{}, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusAccepted {
+		var out struct {
+			Approval Approval `json:"approval"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return ExecResult{}, fmt.Errorf("exec: decoding the approval request: %w", err)
+		}
+		return ExecResult{}, &ApprovalRequiredError{Approval: out.Approval}
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	for sc.Scan() {

@@ -14,17 +14,22 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/api"
+	"github.com/ironclaw/ironclaw/internal/api/console"
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/gateway"
+	"github.com/ironclaw/ironclaw/internal/policy"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/session"
 	"github.com/ironclaw/ironclaw/internal/store"
+	"github.com/ironclaw/ironclaw/internal/tools"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,6 +67,13 @@ type Config struct {
 	Model ModelConfig
 	// Egress configures the egress broker of every sandbox.
 	Egress EgressConfig
+	// PolicyFile is the host-side policy (YAML, see package policy): its
+	// egress rules add to Egress, and it sets the approval timeout,
+	// webhooks and which commands need approval. "" is the default policy.
+	PolicyFile string
+	// Console serves the web console at /ui/ (the default); DisableConsole
+	// turns it off.
+	DisableConsole bool
 	// PoolSize is how many sealed idle sandboxes are kept ready (0 means
 	// DefaultPoolSize; negative disables the pool).
 	PoolSize int
@@ -166,6 +178,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	logf("agent token in %s", filepath.Join(dir, AgentTokenFile))
 	logf("operator token in %s", filepath.Join(dir, OperatorTokenFile))
+	operators, err := loadOperators(dir)
+	if err != nil {
+		return err
+	}
+	pol := policy.Default()
+	if cfg.PolicyFile != "" {
+		if pol, err = policy.Load(cfg.PolicyFile); err != nil {
+			return err
+		}
+		logf("policy from %s", cfg.PolicyFile)
+	}
+	cfg.Egress.Allow = append(slices.Clone(cfg.Egress.Allow), pol.Egress.Allow...)
+	cfg.Egress.AllowPrivate = append(slices.Clone(cfg.Egress.AllowPrivate), pol.Egress.AllowPrivate...)
+	cfg.Egress.DenyUnknown = cfg.Egress.DenyUnknown || pol.Egress.Unknown == policy.UnknownDeny
 
 	// Everything below is closed in reverse order; the closers run with a
 	// fresh context because ctx is usually already cancelled by then.
@@ -209,12 +235,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		poolPorts = []uint16{port}
 	}
 	var eg session.EgressAccess
+	var egAccess *egressAccess
 	if cfg.Egress.Port >= 0 {
-		e, err := newEgressAccess(cfg.Egress, alog, logf)
+		e, err := newEgressAccess(ctx, cfg.Egress, st, alog, logf)
 		if err != nil {
 			return err
 		}
-		eg = e
+		eg, egAccess = e, e
 		poolPorts = append(poolPorts, e.Port())
 	}
 	rt, err := native.New(ctx, native.Options{PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, Logf: logf, Exe: cfg.InitExe})
@@ -241,15 +268,63 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// inflight counts requests still in handlers, so the manager, the log
 	// and the store close only once no handler can use them.
 	var inflight sync.WaitGroup
+	mgrCloser := len(closers)
 	closers = append(closers, func(c context.Context) error {
 		err := mgr.Close(c)
 		waitGroup(c, &inflight, 5*time.Second)
 		return err
 	})
 
+	// The gateway: approved requests act through the session manager,
+	// and the egress brokers ask it about unknown hosts.
+	toolReg := tools.New(st)
+	acts := &actions{mgr: mgr, eg: egAccess, tools: toolReg, log: alog, logf: logf}
+	gopts := gateway.Options{Store: st, Audit: alog, Timeout: time.Duration(pol.Approvals.Timeout),
+		MaxPending: pol.Approvals.MaxPending, Actions: acts.table(), Logf: logf}
+	if len(pol.Approvals.Webhooks) > 0 {
+		secret, err := webhookSecret(dir, pol.Approvals.WebhookSecretFile)
+		if err != nil {
+			return err
+		}
+		hooks, err := gateway.NewWebhooks(gateway.WebhookOptions{URLs: pol.Approvals.Webhooks, Secret: secret, Logf: logf})
+		if err != nil {
+			return err
+		}
+		closers = append(closers, func(c context.Context) error { hooks.Close(c); return nil })
+		gopts.Notify = hooks.Notify
+	}
+	gw, err := gateway.New(ctx, gopts)
+	if err != nil {
+		return err
+	}
+	// Closed before the manager (closers run in reverse): held egress
+	// connections end, then sandboxes go.
+	closers = append(closers, func(context.Context) error { return gw.Close() })
+	// Spawned agents' commands end when the manager destroys their
+	// sandboxes; their last records are written before the log closes.
+	closers = slices.Insert(closers, mgrCloser, func(c context.Context) error {
+		waitGroup(c, &acts.wg, 5*time.Second)
+		return nil
+	})
+	var covers func(string) bool
+	if egAccess != nil {
+		egAccess.gw.Store(gw)
+		covers = egAccess.Covers
+	}
+	var ui http.Handler
+	if !cfg.DisableConsole {
+		ui = console.Handler()
+	}
+
 	srv, err := api.New(api.Config{
 		AgentToken:     agentTok,
 		OperatorToken:  operTok,
+		Operators:      operators,
+		Gateway:        gw,
+		Policy:         &pol.Exec,
+		EgressCovers:   covers,
+		Tools:          toolReg,
+		Console:        ui,
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes,
 		RatePerSecond:  cfg.RatePerSecond,

@@ -1,60 +1,98 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/egress"
+	"github.com/ironclaw/ironclaw/internal/gateway"
+	"github.com/ironclaw/ironclaw/internal/session"
+	"github.com/ironclaw/ironclaw/internal/store"
 )
 
 // DefaultEgressPort is where the egress broker answers inside every sandbox.
 const DefaultEgressPort = 4001
 
-// EgressConfig configures the egress broker every sandbox gets.
+// EgressConfig configures the egress broker every sandbox gets. The policy
+// file's egress section adds to it.
 type EgressConfig struct {
 	// Port is the broker's port inside sandboxes; 0 means
 	// DefaultEgressPort, negative disables the broker.
 	Port int
 	// Allow is the allowlist every sandbox starts with (rules such as
-	// "api.github.com" or "*.pypi.org:443"); requests add to it per sandbox.
+	// "api.github.com" or "*.pypi.org:443"); approvals add to it per
+	// sandbox or for all.
 	Allow []string
 	// AllowPrivate lists CIDRs reachable although private or loopback
 	// (tests use 127.0.0.0/8 for a stand-in server). Empty is right for
 	// production: an allowlisted name resolving to a private address is
 	// refused (DNS rebinding).
 	AllowPrivate []string
+	// DenyUnknown refuses hosts off the allowlist at once instead of
+	// holding the connection while an operator decides.
+	DenyUnknown bool
+	// Resolver resolves names host-side; nil is the system resolver. Tests
+	// map made-up names to a loopback stand-in or to private addresses.
+	Resolver egress.Resolver
 }
 
-// egressAccess builds one broker per sandbox. Hosts off the allowlist are
-// refused until the approval gateway exists to ask a human.
+// egressAccess builds one broker per sandbox. Every broker shares the
+// global list (rules operators approved for all sandboxes, kept in the
+// store) and asks the gateway about hosts on neither list.
 type egressAccess struct {
 	port    uint16
 	allow   []string
+	shared  *egress.Allowlist
 	private []netip.Prefix
+	deny    bool
+	resolve egress.Resolver
+	st      *store.Store
 	log     *audit.Log
 	logf    func(string, ...any)
+	gw      atomic.Pointer[gateway.Gateway] // set once the gateway exists
 }
 
-func newEgressAccess(ec EgressConfig, log *audit.Log, logf func(string, ...any)) (*egressAccess, error) {
+func newEgressAccess(ctx context.Context, ec EgressConfig, st *store.Store, log *audit.Log, logf func(string, ...any)) (*egressAccess, error) {
 	port := ec.Port
 	if port == 0 {
 		port = DefaultEgressPort
 	}
-	e := &egressAccess{port: uint16(port), log: log, logf: logf}
+	e := &egressAccess{port: uint16(port), log: log, logf: logf, st: st, deny: ec.DenyUnknown, resolve: ec.Resolver, shared: &egress.Allowlist{}}
 	if err := e.Check(ec.Allow); err != nil {
-		return nil, fmt.Errorf("--egress-allow: %w", err)
+		return nil, fmt.Errorf("egress allowlist: %w", err)
 	}
 	e.allow = ec.Allow
 	for _, c := range ec.AllowPrivate {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
-			return nil, fmt.Errorf("--egress-allow-private %q: %w", c, err)
+			return nil, fmt.Errorf("egress allow_private %q: %w", c, err)
 		}
 		e.private = append(e.private, p.Masked())
 	}
-	return e, nil
+	rows, err := st.ReadDB().QueryContext(ctx, `SELECT rule FROM egress_rules ORDER BY added_at`)
+	if err != nil {
+		return nil, fmt.Errorf("egress: read global rules: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("egress: read global rules: %w", err)
+		}
+		r, err := egress.ParseRule(s)
+		if err != nil {
+			logf("egress: skipping stored global rule %q: %v", s, err)
+			continue
+		}
+		_ = e.shared.Add(r)
+	}
+	return e, rows.Err()
 }
 
 func (e *egressAccess) Port() uint16 { return e.port }
@@ -68,14 +106,102 @@ func (e *egressAccess) Check(allow []string) error {
 	return nil
 }
 
-func (e *egressAccess) Broker(session string, allow []string) (http.Handler, func() error, error) {
+// Covers reports whether a rule adds nothing to what every sandbox may
+// already reach: it is on the default or the global list, or it names one
+// host and port those lists admit.
+func (e *egressAccess) Covers(rule string) bool {
+	r, err := egress.ParseRule(rule)
+	if err != nil {
+		return false
+	}
+	base, _ := egress.NewAllowlist(e.allow...)
+	for _, l := range []*egress.Allowlist{base, e.shared} {
+		for _, have := range l.Rules() {
+			if have == r {
+				return true
+			}
+		}
+		if r.Port != 0 && !strings.HasPrefix(r.Host, "*.") && l.Allows(r.Host, r.Port) {
+			return true
+		}
+	}
+	return false
+}
+
+// Broker builds one sandbox's broker.
+func (e *egressAccess) Broker(sess string, allow []string) (session.EgressBroker, error) {
 	list, err := egress.NewAllowlist(append(append([]string(nil), e.allow...), allow...)...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	b, err := egress.New(egress.Config{Session: session, Allow: list, AllowPrivate: e.private, Log: e.log, Logf: e.logf})
+	var unknown egress.UnknownFunc
+	if !e.deny {
+		unknown = e.ask
+	}
+	b, err := egress.New(egress.Config{Session: sess, Allow: list, Shared: e.shared, Unknown: unknown,
+		AllowPrivate: e.private, Resolver: e.resolve, Log: e.log, Logf: e.logf})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return b, b.Close, nil
+	return broker{b}, nil
+}
+
+type broker struct{ *egress.Broker }
+
+func (b broker) Allow(rule string) error {
+	r, err := egress.ParseRule(rule)
+	if err != nil {
+		return err
+	}
+	return b.Allowlist().Add(r)
+}
+
+// ask files (or joins) an egress.host request and holds the connection
+// until it is decided, it expires, or the client goes away.
+func (e *egressAccess) ask(ctx context.Context, sess, host string, port int) (bool, error) {
+	gw := e.gw.Load()
+	if gw == nil {
+		return false, &egress.Denied{Detail: "the approval gateway is not running"}
+	}
+	a, err := gw.File(ctx, gateway.Request{Kind: gateway.KindEgressHost, Session: sess, By: "egress", Join: true,
+		Data: map[string]any{"host": host, "port": port}})
+	if errors.Is(err, gateway.ErrTooMany) {
+		return false, &egress.Denied{Detail: "too many approval requests are already pending for this sandbox"}
+	}
+	if err != nil {
+		return false, err
+	}
+	// Wait returns early only on a decision, an expiry or a closed
+	// gateway; the deadline stops a closed gateway from spinning this loop.
+	deadline := a.ExpiresAt.Add(5 * time.Second)
+	for a.Pending() && time.Now().Before(deadline) {
+		if a, err = gw.Wait(ctx, a.ID, time.Until(deadline)); err != nil {
+			return false, err
+		}
+	}
+	switch a.State {
+	case gateway.StateApproved:
+		return true, nil
+	case gateway.StateExpired, gateway.StatePending:
+		return false, &egress.Denied{Detail: fmt.Sprintf("request %s timed out with no decision", a.ID)}
+	default:
+		detail := fmt.Sprintf("request %s was denied by %s", a.ID, a.DecidedBy)
+		if a.Reason != "" {
+			detail += ": " + a.Reason
+		}
+		return false, &egress.Denied{Detail: detail}
+	}
+}
+
+// allowGlobal adds a rule for every sandbox, durably.
+func (e *egressAccess) allowGlobal(ctx context.Context, rule, approval string) error {
+	r, err := egress.ParseRule(rule)
+	if err != nil {
+		return err
+	}
+	if _, err := e.st.DB().ExecContext(ctx, `INSERT INTO egress_rules (rule, approval, added_at) VALUES (?, ?, ?)
+	ON CONFLICT (rule) DO NOTHING`, r.String(), approval, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return fmt.Errorf("egress: store global rule: %w", err)
+	}
+	return e.shared.Add(r)
 }

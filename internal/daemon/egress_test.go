@@ -27,6 +27,8 @@ func TestEgressFromInsideSandbox(t *testing.T) {
 	r := startDaemon(t, t.TempDir(), func(c *Config) {
 		c.Model.Provider = "mock"
 		c.Egress.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Egress.Allow = []string{"localhost:" + port}
+		c.Egress.DenyUnknown = true // asking an operator is TestApprovalGateway's
 	})
 	cl := r.client(t, false)
 	ctx := context.Background()

@@ -32,7 +32,16 @@ const (
 // port). It may block, e.g. while a human decides; ctx is cancelled when the
 // client goes away or the broker is closed. Returning true admits this one
 // request only; the broker does not add the host to the allowlist.
+//
+// To refuse with an explanation (who denied, or that the request timed
+// out), return false and a *Denied error: its Detail is shown to the client.
 type UnknownFunc func(ctx context.Context, session, host string, port int) (allow bool, err error)
+
+// Denied is the error an UnknownFunc returns to refuse a host with an
+// explanation; the request is recorded as unknown_denied.
+type Denied struct{ Detail string }
+
+func (d *Denied) Error() string { return "not approved: " + d.Detail }
 
 // Resolver resolves names on the host side; *net.Resolver implements it.
 type Resolver interface {
@@ -43,6 +52,7 @@ type Resolver interface {
 type Config struct {
 	Session      string         // the sandbox id, for audit and the hook
 	Allow        *Allowlist     // per sandbox; nil admits nothing (but Unknown may)
+	Shared       *Allowlist     // rules every sandbox shares (approved globally); may be nil
 	Unknown      UnknownFunc    // nil denies every host not on Allow
 	AllowPrivate []netip.Prefix // special-use ranges reachable anyway (tests: 127.0.0.0/8)
 	Resolver     Resolver       // nil => net.DefaultResolver
@@ -264,7 +274,7 @@ func parseTarget(authority string, defPort int) (host string, port int, isIP boo
 func (b *Broker) admit(ctx context.Context, a *attempt, isIP bool) ([]netip.Addr, *refusal) {
 	hp := net.JoinHostPort(a.host, strconv.Itoa(a.port))
 	if isIP {
-		if !b.allow.allows(a.host, a.port) {
+		if !b.allow.allows(a.host, a.port) && !b.cfg.Shared.Allows(a.host, a.port) {
 			return nil, &refusal{http.StatusForbidden, "literal_ip",
 				fmt.Sprintf("%s is an IP address and no rule names it; use the host's name", hp)}
 		}
@@ -276,7 +286,7 @@ func (b *Broker) admit(ctx context.Context, a *attempt, isIP bool) ([]netip.Addr
 		a.reason = "allowlist"
 		return []netip.Addr{ip}, nil
 	}
-	if b.allow.allows(a.host, a.port) {
+	if b.allow.allows(a.host, a.port) || b.cfg.Shared.Allows(a.host, a.port) {
 		a.reason = "allowlist"
 	} else if b.cfg.Unknown == nil {
 		return nil, &refusal{http.StatusForbidden, "not_allowlisted",
@@ -290,6 +300,12 @@ func (b *Broker) admit(ctx context.Context, a *attempt, isIP bool) ([]netip.Addr
 		switch {
 		case ctx.Err() != nil:
 			return nil, &refusal{0, "canceled", ""}
+		case errors.As(err, new(*Denied)):
+			var d *Denied
+			errors.As(err, &d)
+			a.err = d.Detail
+			return nil, &refusal{http.StatusForbidden, "unknown_denied",
+				fmt.Sprintf("host %s is not on this sandbox's allowlist and was not approved: %s", hp, d.Detail)}
 		case err != nil:
 			a.err = err.Error()
 			return nil, &refusal{http.StatusForbidden, "unknown_error",

@@ -80,9 +80,23 @@ type EgressAccess interface {
 	Port() uint16
 	// Check validates allowlist rules before anything is created.
 	Check(allow []string) error
-	// Broker serves one sandbox's egress with its allowlist; close ends
-	// its tunnels.
-	Broker(session string, allow []string) (h http.Handler, close func() error, err error)
+	// Broker serves one sandbox's egress with its allowlist.
+	Broker(session string, allow []string) (EgressBroker, error)
+}
+
+// EgressBroker is one sandbox's broker.
+type EgressBroker interface {
+	http.Handler
+	// Allow adds a rule to this sandbox's allowlist.
+	Allow(rule string) error
+	// Close ends its tunnels.
+	Close() error
+}
+
+// limitUpdater is implemented by sandboxes whose limits can change while
+// they run (the native runtime's).
+type limitUpdater interface {
+	UpdateLimits(ctx context.Context, l sandbox.Limits) error
 }
 
 // egressEnv points HTTP clients inside at the broker. Loopback stays
@@ -157,7 +171,7 @@ type entry struct {
 	env      []string     // added to every exec: the model proxy's address and token
 	serving  *http.Server // the model proxy on the sandbox's loopback, or nil
 	egress   *http.Server // the egress broker on the sandbox's loopback, or nil
-	closeEg  func() error
+	broker   EgressBroker
 	info     Info
 	lastUsed time.Time // guarded by Manager.mu
 	busy     int       // execs and file copies in flight; an entry is never idle while busy
@@ -306,9 +320,9 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		}
 	}
 	var egressSrv *http.Server
-	var closeEgress func() error
+	var broker EgressBroker
 	if m.opts.Egress != nil {
-		if egressSrv, closeEgress, err = m.attachEgress(sb, req.EgressAllow); err != nil {
+		if egressSrv, broker, err = m.attachEgress(sb, req.EgressAllow); err != nil {
 			if serving != nil {
 				serving.Close()
 			}
@@ -358,7 +372,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		return Info{}, fmt.Errorf("session: audit: %w", err)
 	}
 	m.mu.Lock()
-	m.live[info.ID] = &entry{sb: sb, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, closeEg: closeEgress}
+	m.live[info.ID] = &entry{sb: sb, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker}
 	m.mu.Unlock()
 	return info, nil
 }
@@ -382,19 +396,76 @@ func (m *Manager) attachModel(sb sandbox.Sandbox) ([]string, *http.Server, error
 }
 
 // attachEgress serves the sandbox's egress broker on its loopback.
-func (m *Manager) attachEgress(sb sandbox.Sandbox, allow []string) (*http.Server, func() error, error) {
+func (m *Manager) attachEgress(sb sandbox.Sandbox, allow []string) (*http.Server, EgressBroker, error) {
 	port := m.opts.Egress.Port()
 	l, ok := sb.Listener(port)
 	if !ok {
 		return nil, nil, fmt.Errorf("session: no listener for the egress port %d", port)
 	}
-	h, closeFn, err := m.opts.Egress.Broker(sb.ID(), allow)
+	b, err := m.opts.Egress.Broker(sb.ID(), allow)
 	if err != nil {
 		return nil, nil, fmt.Errorf("session: egress broker: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
-	return srv, closeFn, nil
+	return srv, b, nil
+}
+
+// CheckEgress validates egress rules without using them.
+func (m *Manager) CheckEgress(rules []string) error {
+	if m.opts.Egress == nil {
+		if len(rules) > 0 {
+			return fmt.Errorf("%w: egress: this daemon runs no egress broker", sandbox.ErrInvalidSpec)
+		}
+		return nil
+	}
+	if err := m.opts.Egress.Check(rules); err != nil {
+		return fmt.Errorf("%w: egress: %v", sandbox.ErrInvalidSpec, err)
+	}
+	return nil
+}
+
+// AllowEgress adds rules to a running sandbox's egress allowlist. The caller
+// (the approval gateway) decides whether it may; rules are checked first
+// and none is added unless all are valid.
+func (m *Manager) AllowEgress(ctx context.Context, id string, rules []string) error {
+	if m.opts.Egress == nil {
+		return fmt.Errorf("%w: this daemon runs no egress broker", sandbox.ErrInvalidRequest)
+	}
+	if err := m.opts.Egress.Check(rules); err != nil {
+		return fmt.Errorf("%w: egress: %v", sandbox.ErrInvalidRequest, err)
+	}
+	m.mu.Lock()
+	e := m.live[id]
+	m.mu.Unlock()
+	if e == nil {
+		return fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
+	}
+	for _, r := range rules {
+		if err := e.broker.Allow(r); err != nil {
+			return fmt.Errorf("session: egress rule %q: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// UpdateLimits changes a running sandbox's memory, pids, CPU, timeout and
+// output limits (zero fields stay as they are). The caller decides whether
+// it may.
+func (m *Manager) UpdateLimits(ctx context.Context, id string, l sandbox.Limits) error {
+	if l.WorkspaceBytes != 0 || l.TmpBytes != 0 || l.OpenFiles != 0 {
+		return fmt.Errorf("%w: workspace, tmp and open_files are fixed once a sandbox runs", sandbox.ErrInvalidRequest)
+	}
+	sb, done, err := m.use(id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	u, ok := sb.(limitUpdater)
+	if !ok {
+		return fmt.Errorf("%w: this runtime cannot change a running sandbox's limits", sandbox.ErrUnsupported)
+	}
+	return u.UpdateLimits(ctx, l)
 }
 
 func (m *Manager) extraEnv(id string) []string {
@@ -611,7 +682,7 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	}
 	if e.egress != nil {
 		_ = e.egress.Close()
-		_ = e.closeEg()
+		_ = e.broker.Close()
 	}
 	derr := e.sb.Destroy(ctx)
 	m.mu.Lock()

@@ -92,6 +92,54 @@ CREATE TABLE sandboxes (
 CREATE INDEX sandboxes_by_state ON sandboxes (state, owner);
 `,
 		},
+		{
+			Version: 3,
+			Name:    "approvals",
+			SQL: `
+-- Approval requests of the gateway (package gateway). A row is filed
+-- 'pending' and moves once to 'approved', 'denied' or 'expired'. applied
+-- records that an approved action was carried out, so a crash between the
+-- decision and the action is finished at the next start; used marks a
+-- single-use approval (exec.command) as spent. Times are fixed-width UTC
+-- text, so they compare as strings.
+CREATE TABLE approvals (
+	id           TEXT PRIMARY KEY,
+	kind         TEXT NOT NULL,
+	state        TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'expired')),
+	session      TEXT NOT NULL,
+	requested_by TEXT NOT NULL,
+	summary      TEXT NOT NULL,
+	data         TEXT NOT NULL,
+	created_at   TEXT NOT NULL,
+	expires_at   TEXT NOT NULL,
+	decided_at   TEXT NOT NULL,
+	decided_by   TEXT NOT NULL,
+	scope        TEXT NOT NULL,
+	reason       TEXT NOT NULL,
+	result       TEXT NOT NULL,
+	applied      INTEGER NOT NULL CHECK (applied IN (0, 1)),
+	used         INTEGER NOT NULL CHECK (used IN (0, 1))
+) STRICT;
+CREATE INDEX approvals_by_state ON approvals (state, session);
+CREATE INDEX approvals_by_created ON approvals (created_at);
+
+-- Egress rules an operator approved for every sandbox (scope "global"):
+-- they outlive the daemon run, unlike a sandbox's own additions.
+CREATE TABLE egress_rules (
+	rule     TEXT PRIMARY KEY,
+	approval TEXT NOT NULL,
+	added_at TEXT NOT NULL
+) STRICT;
+
+-- Tool definitions registered through an approved tool.register request.
+CREATE TABLE tools (
+	name          TEXT PRIMARY KEY,
+	definition    TEXT NOT NULL,
+	approval      TEXT NOT NULL,
+	registered_at TEXT NOT NULL
+) STRICT;
+`,
+		},
 	}
 }
 

@@ -43,6 +43,59 @@ type Sandbox struct {
 	diagDone chan struct{}
 
 	listeners map[uint16]net.Listener // exposed port -> listener on the sandbox's lo; fixed after Create
+
+	limitsMu sync.Mutex // guards spec.Limits, which UpdateLimits may change while execs run
+}
+
+// limits returns the sandbox's current limits.
+func (b *Sandbox) limits() sandbox.Limits {
+	b.limitsMu.Lock()
+	defer b.limitsMu.Unlock()
+	return b.spec.Limits
+}
+
+// UpdateLimits changes the memory, pids and CPU limits of the running
+// sandbox's cgroup and the timeout and output cap of later execs. Zero
+// fields keep their value; the tmpfs sizes and open files are fixed at
+// create and must be zero here.
+func (b *Sandbox) UpdateLimits(ctx context.Context, l sandbox.Limits) error {
+	if l.WorkspaceBytes != 0 || l.TmpBytes != 0 || l.OpenFiles != 0 {
+		return fmt.Errorf("%w: workspace, tmp and open files cannot change while a sandbox runs", sandbox.ErrInvalidRequest)
+	}
+	b.limitsMu.Lock()
+	defer b.limitsMu.Unlock()
+	next := b.spec.Limits
+	if l.MemoryBytes != 0 {
+		next.MemoryBytes = l.MemoryBytes
+	}
+	if l.Pids != 0 {
+		next.Pids = l.Pids
+	}
+	if l.CPUs != 0 {
+		next.CPUs = l.CPUs
+	}
+	if l.Timeout != 0 {
+		next.Timeout = l.Timeout
+	}
+	if l.OutputBytes != 0 {
+		next.OutputBytes = l.OutputBytes
+	}
+	if err := next.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalidRequest, err)
+	}
+	select {
+	case <-b.done:
+		return fmt.Errorf("%w: sandbox %s has ended", sandbox.ErrClosed, b.id)
+	default:
+	}
+	cur := b.spec.Limits
+	if next.MemoryBytes != cur.MemoryBytes || next.Pids != cur.Pids || next.CPUs != cur.CPUs {
+		if err := b.cg.Update(cgroups.Limits{MemoryBytes: next.MemoryBytes, Pids: next.Pids, CPUs: next.CPUs}); err != nil {
+			return err
+		}
+	}
+	b.spec.Limits = next
+	return nil
 }
 
 // Listener returns the listener on the sandbox's own loopback for an
@@ -198,11 +251,12 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if !path.IsAbs(cwd) {
 		return res, fmt.Errorf("%w: cwd %q must be absolute", sandbox.ErrInvalidRequest, cwd)
 	}
-	timeout := b.spec.Limits.Timeout
+	lim := b.limits()
+	timeout := lim.Timeout
 	if req.Timeout > 0 && req.Timeout < timeout {
 		timeout = req.Timeout
 	}
-	outCap := b.spec.Limits.OutputBytes
+	outCap := lim.OutputBytes
 	if req.OutputBytes > 0 && req.OutputBytes < outCap {
 		outCap = req.OutputBytes
 	}

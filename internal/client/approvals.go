@@ -1,0 +1,180 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Approval is an approval request of the gateway (docs/http-api.md).
+type Approval struct {
+	ID          string          `json:"id"`
+	Kind        string          `json:"kind"`
+	State       string          `json:"state"` // pending, approved, denied, expired
+	Session     string          `json:"session,omitempty"`
+	RequestedBy string          `json:"requested_by"`
+	Summary     string          `json:"summary"`
+	Data        json.RawMessage `json:"data"`
+	CreatedAt   time.Time       `json:"created_at"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+	DecidedAt   *time.Time      `json:"decided_at,omitempty"`
+	DecidedBy   string          `json:"decided_by,omitempty"`
+	Scope       string          `json:"scope,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+}
+
+// ApprovalRequiredError is returned by Exec for a command the daemon's
+// policy marks: the request waits at the gateway. Once approved, run the
+// same command again with ExecRequest.Approval set to its id.
+type ApprovalRequiredError struct{ Approval Approval }
+
+func (e *ApprovalRequiredError) Error() string {
+	return fmt.Sprintf("this command needs an operator's approval: request %s is %s", e.Approval.ID, e.Approval.State)
+}
+
+func approvalPath(id string, rest string) string {
+	return "/v1/approvals/" + url.PathEscape(id) + rest
+}
+
+// ApprovalFilter selects approvals; empty fields match everything.
+type ApprovalFilter struct {
+	State, Session, Kind string
+}
+
+// ListApprovals returns approvals, newest first.
+func (c *Client) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"state": f.State, "session": f.Session, "kind": f.Kind} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	var out struct {
+		Approvals []Approval `json:"approvals"`
+	}
+	err := c.doJSON(ctx, operator, http.MethodGet, "/v1/approvals", q, nil, &out)
+	return out.Approvals, err
+}
+
+// GetApproval returns one approval; with wait > 0 it long-polls until the
+// request is decided or wait passes.
+func (c *Client) GetApproval(ctx context.Context, id string, wait time.Duration) (Approval, error) {
+	q := url.Values{}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	var a Approval
+	err := c.doJSON(ctx, agent, http.MethodGet, approvalPath(id, ""), q, nil, &a)
+	return a, err
+}
+
+// Approve approves a request (operator). scope is "sandbox" (the default)
+// or "global", for egress.host requests only.
+func (c *Client) Approve(ctx context.Context, id, scope, reason string) (Approval, error) {
+	body := map[string]string{}
+	if scope != "" {
+		body["scope"] = scope
+	}
+	if reason != "" {
+		body["reason"] = reason
+	}
+	var a Approval
+	err := c.doJSON(ctx, operator, http.MethodPost, approvalPath(id, "/approve"), nil, body, &a)
+	return a, err
+}
+
+// Deny denies a request (operator).
+func (c *Client) Deny(ctx context.Context, id, reason string) (Approval, error) {
+	body := map[string]string{}
+	if reason != "" {
+		body["reason"] = reason
+	}
+	var a Approval
+	err := c.doJSON(ctx, operator, http.MethodPost, approvalPath(id, "/deny"), nil, body, &a)
+	return a, err
+}
+
+// FileApproval files a request of kind egress.host, exec.command or
+// tool.call (agent).
+func (c *Client) FileApproval(ctx context.Context, kind, session, summary string, data any) (Approval, error) {
+	body := map[string]any{"kind": kind, "data": data}
+	if session != "" {
+		body["session"] = session
+	}
+	if summary != "" {
+		body["summary"] = summary
+	}
+	var a Approval
+	err := c.doJSON(ctx, agent, http.MethodPost, "/v1/approvals", nil, body, &a)
+	return a, err
+}
+
+// WatchApprovals calls fn with every pending approval, then with each
+// approval as it is filed or changes state, until ctx ends (returning its
+// error), fn fails, or the stream breaks.
+func (c *Client) WatchApprovals(ctx context.Context, fn func(Approval) error) error {
+	resp, err := c.do(ctx, operator, http.MethodGet, "/v1/approvals", url.Values{"watch": {"1"}}, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var a Approval
+		if err := json.Unmarshal(line, &a); err != nil {
+			return fmt.Errorf("approvals watch: %w", err)
+		}
+		if err := fn(a); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("approvals watch: %w", err)
+	}
+	return errors.New("approvals watch: the daemon ended the stream")
+}
+
+// postPending posts a privileged request and returns the approval filed.
+func (c *Client) postPending(ctx context.Context, path string, body any) (Approval, error) {
+	var a Approval
+	err := c.doJSON(ctx, agent, http.MethodPost, path, nil, body, &a)
+	return a, err
+}
+
+// RegisterTool files a tool.register request.
+func (c *Client) RegisterTool(ctx context.Context, def map[string]any) (Approval, error) {
+	return c.postPending(ctx, "/v1/tools", def)
+}
+
+// SpawnAgent files an agent.spawn request; body is a create request plus
+// cmd or argv.
+func (c *Client) SpawnAgent(ctx context.Context, body map[string]any) (Approval, error) {
+	return c.postPending(ctx, "/v1/agents", body)
+}
+
+// WidenEgress files a sandbox.widen request for more egress rules.
+func (c *Client) WidenEgress(ctx context.Context, id string, allow []string) (Approval, error) {
+	return c.postPending(ctx, sandboxPath(id, "/egress"), map[string]any{"allow": allow})
+}
+
+// WidenLimits files a sandbox.widen request for larger limits (keys memory,
+// pids, cpus, timeout, output).
+func (c *Client) WidenLimits(ctx context.Context, id string, limits map[string]any) (Approval, error) {
+	return c.postPending(ctx, sandboxPath(id, "/limits"), limits)
+}

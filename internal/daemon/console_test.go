@@ -1,0 +1,99 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/client"
+)
+
+// needChromium returns the browser and the driver's directory, or skips
+// (fails under IRONCLAW_REQUIRE_CHROMIUM=1, as in CI).
+func needChromium(t *testing.T) (chromium, driverDir string) {
+	t.Helper()
+	skip := func(why string) {
+		if os.Getenv("IRONCLAW_REQUIRE_CHROMIUM") == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	chromium = os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		skip("no Chromium (apt-get install chromium): " + err.Error())
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		skip("no node")
+	}
+	driverDir, _ = filepath.Abs("testdata/console")
+	if _, err := os.Stat(filepath.Join(driverDir, "node_modules", "playwright-core")); err != nil {
+		skip("playwright-core not installed (npm ci in internal/daemon/testdata/console)")
+	}
+	return chromium, driverDir
+}
+
+// The web console in real headless Chromium: an operator pastes the
+// token, sees the pending egress.host request a sandbox's held connection
+// filed, clicks approve, and the held request proceeds.
+func TestConsoleApprovesHeldRequest(t *testing.T) {
+	chromium, driverDir := needChromium(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello from "+r.Host)
+	}))
+	defer up.Close()
+	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	g := &gatewayRig{t: t, dir: t.TempDir(), port: port}
+	g.start(writePolicy(t, t.TempDir(), "egress:\n  allow_private: [\"127.0.0.0/8\"]\napprovals:\n  timeout: 2m\n"))
+	ctx := context.Background()
+	agent, op := g.r.client(t, false), g.r.client(t, true)
+	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan string, 1)
+	go func() {
+		out, err := curlVia(ctx, agent, sb.ID, "http://stand-in.test:"+port+"/")
+		if err != nil {
+			out += " " + err.Error()
+		}
+		held <- out
+	}()
+	a := waitPending(t, op, sb.ID, "egress.host")
+
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, "node", "console.mjs")
+	cmd.Dir = driverDir
+	cmd.Env = append(os.Environ(), "IRONCLAW_URL=http://"+g.r.addr, "IRONCLAW_OPERATOR_TOKEN="+readTok(t, g.dir, OperatorTokenFile),
+		"APPROVAL_ID="+a.ID, "DECISION=approve", "EXPECT_SANDBOX="+sb.ID, "CHROMIUM="+chromium)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("console driver: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `"ok":true`) {
+		t.Fatalf("console driver said: %s", out)
+	}
+	select {
+	case got := <-held:
+		if !strings.Contains(got, "hello from stand-in.test") || !strings.Contains(got, "status=200") {
+			t.Fatalf("held request after the click: %q", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held request did not proceed after the click")
+	}
+	decided, err := op.GetApproval(ctx, a.ID, 0)
+	if err != nil || decided.State != "approved" || decided.DecidedBy != "operator" || !strings.Contains(decided.Reason, "console test") {
+		t.Fatalf("decision made in the console: %+v %v", decided, err)
+	}
+}

@@ -1,0 +1,186 @@
+// Package policy reads the host-side policy file (`ironclaw serve --policy
+// FILE`): the default egress allowlist, what happens to unknown hosts, the
+// approval timeout and webhooks, and which commands need approval.
+//
+// The file is YAML:
+//
+//	egress:
+//	  allow: ["api.github.com", "*.pypi.org:443"]
+//	  unknown: ask            # ask | deny
+//	  allow_private: []       # CIDRs reachable although private
+//	approvals:
+//	  timeout: 10m
+//	  max_pending: 20         # per sandbox (or per requester without one)
+//	  webhooks: ["https://hooks.example.com/ironclaw"]
+//	  webhook_secret_file: /etc/ironclaw/webhook.secret
+//	exec:
+//	  require_approval: ["^curl ", "rm -rf /"]
+//
+// Unknown keys are errors, so a typo cannot silently weaken the policy.
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/egress"
+	"gopkg.in/yaml.v3"
+)
+
+// Unknown-host behaviours.
+const (
+	UnknownAsk  = "ask"  // hold the connection and file an egress.host approval
+	UnknownDeny = "deny" // refuse at once
+)
+
+// ErrInvalid wraps every problem with a policy file.
+var ErrInvalid = errors.New("invalid policy")
+
+// Policy is a parsed, validated policy.
+type Policy struct {
+	Egress    Egress    `yaml:"egress"`
+	Approvals Approvals `yaml:"approvals"`
+	Exec      Exec      `yaml:"exec"`
+}
+
+// Egress is the egress section.
+type Egress struct {
+	Allow        []string `yaml:"allow"`
+	Unknown      string   `yaml:"unknown"`
+	AllowPrivate []string `yaml:"allow_private"`
+}
+
+// Approvals is the approvals section.
+type Approvals struct {
+	Timeout           Duration `yaml:"timeout"`
+	MaxPending        int      `yaml:"max_pending"`
+	Webhooks          []string `yaml:"webhooks"`
+	WebhookSecretFile string   `yaml:"webhook_secret_file"`
+}
+
+// Exec is the exec section.
+type Exec struct {
+	RequireApproval []string `yaml:"require_approval"`
+
+	patterns []*regexp.Regexp
+}
+
+// Duration is a time.Duration written as "10m" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration like 10m: %w", n.Line, n.Value, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Default is the policy without a file: nothing allowlisted, unknown hosts
+// asked about, a 10 minute timeout, no marked commands.
+func Default() *Policy {
+	p := &Policy{}
+	_ = p.validate()
+	return p
+}
+
+// Load reads and validates a policy file.
+func Load(path string) (*Policy, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	defer f.Close()
+	p, err := Parse(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Parse reads and validates a policy document.
+func Parse(r io.Reader) (*Policy, error) {
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{}
+	if len(bytes.TrimSpace(raw)) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		dec.KnownFields(true)
+		if err := dec.Decode(p); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Policy) validate() error {
+	for _, r := range p.Egress.Allow {
+		if _, err := egress.ParseRule(r); err != nil {
+			return fmt.Errorf("%w: egress.allow %q: %v", ErrInvalid, r, err)
+		}
+	}
+	switch p.Egress.Unknown {
+	case "":
+		p.Egress.Unknown = UnknownAsk
+	case UnknownAsk, UnknownDeny:
+	default:
+		return fmt.Errorf("%w: egress.unknown is %q, want ask or deny", ErrInvalid, p.Egress.Unknown)
+	}
+	for _, c := range p.Egress.AllowPrivate {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			return fmt.Errorf("%w: egress.allow_private %q: %v", ErrInvalid, c, err)
+		}
+	}
+	switch t := time.Duration(p.Approvals.Timeout); {
+	case t == 0:
+		p.Approvals.Timeout = Duration(10 * time.Minute)
+	case t < time.Second || t > 7*24*time.Hour:
+		return fmt.Errorf("%w: approvals.timeout %s must be between 1s and 168h", ErrInvalid, t)
+	}
+	switch m := p.Approvals.MaxPending; {
+	case m == 0:
+		p.Approvals.MaxPending = 20
+	case m < 0 || m > 10000:
+		return fmt.Errorf("%w: approvals.max_pending %d must be between 1 and 10000", ErrInvalid, m)
+	}
+	for _, w := range p.Approvals.Webhooks {
+		u, err := url.Parse(w)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%w: approvals.webhooks %q must be an absolute http(s) URL", ErrInvalid, w)
+		}
+	}
+	p.Exec.patterns = nil
+	for _, s := range p.Exec.RequireApproval {
+		re, err := regexp.Compile(s)
+		if err != nil {
+			return fmt.Errorf("%w: exec.require_approval %q: %v", ErrInvalid, s, err)
+		}
+		p.Exec.patterns = append(p.Exec.patterns, re)
+	}
+	return nil
+}
+
+// NeedsApproval reports whether a command line matches one of the patterns
+// that mark commands as needing approval, and which.
+func (e *Exec) NeedsApproval(commandLine string) (bool, string) {
+	for i, re := range e.patterns {
+		if re.MatchString(commandLine) {
+			return true, e.RequireApproval[i]
+		}
+	}
+	return false, ""
+}

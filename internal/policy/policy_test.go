@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFullPolicy(t *testing.T) {
+	p, err := Parse(strings.NewReader(`
+egress:
+  allow: ["api.github.com", "*.pypi.org:443"]
+  unknown: deny
+  allow_private: ["127.0.0.0/8"]
+approvals:
+  timeout: 90s
+  max_pending: 5
+  webhooks: ["https://hooks.example.com/ironclaw"]
+exec:
+  require_approval: ["^curl ", "rm -rf /"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Egress.Unknown != UnknownDeny || len(p.Egress.Allow) != 2 || time.Duration(p.Approvals.Timeout) != 90*time.Second || p.Approvals.MaxPending != 5 {
+		t.Fatalf("parsed: %+v", p)
+	}
+	for line, want := range map[string]bool{"curl -s x": true, "sudo rm -rf / --no-preserve-root": true, "echo curl": false, "ls": false} {
+		if got, _ := p.Exec.NeedsApproval(line); got != want {
+			t.Errorf("NeedsApproval(%q) = %v", line, got)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	for _, p := range []*Policy{Default(), mustParse(t, "")} {
+		if p.Egress.Unknown != UnknownAsk || time.Duration(p.Approvals.Timeout) != 10*time.Minute || p.Approvals.MaxPending != 20 {
+			t.Fatalf("defaults: %+v", p)
+		}
+		if need, _ := p.Exec.NeedsApproval("curl x"); need {
+			t.Fatal("default policy marks commands")
+		}
+	}
+}
+
+func mustParse(t *testing.T, s string) *Policy {
+	t.Helper()
+	p, err := Parse(strings.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Every mistake is an error naming the field; a typo in a key cannot
+// silently drop a rule.
+func TestInvalidPolicies(t *testing.T) {
+	for _, doc := range []string{
+		"egress:\n  alow: [x.com]\n",
+		"egress:\n  allow: ['*']\n",
+		"egress:\n  unknown: maybe\n",
+		"egress:\n  allow_private: [10.0.0.0/99]\n",
+		"approvals:\n  timeout: soon\n",
+		"approvals:\n  timeout: 1ms\n",
+		"approvals:\n  max_pending: -1\n",
+		"approvals:\n  webhooks: ['not a url']\n",
+		"exec:\n  require_approval: ['(']\n",
+		"other: 1\n",
+	} {
+		if _, err := Parse(strings.NewReader(doc)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: %v", doc, err)
+		}
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
