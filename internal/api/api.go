@@ -122,7 +122,7 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 	}
 	for _, o := range cfg.Operators {
 		switch {
-		case !validOperatorName(o.Name):
+		case !ValidOperatorName(o.Name):
 			return nil, fmt.Errorf("api: operator name %q: 1-64 letters, digits, '.', '_', '-', '@'", o.Name)
 		case len(o.Token) < 16:
 			return nil, fmt.Errorf("api: operator %s: token shorter than 16 characters", o.Name)
@@ -344,7 +344,9 @@ func identity(r *http.Request) string {
 	return n
 }
 
-func validOperatorName(n string) bool {
+// ValidOperatorName reports whether n may name an operator: 1-64 letters,
+// digits, '.', '_', '-' or '@'.
+func ValidOperatorName(n string) bool {
 	if n == "" || len(n) > 64 {
 		return false
 	}

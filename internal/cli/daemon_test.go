@@ -380,3 +380,76 @@ func startDaemonAt(t *testing.T, dir string) {
 	}
 	t.Cleanup(func() { cancel(); <-done })
 }
+
+func TestApprovalsCommands(t *testing.T) {
+	startDaemon(t)
+	ctx := context.Background()
+	cl := &client.Client{}
+	a, err := cl.FileApproval(ctx, "tool.call", "", "deploy to prod", map[string]any{"tool": "deploy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cl.FileApproval(ctx, "tool.call", "", "", map[string]any{"tool": "drop-table"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := run(t, "", "approvals", "ls")
+	if code != 0 || !strings.Contains(out, a.ID) || !strings.Contains(out, "deploy to prod") || !strings.Contains(out, "STATE") {
+		t.Fatalf("ls: %d %q %q", code, out, stderr)
+	}
+	code, out, _ = run(t, "", "approvals", "show", a.ID)
+	if code != 0 || !strings.Contains(out, `"kind": "tool.call"`) {
+		t.Fatalf("show: %d %q", code, out)
+	}
+	code, out, _ = run(t, "", "approvals", "approve", a.ID, "--reason", "looks fine")
+	if code != 0 || strings.TrimSpace(out) != a.ID+" approved by operator" {
+		t.Fatalf("approve: %d %q", code, out)
+	}
+	code, _, stderr = run(t, "", "approvals", "deny", a.ID)
+	if code != ExitIronClaw || !strings.Contains(stderr, "conflict") {
+		t.Fatalf("deny after approve: %d %q", code, stderr)
+	}
+	code, _, stderr = run(t, "", "approvals", "approve", b.ID, "--scope", "global")
+	if code != ExitIronClaw || !strings.Contains(stderr, "egress.host") {
+		t.Fatalf("scope on tool.call: %d %q", code, stderr)
+	}
+	if code, out, _ = run(t, "", "approvals", "deny", b.ID, "--reason", "no"); code != 0 || !strings.Contains(out, "denied by operator") {
+		t.Fatalf("deny: %d %q", code, out)
+	}
+	code, _, stderr = run(t, "", "approvals", "approve", "apr-0000000000000000")
+	if code != ExitIronClaw || !strings.Contains(stderr, "not_found") {
+		t.Fatalf("unknown id: %d %q", code, stderr)
+	}
+	code, out, _ = run(t, "", "approvals", "ls", "--all", "--json")
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(out, `"decided_by":"operator"`) {
+		t.Fatalf("ls --all --json: %d %q", code, out)
+	}
+	// The agent token cannot decide.
+	t.Setenv(client.EnvOperatorToken, os.Getenv(client.EnvAgentToken))
+	c, err := cl.FileApproval(ctx, "tool.call", "", "", map[string]any{"tool": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr = run(t, "", "approvals", "approve", c.ID); code != ExitIronClaw || !strings.Contains(stderr, "forbidden") {
+		t.Fatalf("agent approving: %d %q", code, stderr)
+	}
+}
+
+func TestOperatorAdd(t *testing.T) {
+	dir := t.TempDir()
+	code, out, stderr := run(t, "", "operator", "add", "alice", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("operator add: %d %q", code, stderr)
+	}
+	p := strings.TrimSpace(out)
+	st, err := os.Stat(p)
+	if err != nil || st.Mode().Perm() != 0o600 || filepath.Base(p) != "alice.token" {
+		t.Fatalf("token file %q: %v %v", p, st, err)
+	}
+	if code, _, stderr = run(t, "", "operator", "add", "alice", "--data-dir", dir); code != ExitIronClaw || !strings.Contains(stderr, "exists") {
+		t.Fatalf("adding twice: %d %q", code, stderr)
+	}
+	if code, _, _ = run(t, "", "operator", "add", "../x", "--data-dir", dir); code != ExitIronClaw {
+		t.Fatal("a name with a slash was accepted")
+	}
+}

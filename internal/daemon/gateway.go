@@ -211,8 +211,8 @@ func loadOperators(dir string) ([]api.Operator, error) {
 // AddOperator creates dir/operators/NAME.token with a new random token and
 // returns its path. The daemon reads these files when it starts.
 func AddOperator(dir, name string) (string, error) {
-	if name == "" || name == "operator" || name == "agent" || strings.ContainsAny(name, "/\\ \t\n") || len(name) > 64 {
-		return "", fmt.Errorf("operator name %q: 1-64 characters, no slashes or spaces, not agent or operator", name)
+	if !api.ValidOperatorName(name) || name == "operator" || name == "agent" || strings.HasPrefix(name, ".") {
+		return "", fmt.Errorf("operator name %q: 1-64 letters, digits, '.', '_', '-', '@', not starting with '.', not agent or operator", name)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, OperatorsDir), 0o700); err != nil {
 		return "", err
