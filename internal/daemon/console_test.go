@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -38,7 +39,15 @@ func needChromium(t *testing.T) (chromium, driverDir string) {
 	}
 	driverDir, _ = filepath.Abs("testdata/console")
 	if _, err := os.Stat(filepath.Join(driverDir, "node_modules", "playwright-core")); err != nil {
-		skip("playwright-core not installed (npm ci in internal/daemon/testdata/console)")
+		// The driver's one dependency comes from the npm registry, pinned by
+		// its lock file.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+		cmd.Dir = driverDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			skip(fmt.Sprintf("npm ci in %s: %v\n%s", driverDir, err, out))
+		}
 	}
 	return chromium, driverDir
 }

@@ -1,0 +1,328 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { ExecResult, IronClawSandbox, SandboxError } from '../src/index.js';
+import { startDaemon } from './helpers/daemon.js';
+import type { Daemon } from './helpers/daemon.js';
+
+let d: Daemon;
+let sbx: IronClawSandbox;
+
+before(async () => {
+  d = await startDaemon();
+  sbx = new IronClawSandbox({ addr: d.addr, token: d.agentToken, labels: { suite: 'core' } });
+});
+after(async () => {
+  await sbx?.destroy().catch(() => undefined);
+  await d?.stop();
+});
+
+describe('engage', () => {
+  test('creates a running sandbox once; engage is idempotent', async () => {
+    assert.equal(sbx.id, undefined);
+    const [a, b] = await Promise.all([sbx.engage(), sbx.engage()]);
+    assert.equal(a, sbx);
+    assert.equal(b, sbx);
+    assert.match(sbx.id!, /^sbx-[0-9a-f]+$/);
+    assert.equal(sbx.info?.state, 'running');
+    assert.deepEqual(sbx.info?.labels, { suite: 'core' });
+    await sbx.engage();
+    const listed = await IronClawSandbox.list({ addr: d.addr, token: d.agentToken, labels: { suite: 'core' } });
+    assert.deepEqual(
+      listed.map((s) => s.id),
+      [sbx.id],
+    );
+    assert.deepEqual(sbx.approvals, []);
+  });
+
+  test('reconnects by id and shares the sandbox state', async () => {
+    await sbx.writeFile('shared.txt', 'from the first client');
+    const again = await IronClawSandbox.connect(sbx.id!, { addr: d.addr, token: d.agentToken });
+    assert.equal(again.id, sbx.id);
+    assert.equal(await again.readTextFile('/workspace/shared.txt'), 'from the first client');
+    assert.equal((await again.run('cat shared.txt')).stdout, 'from the first client');
+  });
+
+  test('addr without scheme, token from IRONCLAW_DATA_DIR', async () => {
+    const saved = { ...process.env };
+    try {
+      delete process.env['IRONCLAW_API_TOKEN'];
+      process.env['IRONCLAW_ADDR'] = d.addr.replace(/^http:\/\//, '');
+      process.env['IRONCLAW_DATA_DIR'] = d.dataDir;
+      const s = await IronClawSandbox.connect(sbx.id!);
+      assert.equal(s.addr, d.addr);
+      assert.equal((await s.run('echo ok')).stdout, 'ok\n');
+    } finally {
+      process.env = saved;
+    }
+  });
+
+  test('creates with env, limits, ttl and idle', async () => {
+    const s = await IronClawSandbox.create({
+      addr: d.addr,
+      token: d.agentToken,
+      env: { GREETING: 'hello' },
+      limits: { memory: '256M', pids: 64, timeout: 5_000, openFiles: 256 },
+      ttl: '10m',
+      idle: 60_000,
+    });
+    try {
+      assert.match(s.info!.expires_at!, /^\d{4}-/);
+      assert.equal(s.info!.idle_timeout, '1m0s');
+      const r = await s.run('echo $GREETING; ulimit -n');
+      assert.equal(r.stdout, 'hello\n256\n');
+    } finally {
+      await s.destroy();
+    }
+  });
+});
+
+describe('run', () => {
+  test('shell line: stdout, stderr, exit code', async () => {
+    const r = await sbx.run('echo out; echo err >&2; exit 3');
+    assert.ok(r instanceof ExecResult);
+    assert.equal(r.stdout, 'out\n');
+    assert.equal(r.stderr, 'err\n');
+    assert.equal(r.exitCode, 3);
+    assert.equal(r.ok, false);
+    assert.equal(r.timedOut, false);
+    assert.equal(r.truncated, false);
+    assert.equal(r.oomKilled, false);
+    assert.equal(typeof r.durationMs, 'number');
+    assert.equal(r.toString(), 'out\n[stderr]\nerr\n[exit 3]');
+  });
+
+  test('argv, stdin, cwd, env', async () => {
+    const r = await sbx.run(['sh', '-c', 'pwd; echo "$X"; cat'], {
+      stdin: 'piped in',
+      cwd: '/tmp',
+      env: { X: 'y z' },
+    });
+    assert.equal(r.stdout, '/tmp\ny z\npiped in');
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.toString(), '/tmp\ny z\npiped in\n[exit 0]');
+  });
+
+  test('streams stdout and stderr per frame as they arrive', async () => {
+    const frames: Array<[string, string, number]> = [];
+    const t0 = Date.now();
+    const r = await sbx.run('for i in 1 2 3; do echo o$i; echo e$i >&2; sleep 0.2; done', {
+      onStdout: (s) => frames.push(['out', s, Date.now() - t0]),
+      onStderr: (s) => frames.push(['err', s, Date.now() - t0]),
+    });
+    assert.equal(r.stdout, 'o1\no2\no3\n');
+    assert.equal(r.stderr, 'e1\ne2\ne3\n');
+    assert.equal(frames.filter((f) => f[0] === 'out').map((f) => f[1]).join(''), 'o1\no2\no3\n');
+    // the first chunk arrived well before the command finished
+    assert.ok(frames[0]![2] < r.durationMs, `first frame at ${frames[0]![2]}ms, command took ${r.durationMs}ms`);
+  });
+
+  test('command not found and cannot execute', async () => {
+    const r = await sbx.run(['no-such-command']);
+    assert.equal(r.exitCode, 127);
+    assert.match(r.error!, /command not found/);
+    assert.match(r.toString(), /^\[exit 127: command not found/);
+    const r2 = await sbx.run(['/workspace']);
+    assert.equal(r2.exitCode, 126);
+  });
+
+  test('timeout kills the command and says so', async () => {
+    const r = await sbx.run('echo started; sleep 10', { timeout: 500 });
+    assert.equal(r.timedOut, true);
+    assert.equal(r.exitCode, 137);
+    assert.ok(r.durationMs < 5000);
+    assert.equal(r.toString(), 'started\n[exit 137: timed out]');
+    const r2 = await sbx.run('sleep 10', { timeout: '300ms' });
+    assert.equal(r2.timedOut, true);
+  });
+
+  test('abort cancels the request and the daemon kills the command', async () => {
+    const ac = new AbortController();
+    const seen: string[] = [];
+    const p = sbx.run('echo begin; sleep 30; echo never > /workspace/aborted.txt', {
+      signal: ac.signal,
+      onStdout: (s) => {
+        seen.push(s);
+        ac.abort(new Error('stop it'));
+      },
+    });
+    await assert.rejects(p, (err: unknown) => {
+      assert.ok(err instanceof SandboxError);
+      assert.equal(err.code, 'aborted');
+      return true;
+    });
+    assert.deepEqual(seen, ['begin\n']);
+    // the probe below does see a running sleep
+    const probe = sbx.run('sleep 2');
+    await new Promise((r) => setTimeout(r, 300));
+    const live = await sbx.run(
+      'for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < "$f" 2>/dev/null; echo; done | grep -c "^sleep 2" || true',
+    );
+    assert.equal(live.stdout.trim(), '1');
+    await probe;
+    // the command is gone: no sleep left in the sandbox
+    const t0 = Date.now();
+    for (;;) {
+      const ps = await sbx.run(
+        'for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < "$f" 2>/dev/null; echo; done | grep -c "^sleep 30" || true',
+      );
+      if (ps.stdout.trim() === '0') break;
+      assert.ok(Date.now() - t0 < 5000, 'the aborted command is still running');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // an already-aborted signal never starts the command
+    await assert.rejects(sbx.run('true', { signal: AbortSignal.abort() }), { code: 'aborted' });
+  });
+
+  test('big output is kept whole', async () => {
+    const r = await sbx.run('head -c 300000 /dev/zero | tr "\\0" a');
+    assert.equal(r.stdout.length, 300000);
+    assert.equal(r.truncated, false);
+  });
+
+  test('output over the limit is truncated and noted', async () => {
+    const s = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken, limits: { output: 4096 } });
+    try {
+      const r = await s.run('head -c 100000 /dev/zero | tr "\\0" b');
+      assert.equal(r.truncated, true);
+      assert.ok(r.stdout.length <= 4096);
+      assert.match(r.toString(), /\[exit 0: output truncated\]$/);
+    } finally {
+      await s.destroy();
+    }
+  });
+});
+
+describe('files', () => {
+  test('write, read, list round trip (text and binary, mode)', async () => {
+    await sbx.writeFile('/workspace/dir/a.txt', 'hello\n');
+    const bin = new Uint8Array(256).map((_, i) => i);
+    await sbx.writeFile('dir/b.bin', bin, { mode: 0o600 });
+    await sbx.writeFile('/tmp/c.sh', '#!/bin/sh\necho run\n', { mode: '0755' });
+    assert.equal(await sbx.readTextFile('/workspace/dir/a.txt'), 'hello\n');
+    assert.deepEqual(await sbx.readFile('dir/b.bin'), bin);
+    assert.equal((await sbx.run('/tmp/c.sh')).stdout, 'run\n');
+    const entries = await sbx.list('/workspace/dir');
+    const byName = Object.fromEntries(entries.map((e) => [e.name, e]));
+    assert.deepEqual(Object.keys(byName).sort(), ['a.txt', 'b.bin']);
+    assert.equal(byName['a.txt']!.type, 'file');
+    assert.equal(byName['a.txt']!.size, 6);
+    assert.equal(byName['b.bin']!.mode, '0600');
+    assert.match(byName['b.bin']!.mtime, /^\d{4}-\d\d-\d\dT/);
+    const root = await sbx.list();
+    assert.equal(root.find((e) => e.name === 'dir')?.type, 'dir');
+    // files written by commands are readable, and the other way round
+    await sbx.run('printf made-inside > /workspace/inside.txt');
+    assert.equal(await sbx.readTextFile('inside.txt'), 'made-inside');
+  });
+
+  test('missing file is not_found; paths outside /workspace and /tmp are refused', async () => {
+    await assert.rejects(sbx.readFile('/workspace/missing.txt'), { name: 'SandboxError', code: 'not_found', status: 404 });
+    await assert.rejects(sbx.readFile('/etc/passwd'), { code: 'invalid_argument', status: 400 });
+    await assert.rejects(sbx.writeFile('../../etc/x', 'x'), { code: 'invalid_argument' });
+  });
+});
+
+describe('errors', () => {
+  test('bad token is unauthorized', async () => {
+    const s = new IronClawSandbox({ addr: d.addr, token: 'not-a-token' });
+    await assert.rejects(s.engage(), (err: unknown) => {
+      assert.ok(err instanceof SandboxError);
+      assert.equal(err.code, 'unauthorized');
+      assert.equal(err.status, 401);
+      return true;
+    });
+  });
+
+  test('operator-only route with the agent token is forbidden', async () => {
+    const r = await d.agent('GET', '/v1/audit');
+    assert.equal(r.status, 403);
+  });
+
+  test('unknown sandbox is not_found', async () => {
+    await assert.rejects(IronClawSandbox.connect('sbx-0000000000000000', { addr: d.addr, token: d.agentToken }), {
+      code: 'not_found',
+      status: 404,
+    });
+  });
+
+  test('daemon unreachable is unavailable', async () => {
+    const s = new IronClawSandbox({ addr: '127.0.0.1:1', token: 'x' });
+    await assert.rejects(s.engage(), { code: 'unavailable' });
+  });
+
+  test('no token anywhere is unauthorized before any request', async () => {
+    const saved = { ...process.env };
+    const empty = mkdtempSync(join(tmpdir(), 'ironclaw-notoken-'));
+    try {
+      delete process.env['IRONCLAW_API_TOKEN'];
+      process.env['IRONCLAW_DATA_DIR'] = empty;
+      process.env['XDG_DATA_HOME'] = empty;
+      process.env['HOME'] = empty;
+      writeFileSync(join(empty, 'agent.token'), '');
+      await assert.rejects(new IronClawSandbox({ addr: d.addr }).engage(), { code: 'unauthorized' });
+    } finally {
+      process.env = saved;
+      rmSync(empty, { recursive: true, force: true });
+    }
+  });
+
+  test('invalid request is invalid_argument', async () => {
+    await assert.rejects(sbx.run(''), { code: 'invalid_argument', status: 400 });
+    await assert.rejects(IronClawSandbox.create({ addr: d.addr, token: d.agentToken, limits: { memory: 'lots' } }), {
+      code: 'invalid_argument',
+    });
+  });
+});
+
+describe('model access', () => {
+  test('mints a proxy token that the model proxy accepts', async () => {
+    const m = await sbx.modelAccess();
+    assert.match(m.token, /^icp_/);
+    assert.equal(m.openai_base_url, `${d.addr}/v1/model/openai/v1`);
+    assert.equal(m.anthropic_base_url, `${d.addr}/v1/model/anthropic`);
+    const res = await fetch(`${m.openai_base_url}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${m.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] }),
+    });
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as { choices: Array<{ message: { content: string } }> };
+    assert.match(body.choices[0]!.message.content, /ping/);
+  });
+});
+
+describe('destroy', () => {
+  test('destroys; later use is a conflict; destroying again is fine', async () => {
+    const s = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
+    await s.run('true');
+    await s.destroy();
+    assert.equal(s.info?.state, 'destroyed');
+    await assert.rejects(s.run('true'), { code: 'conflict', status: 409 });
+    await s.destroy();
+    assert.equal((await s.getInfo()).state, 'destroyed');
+    await assert.rejects(IronClawSandbox.connect(s.id!, { addr: d.addr, token: d.agentToken }), { code: 'conflict' });
+    // never engaged: nothing to do
+    await new IronClawSandbox({ addr: d.addr, token: d.agentToken }).destroy();
+  });
+
+  test('await using destroys at the end of the scope', async () => {
+    let id: string | undefined;
+    {
+      await using s = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
+      id = s.id;
+    }
+    const r = await d.agent('GET', `/v1/sandboxes/${id}`);
+    assert.equal(r.body.state, 'destroyed');
+  });
+});
+
+test('ExecResult.toString is compact', () => {
+  assert.equal(new ExecResult({ stdout: '', stderr: '', exitCode: 0, durationMs: 1 }).toString(), '[exit 0]');
+  assert.equal(
+    new ExecResult({ stdout: 'a\n\n', stderr: '', exitCode: 137, durationMs: 1, oomKilled: true }).toString(),
+    'a\n[exit 137: out of memory]',
+  );
+});

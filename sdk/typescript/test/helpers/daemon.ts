@@ -1,0 +1,166 @@
+/**
+ * Starts a real `ironclaw serve` for a test file: a free port, a temp data dir, the offline mock model
+ * provider; stops it (SIGTERM, then SIGKILL) and removes the data dir afterwards.
+ * The binary comes from $IRONCLAW_BIN, else it is built from this repository with `go build`.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface Daemon {
+  addr: string;
+  dataDir: string;
+  agentToken: string;
+  operatorToken: string;
+  /** Calls the API with the operator token; returns status and parsed JSON body. */
+  operator(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }>;
+  /** Calls the API with the agent token. */
+  agent(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }>;
+  stop(): Promise<void>;
+}
+
+export interface DaemonOptions {
+  /** Written to a file and passed as `--policy FILE` (JSON, which is also YAML). */
+  policy?: unknown;
+  args?: string[];
+}
+
+/** The repository root: the nearest parent holding the ironclaw go.mod. */
+export function repoRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const mod = join(dir, 'go.mod');
+    if (existsSync(mod) && readFileSync(mod, 'utf8').includes('module github.com/ironclaw/ironclaw')) return dir;
+    const up = dirname(dir);
+    if (up === dir) throw new Error('cannot find the ironclaw repository (go.mod) above ' + fileURLToPath(import.meta.url));
+    dir = up;
+  }
+}
+
+function findGo(): string {
+  if (process.env['GO']) return process.env['GO'];
+  for (const d of (process.env['PATH'] ?? '').split(':')) if (d && existsSync(join(d, 'go'))) return join(d, 'go');
+  if (existsSync('/usr/local/go/bin/go')) return '/usr/local/go/bin/go';
+  throw new Error('no go toolchain: set IRONCLAW_BIN to an ironclaw binary, or put go on PATH');
+}
+
+/** $IRONCLAW_BIN, or a fresh `CGO_ENABLED=0 go build` of ./cmd/ironclaw into a temp dir. */
+export function ironclawBin(): string {
+  const env = process.env['IRONCLAW_BIN'];
+  if (env) return resolve(env);
+  const outDir = join(tmpdir(), `ironclaw-sdk-test-${process.getuid?.() ?? 0}`);
+  mkdirSync(outDir, { recursive: true });
+  const out = join(outDir, 'ironclaw');
+  const tmp = `${out}.${process.pid}`;
+  execFileSync(findGo(), ['build', '-o', tmp, './cmd/ironclaw'], {
+    cwd: repoRoot(),
+    env: { ...process.env, CGO_ENABLED: '0' },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  renameSync(tmp, out);
+  process.env['IRONCLAW_BIN'] = out;
+  return out;
+}
+
+export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
+  const bin = ironclawBin();
+  const dataDir = mkdtempSync(join(tmpdir(), 'ironclaw-sdk-'));
+  const args = ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--provider', 'mock'];
+  if (opts.policy !== undefined) {
+    const file = join(dataDir, 'policy.yaml');
+    writeFileSync(file, JSON.stringify(opts.policy));
+    args.push('--policy', file);
+  }
+  args.push(...(opts.args ?? []));
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  // Never leave a daemon behind: not on exit, nor when the test runner signals this process.
+  const killOnExit = () => {
+    child.kill('SIGKILL');
+    rmSync(dataDir, { recursive: true, force: true });
+  };
+  const onSignal = (sig: NodeJS.Signals) => {
+    killOnExit();
+    process.exit(sig === 'SIGINT' ? 130 : 143);
+  };
+  process.on('exit', killOnExit);
+  process.once('SIGTERM', onSignal);
+  process.once('SIGINT', onSignal);
+  let log = '';
+  const addr = await new Promise<string>((resolveAddr, reject) => {
+    const timer = setTimeout(() => reject(new Error(`ironclaw serve did not start in 20s:\n${log}`)), 20_000);
+    const onData = (b: Buffer) => {
+      log += b.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(log);
+      if (m?.[1]) {
+        clearTimeout(timer);
+        resolveAddr(m[1]);
+      }
+    };
+    child.stderr!.on('data', onData);
+    child.stdout!.on('data', onData);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`ironclaw serve exited with ${code}:\n${log}`));
+    });
+  });
+  for (let i = 0; ; i++) {
+    try {
+      const res = await fetch(`${addr}/healthz`);
+      if (res.ok) break;
+    } catch {
+      // not yet
+    }
+    if (i > 100) throw new Error(`no /healthz from ${addr}:\n${log}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const agentToken = readFileSync(join(dataDir, 'agent.token'), 'utf8').trim();
+  const operatorToken = readFileSync(join(dataDir, 'operator.token'), 'utf8').trim();
+  const call = (token: string) => async (method: string, path: string, body?: unknown) => {
+    const init: RequestInit = { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' } };
+    if (body !== undefined) init.body = JSON.stringify(body);
+    const res = await fetch(addr + path, init);
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // keep the text
+    }
+    return { status: res.status, body: parsed as any };
+  };
+  return {
+    addr,
+    dataDir,
+    agentToken,
+    operatorToken,
+    operator: call(operatorToken),
+    agent: call(agentToken),
+    async stop() {
+      process.off('exit', killOnExit);
+      process.off('SIGTERM', onSignal);
+      process.off('SIGINT', onSignal);
+      if (child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise<void>((r) => child.once('exit', () => r()));
+        child.kill('SIGTERM');
+        const t = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(t);
+      }
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Polls until fn() returns a truthy value (or throws after timeoutMs). */
+export async function eventually<T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 10_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
