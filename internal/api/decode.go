@@ -149,10 +149,15 @@ func decodeCreate(r io.Reader) (session.CreateRequest, error) {
 func (b createBody) request() (session.CreateRequest, error) {
 	var req session.CreateRequest
 	if b.Image != "" {
-		if !path.IsAbs(b.Image) || path.Clean(b.Image) != b.Image {
-			return req, badRequest(fmt.Sprintf("image %q must be a clean absolute directory path", b.Image))
+		// A local image must be a clean absolute path; whether it (or a
+		// registry reference) is allowed is the daemon's image policy.
+		if (strings.HasPrefix(b.Image, "/") || strings.HasPrefix(b.Image, ".")) && !cleanLocalRef(b.Image) {
+			return req, badRequest(fmt.Sprintf("image %q: a local image must be a clean absolute path", b.Image))
 		}
-		req.Spec.Root = sandbox.Root{Kind: sandbox.RootDirectory, Path: b.Image}
+		if len(b.Image) > 1024 || strings.ContainsAny(b.Image, "\x00\n") {
+			return req, badRequest("image reference too long or not one line")
+		}
+		req.Image = b.Image
 	}
 	env, err := envList(b.Env)
 	if err != nil {
@@ -278,4 +283,14 @@ func decodeExec(r io.Reader) (execCall, error) {
 		req.Stdin = bytes.NewReader([]byte(*b.Stdin))
 	}
 	return call, nil
+}
+
+// cleanLocalRef checks a local image reference: an absolute clean path,
+// optionally followed by ":tag" or "@digest".
+func cleanLocalRef(ref string) bool {
+	p := ref
+	if i := strings.IndexAny(ref, ":@"); i > 0 {
+		p = ref[:i]
+	}
+	return path.IsAbs(p) && path.Clean(p) == p
 }

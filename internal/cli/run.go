@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/image"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/spf13/cobra"
@@ -62,7 +63,7 @@ the only writable places. There is no network but loopback.`,
 	f := c.Flags()
 	f.SetInterspersed(false) // everything after CMD belongs to CMD
 	d := sandbox.DefaultLimits
-	f.StringVar(&a.image, "image", "", "root filesystem: a directory (default: the host-toolchain view)")
+	f.StringVar(&a.image, "image", "", "root filesystem (default: the host-toolchain view): a directory, an OCI layout directory or tarball, a docker-save tarball, or a registry reference such as ghcr.io/org/app:1")
 	f.StringVar(&a.memory, "memory", sandbox.FormatBytes(d.MemoryBytes), "memory limit, tmpfs pages included (e.g. 256M, 1G)")
 	f.Int64Var(&a.pids, "pids", d.Pids, "maximum number of processes and threads")
 	f.Float64Var(&a.cpus, "cpus", d.CPUs, "CPU bandwidth in CPUs (e.g. 0.5)")
@@ -112,20 +113,6 @@ func (a runArgs) spec() (sandbox.Spec, error) {
 	if err := s.Limits.Validate(); err != nil {
 		return s, err
 	}
-	if a.image != "" {
-		abs, err := filepath.Abs(a.image)
-		if err != nil {
-			return s, err
-		}
-		st, err := os.Stat(abs)
-		if err != nil {
-			return s, fmt.Errorf("--image: %v", err)
-		}
-		if !st.IsDir() {
-			return s, fmt.Errorf("--image %s: not a directory (OCI images and tarballs come in a later release)", a.image)
-		}
-		s.Root = sandbox.Root{Kind: sandbox.RootDirectory, Path: abs}
-	}
 	if a.workspace != "" {
 		abs, err := filepath.Abs(a.workspace)
 		if err != nil {
@@ -164,6 +151,11 @@ func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
 	// before we exit, instead of leaving it to the kernel.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	if a.image != "" {
+		if spec.Root, err = resolveImage(ctx, a.image); err != nil {
+			return err
+		}
+	}
 
 	logf := func(string, ...any) {}
 	if a.verbose {
@@ -266,4 +258,50 @@ func hostTerminal(e *env, req *sandbox.ExecRequest) (restore, stopResize func())
 	req.Resize = ch
 	stopResize = func() { signal.Stop(sig); close(done) }
 	return
+}
+
+// resolveImage turns --image into a root. The caller of a one-shot run is
+// the operator, so any local path and any registry will do; images are
+// unpacked once into $XDG_CACHE_HOME/ironclaw/images.
+func resolveImage(ctx context.Context, ref string) (sandbox.Root, error) {
+	if strings.HasPrefix(ref, "/") || strings.HasPrefix(ref, ".") || isLocal(ref) {
+		abs, err := filepath.Abs(ref)
+		if err == nil && !strings.HasPrefix(ref, "/") {
+			if _, serr := os.Stat(ref); serr == nil {
+				ref = abs
+			} else if i := strings.LastIndexAny(ref, ":@"); i > 0 {
+				if p, perr := filepath.Abs(ref[:i]); perr == nil {
+					ref = p + ref[i:]
+				}
+			}
+		}
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return sandbox.Root{}, fmt.Errorf("--image: no cache directory for images: %w", err)
+	}
+	st, err := image.Open(filepath.Join(cache, "ironclaw", "images"), image.Options{})
+	if err != nil {
+		return sandbox.Root{}, fmt.Errorf("--image: %w", err)
+	}
+	roots := &image.Roots{Store: st, AnyLocal: true, AnyRegistry: true}
+	root, err := roots.Root(ctx, ref)
+	if err != nil {
+		return sandbox.Root{}, fmt.Errorf("--image: %w", err)
+	}
+	return root, nil
+}
+
+// isLocal reports whether a relative reference names something on disk
+// ("app.tar", "layout:tag"), which wins over a registry name.
+func isLocal(ref string) bool {
+	if _, err := os.Stat(ref); err == nil {
+		return true
+	}
+	if i := strings.LastIndexAny(ref, ":@"); i > 0 {
+		if _, err := os.Stat(ref[:i]); err == nil {
+			return true
+		}
+	}
+	return false
 }

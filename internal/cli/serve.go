@@ -144,6 +144,8 @@ the data directory; approvals decided with it record NAME as the decider.`,
 	f.BoolVar(&cfg.Egress.DenyUnknown, "egress-deny-unknown", false, "refuse hosts off the allowlist at once instead of asking an operator (policy: egress.unknown: deny)")
 	f.StringVar(&cfg.PolicyFile, "policy", "", "policy file (YAML): egress allowlist, unknown hosts ask|deny, approval timeout and webhooks, commands needing approval")
 	f.BoolVar(&cfg.DisableConsole, "no-console", false, "do not serve the web console at /ui/")
+	f.StringSliceVar(&cfg.ImageDirs, "image-dir", nil, "directory beneath which API clients may name local images: directories, OCI layouts, tarballs (repeatable; default: none)")
+	f.StringSliceVar(&cfg.ImageRegistries, "image-registry", nil, "registry host API clients may pull images from, e.g. ghcr.io or localhost:5000 (repeatable; default: none)")
 	return c
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/gateway"
+	"github.com/ironclaw/ironclaw/internal/image"
 	"github.com/ironclaw/ironclaw/internal/policy"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/session"
@@ -71,6 +72,12 @@ type Config struct {
 	// egress rules add to Egress, and it sets the approval timeout,
 	// webhooks and which commands need approval. "" is the default policy.
 	PolicyFile string
+	// ImageDirs are the directories beneath which API clients may name
+	// local images (plain directory roots, OCI layouts, tarballs), and
+	// ImageRegistries the registry hosts they may pull from. Both empty:
+	// no images, only the host-toolchain view. Images are unpacked once
+	// into <data dir>/images.
+	ImageDirs, ImageRegistries []string
 	// Console serves the web console at /ui/ (the default); DisableConsole
 	// turns it off.
 	DisableConsole bool
@@ -250,6 +257,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	closers = append(closers, func(c context.Context) error { return rt.Close(c) })
 
+	var images session.ImageResolver
+	if len(cfg.ImageDirs)+len(cfg.ImageRegistries) > 0 {
+		ist, err := image.Open(filepath.Join(dir, "images"), image.Options{})
+		if err != nil {
+			return err
+		}
+		images = &image.Roots{Store: ist, LocalDirs: cfg.ImageDirs, Registries: cfg.ImageRegistries}
+	}
+
 	// The session manager reports ends to the API's metrics; ends before
 	// the API exists (sandboxes of a crashed run marked lost) are replayed.
 	ends := &endForwarder{}
@@ -261,6 +277,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		OnEnd:        ends.onEnd,
 		Model:        model,
 		Egress:       eg,
+		Images:       images,
 	})
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"golang.org/x/sys/unix"
 )
 
 // fakeDNS maps made-up names to addresses, as the host's resolver would.
@@ -454,5 +455,49 @@ func getJSON(t *testing.T, addr, tok, path string, out any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An API client cannot make a host directory its root: local images only
+// beneath --image-dir, and a daemon without one serves no images at all.
+func TestImagePolicy(t *testing.T) {
+	images := t.TempDir()
+	root := filepath.Join(images, "root")
+	if err := os.MkdirAll(filepath.Join(root, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "data", "hello.txt"), []byte("from the image dir\n"), 0o644)
+	// The root needs binaries: the host's /usr, bound in for the test.
+	if err := os.Mkdir(filepath.Join(root, "usr"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("/usr", filepath.Join(root, "usr"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Skipf("bind /usr for the image root: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(filepath.Join(root, "usr"), unix.MNT_DETACH) })
+	for _, d := range []string{"bin", "lib", "lib64"} {
+		os.Symlink("usr/"+d, filepath.Join(root, d))
+	}
+	r := startDaemon(t, t.TempDir(), func(c *Config) {
+		c.Model.Provider = "mock"
+		c.ImageDirs = []string{images}
+	})
+	ctx := context.Background()
+	agent := r.client(t, false)
+	for _, bad := range []string{"/", "/etc", "/usr", images + "/../", "ghcr.io/org/app:1"} {
+		if _, err := agent.CreateSandbox(ctx, client.CreateRequest{Image: bad}); !client.IsCode(err, "invalid_argument") {
+			t.Fatalf("image %q: %v", bad, err)
+		}
+	}
+	if list, _ := agent.ListSandboxes(ctx, nil); len(list) != 0 {
+		t.Fatalf("refused creates left sandboxes: %v", list)
+	}
+	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{Image: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := agent.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/cat", "/data/hello.txt"}, Stdout: &out, Stderr: &out}); err != nil || out.String() != "from the image dir\n" {
+		t.Fatalf("exec in the image root: %v %q", err, out.String())
 	}
 }

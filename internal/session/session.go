@@ -72,6 +72,15 @@ type Options struct {
 	// Egress, if set, gives every sandbox an egress broker on its own
 	// loopback (HTTP_PROXY/HTTPS_PROXY), admitting only its allowlist.
 	Egress EgressAccess
+	// Images, if set, resolves CreateRequest.Image; without it a create
+	// naming an image is refused.
+	Images ImageResolver
+}
+
+// ImageResolver turns an image reference into a root, under the operator's
+// rules (which directories and registries are allowed).
+type ImageResolver interface {
+	Root(ctx context.Context, ref string) (sandbox.Root, error)
 }
 
 // EgressAccess is what the session layer needs of the egress broker.
@@ -129,7 +138,10 @@ func modelEnv(port uint16, token string) []string {
 
 // CreateRequest asks for a sandbox.
 type CreateRequest struct {
-	Spec   sandbox.Spec
+	Spec sandbox.Spec
+	// Image, if set, replaces Spec.Root with the root Options.Images makes
+	// of it: a local image or directory, or a registry reference.
+	Image  string
 	TTL    time.Duration // 0: Options.DefaultTTL
 	Idle   time.Duration // 0: Options.DefaultIdle
 	Labels map[string]string
@@ -283,6 +295,16 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		}
 	case len(req.EgressAllow) > 0:
 		return Info{}, fmt.Errorf("%w: egress: this daemon runs no egress broker", sandbox.ErrInvalidSpec)
+	}
+	if req.Image != "" {
+		if m.opts.Images == nil {
+			return Info{}, fmt.Errorf("%w: this daemon serves no images", sandbox.ErrInvalidSpec)
+		}
+		root, err := m.opts.Images.Root(ctx, req.Image)
+		if err != nil {
+			return Info{}, err
+		}
+		req.Spec.Root = root
 	}
 	m.mu.Lock()
 	if len(m.live) >= m.opts.MaxSandboxes {
