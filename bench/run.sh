@@ -6,7 +6,8 @@
 #
 # Environment (all optional):
 #   N=200                  measured runs per peer and operation (after 3 warm-ups)
-#   PEERS="ironclaw bwrap runc runsc docker"   which peers to try
+#   PEERS="ironclaw ironclaw-runc ironclaw-runsc ironclaw-docker bwrap runc runsc docker"
+#                          which peers to try
 #   OUT=bench/results.md   markdown report
 #   BENCH=.                go test -bench regexp; BENCH=none skips the Go benchmarks
 #   BENCHTIME=2s           go test -benchtime
@@ -21,7 +22,7 @@ set -eu
 umask 022
 
 N=${N:-200}
-PEERS=${PEERS:-"ironclaw bwrap runc runsc docker"}
+PEERS=${PEERS:-"ironclaw ironclaw-runc ironclaw-runsc ironclaw-docker bwrap runc runsc docker"}
 OUT=${OUT:-bench/results.md}
 BENCH=${BENCH:-.}
 BENCHTIME=${BENCHTIME:-2s}
@@ -96,7 +97,7 @@ info "ironclaw: $(bin/ironclaw version 2>/dev/null || echo '?') at $(git rev-par
 if [ "$BENCH" = none ]; then
 	note "skipped: Go benchmarks (BENCH=none)"
 else
-	say "go test -bench '$BENCH' -benchtime $BENCHTIME ./internal/sandbox/native/ $BENCHFLAGS"
+	say "go test -bench '$BENCH' -benchtime $BENCHTIME ./internal/sandbox/native/ ./internal/sandbox/backend/ $BENCHFLAGS"
 	info "go benchmarks: -bench '$BENCH' -benchtime $BENCHTIME $BENCHFLAGS"
 	# tee for live progress; the exit status travels through a file since
 	# POSIX sh has no pipefail.
@@ -105,6 +106,10 @@ else
 		rc=0
 		go test -run '^$' -bench "$BENCH" -benchtime "$BENCHTIME" -count 1 -timeout "$BENCHTIMEOUT" \
 			./internal/sandbox/native/ $BENCHFLAGS 2>&1 || rc=$?
+		# The same create, exec and idle figures for every backend this
+		# host runs, side by side (a missing backend is a SKIP line).
+		go test -run '^$' -bench "$BENCH" -benchtime "$BENCHTIME" -count 1 -timeout "$BENCHTIMEOUT" \
+			./internal/sandbox/backend/ 2>&1 || rc=$?
 		echo $rc >"$WORK/gobench.rc"
 	} | tee "$WORK/gobench.txt"
 	if [ "$(cat "$WORK/gobench.rc")" != 0 ]; then
@@ -126,6 +131,18 @@ if want ironclaw; then
 	measure ironclaw run -- "$ROOT/bin/ironclaw" run --mount "$WORK/bin:/bench:ro" -- /bench/true
 	note "ironclaw exec: in-daemon: see BenchmarkExecRoundTrip (there is no daemon yet, so no CLI exec to time)"
 fi
+
+# ---------------------------------------------------------------- ironclaw on other backends
+# The same `ironclaw run`, with the sandbox made by an OCI runtime or Docker
+# (the same seal, see internal/sandbox/oci and internal/sandbox/docker).
+for r in runc runsc docker; do
+	want "ironclaw-$r" || continue
+	if ! "$ROOT/bin/ironclaw" run --runtime "$r" -- true >"$WORK/ironclaw-$r.log" 2>&1; then
+		note "skipped: ironclaw-$r: $(tail -n 1 "$WORK/ironclaw-$r.log")"
+		continue
+	fi
+	measure "ironclaw-$r" run -- "$ROOT/bin/ironclaw" run --runtime "$r" --mount "$WORK/bin:/bench:ro" -- /bench/true
+done
 
 # ---------------------------------------------------------------- bwrap
 if want bwrap; then
@@ -188,9 +205,11 @@ if want runsc; then
 	if command -v runsc >/dev/null 2>&1; then
 		info "runsc: $(runsc --version 2>&1 | head -n 1)"
 		[ -d "$WORK/runc-true" ] || "$CMP" runc-bundle -rootfs-from "$WORK/bin" "$WORK/runc-true" /true
-		measure runsc run -- runsc --rootless=false --network=none --platform=systrap run --bundle "$WORK/runc-true" '{{id}}'
+		# ptrace: the platform this runsc build has that works without KVM
+		# (ironclaw-runsc uses the same).
+		measure runsc run -- runsc --rootless=false --network=none --platform=ptrace run --bundle "$WORK/runc-true" '{{id}}'
 	else
-		note "skipped: runsc not installed (gVisor; not packaged by Debian)"
+		note "skipped: runsc not installed (apt-get install runsc)"
 	fi
 fi
 

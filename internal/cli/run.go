@@ -13,12 +13,13 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/image"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
 
 type runArgs struct {
+	runtime       string
 	image         string
 	memory        string
 	pids          int64
@@ -63,6 +64,7 @@ the only writable places. There is no network but loopback.`,
 	f := c.Flags()
 	f.SetInterspersed(false) // everything after CMD belongs to CMD
 	d := sandbox.DefaultLimits
+	f.StringVar(&a.runtime, "runtime", backend.Native, "sandbox backend: "+strings.Join(backend.Names(), ", ")+" (the OCI runtimes need their binary installed)")
 	f.StringVar(&a.image, "image", "", "root filesystem (default: the host-toolchain view): a directory, an OCI layout directory or tarball, a docker-save tarball, or a registry reference such as ghcr.io/org/app:1")
 	f.StringVar(&a.memory, "memory", sandbox.FormatBytes(d.MemoryBytes), "memory limit, tmpfs pages included (e.g. 256M, 1G)")
 	f.Int64Var(&a.pids, "pids", d.Pids, "maximum number of processes and threads")
@@ -161,7 +163,7 @@ func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
 	if a.verbose {
 		logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "ironclaw: "+format+"\n", args...) }
 	}
-	rt, err := native.New(ctx, native.Options{Logf: logf})
+	rt, err := backend.Open(ctx, backend.Options{Name: a.runtime, Logf: logf})
 	if err != nil {
 		return err
 	}

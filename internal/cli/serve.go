@@ -13,6 +13,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
@@ -124,6 +125,7 @@ the data directory; approvals decided with it record NAME as the decider.`,
 	f.StringVar(&configFile, "config", "", "YAML file of settings (keys as the flag names)")
 	f.StringVar(&cfg.Listen, "listen", daemon.DefaultListen, "address to serve the HTTP API on (port 0 picks one) [$IRONCLAW_LISTEN]")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir(), "directory of the database, lock and tokens [$IRONCLAW_DATA_DIR]")
+	f.StringVar(&cfg.Runtime, "runtime", backend.Native, "sandbox backend: "+strings.Join(backend.Names(), ", "))
 	f.IntVar(&pool, "pool", daemon.DefaultPoolSize, "sealed idle sandboxes kept ready for fast creates (0: none)")
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", daemon.DefaultMaxSandboxes, "maximum number of running sandboxes")
 	f.DurationVar(&idle, "default-idle", daemon.DefaultIdle, "idle timeout of sandboxes created without one (0: none)")

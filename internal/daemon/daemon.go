@@ -27,7 +27,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/image"
 	"github.com/ironclaw/ironclaw/internal/policy"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 	"github.com/ironclaw/ironclaw/internal/session"
 	"github.com/ironclaw/ironclaw/internal/store"
 	"github.com/ironclaw/ironclaw/internal/tools"
@@ -104,6 +104,9 @@ type Config struct {
 	// handlers get ShutdownTimeout (0 means DefaultShutdownTimeout) to
 	// return before their connections are cut.
 	ShutdownGrace, ShutdownTimeout time.Duration
+	// Runtime names the sandbox backend (see package backend): "" or
+	// "native", "runc", "crun", "runsc". The warm pool is native's.
+	Runtime string
 	// InitExe is the binary re-executed as the sandbox init ("" means this
 	// very binary; see native.Options.Exe).
 	InitExe string
@@ -251,7 +254,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		eg, egAccess = e, e
 		poolPorts = append(poolPorts, e.Port())
 	}
-	rt, err := native.New(ctx, native.Options{PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, Logf: logf, Exe: cfg.InitExe})
+	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
 )
 
 // envDaemonDir makes the test binary a daemon on that data directory (see
@@ -28,6 +29,9 @@ const envDaemonDir = "IRONCLAW_TEST_DAEMON_DIR"
 func TestMain(m *testing.M) {
 	if boot.IsInit() {
 		boot.Main()
+	}
+	if helper.IsHelper() {
+		helper.Main() // inside an OCI or Docker sandbox
 	}
 	if dir := os.Getenv(envDaemonDir); dir != "" {
 		os.Exit(subprocessMain(dir))

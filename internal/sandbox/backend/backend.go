@@ -1,0 +1,63 @@
+// Package backend opens a sandbox runtime by name. It is the one place that
+// knows every backend, so the CLI and the daemon select one with a flag
+// and everything above them sees only sandbox.Runtime.
+package backend
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/docker"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci"
+)
+
+// Names of the backends.
+const (
+	Native = "native"
+	Runc   = oci.Runc
+	Crun   = oci.Crun
+	Runsc  = oci.Runsc
+	Docker = "docker"
+	// DockerRunsc is Docker with gVisor as its runtime (registered with
+	// dockerd as "runsc").
+	DockerRunsc = "docker-runsc"
+)
+
+// Names lists every backend name Open accepts.
+func Names() []string { return []string{Native, Runc, Crun, Runsc, Docker, DockerRunsc} }
+
+// Options configure Open. Fields a backend does not use are ignored.
+type Options struct {
+	// Name selects the backend; "" is Native.
+	Name string
+	// Exe is the ironclaw binary the backend runs inside sandboxes (the
+	// native init, the OCI helper); "" means this executable.
+	Exe string
+	// PoolSize and PoolExposedTCP configure the native warm pool.
+	PoolSize       int
+	PoolExposedTCP []uint16
+	// StateDir holds the OCI backends' bundles and state; "" is their
+	// default.
+	StateDir string
+	Logf     func(format string, args ...any)
+}
+
+// Open starts the named backend. An unknown name is an error wrapping
+// sandbox.ErrInvalidSpec; a backend this host cannot run returns an error
+// wrapping sandbox.ErrUnsupported that says why.
+func Open(ctx context.Context, opts Options) (sandbox.Runtime, error) {
+	switch opts.Name {
+	case "", Native:
+		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, Logf: opts.Logf, Exe: opts.Exe})
+	case Runc, Crun, Runsc:
+		return oci.New(ctx, oci.Options{Runtime: opts.Name, StateDir: opts.StateDir, Exe: opts.Exe, Logf: opts.Logf})
+	case Docker:
+		return docker.New(ctx, docker.Options{Exe: opts.Exe, Logf: opts.Logf})
+	case DockerRunsc:
+		return docker.New(ctx, docker.Options{Runtime: "runsc", Exe: opts.Exe, Logf: opts.Logf})
+	}
+	return nil, fmt.Errorf("%w: unknown runtime %q (want one of %s)", sandbox.ErrInvalidSpec, opts.Name, strings.Join(Names(), ", "))
+}

@@ -1,0 +1,170 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/seccomp"
+	"github.com/moby/moby/client"
+)
+
+// The profile restates internal/seccomp's filter, as the oci backend's
+// does; these checks fail when they drift apart.
+func TestSeccompProfileMatchesNative(t *testing.T) {
+	p, err := seccompProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.DefaultAction != "SCMP_ACT_ALLOW" || len(p.Architectures) != 1 {
+		t.Fatalf("default %s, architectures %v", p.DefaultAction, p.Architectures)
+	}
+	unconditional := map[string]string{}
+	conditional := map[string]bool{}
+	for _, s := range p.Syscalls {
+		for _, n := range s.Names {
+			if len(s.Args) > 0 {
+				conditional[n] = true
+				continue
+			}
+			errno := "?"
+			if s.ErrnoRet != nil {
+				errno = map[uint]string{1: "EPERM", 38: "ENOSYS"}[*s.ErrnoRet]
+			}
+			unconditional[n] = errno
+		}
+	}
+	for _, name := range seccomp.Denied() {
+		want := "EPERM"
+		if name == "clone3" {
+			want = "ENOSYS"
+		}
+		if got := unconditional[name]; got != want {
+			t.Errorf("%s: profile says %q, native filter %s", name, got, want)
+		}
+	}
+	if len(unconditional) != len(seccomp.Denied()) {
+		t.Errorf("profile denies %d calls outright, native filter %d", len(unconditional), len(seccomp.Denied()))
+	}
+	var native []string
+	for _, r := range seccomp.Restricted() {
+		name, _, _ := strings.Cut(r, ":")
+		native = append(native, name)
+	}
+	slices.Sort(native)
+	var ours []string
+	for n := range conditional {
+		ours = append(ours, n)
+	}
+	slices.Sort(ours)
+	if !slices.Equal(native, ours) {
+		t.Errorf("argument rules cover %v, native filter %v", ours, native)
+	}
+	opt, err := seccompOpt()
+	if err != nil || !strings.HasPrefix(opt, "seccomp={") || !json.Valid([]byte(strings.TrimPrefix(opt, "seccomp="))) {
+		t.Fatalf("seccompOpt = %.80q, %v", opt, err)
+	}
+}
+
+// TestContainerConfig checks the seal as Docker settings, without a daemon.
+func TestContainerConfig(t *testing.T) {
+	spec := sandbox.Spec{Network: sandbox.Network{ExposedTCP: []uint16{80, 4000}},
+		Limits: sandbox.Limits{CPUs: 8}}.WithDefaults()
+	s := state{dir: t.TempDir()}
+	p, err := prepare(s, spec, "/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, hc := containerConfig(spec, p, containerOpts{id: "dkr-x", image: EmptyImage, state: s, owner: "1.2",
+		seccomp: "seccomp={}", hostCPUs: 2, args: []string{helper.Path, helper.ModeAgent}})
+	if cfg.User != "65532:65532" || cfg.WorkingDir != "/workspace" || cfg.Hostname != "sandbox" || cfg.Labels[ownerLabel] != "1.2" {
+		t.Errorf("config: %+v", cfg)
+	}
+	if hc.NetworkMode != "none" || !hc.ReadonlyRootfs || !slices.Equal(hc.CapDrop, []string{"ALL"}) ||
+		!slices.Contains(hc.SecurityOpt, "no-new-privileges") || !slices.Contains(hc.SecurityOpt, "seccomp={}") ||
+		hc.Privileged || hc.IpcMode != "none" || len(hc.GroupAdd) != 0 || len(hc.CapAdd) != 0 {
+		t.Errorf("host config seal: %+v", hc)
+	}
+	r := hc.Resources
+	if r.Memory != spec.Limits.MemoryBytes || r.MemorySwap != r.Memory || r.PidsLimit == nil || *r.PidsLimit != spec.Limits.Pids || r.NanoCPUs != 2e9 {
+		t.Errorf("resources: %+v (CPUs are capped at the host's 2)", r)
+	}
+	if hc.Sysctls["net.ipv4.ip_unprivileged_port_start"] != "80" {
+		t.Errorf("sysctls: %v", hc.Sysctls)
+	}
+	if !strings.Contains(hc.Tmpfs["/workspace"], "uid=65532") || !strings.Contains(hc.Tmpfs["/tmp"], "mode=1777") {
+		t.Errorf("tmpfs: %v", hc.Tmpfs)
+	}
+	targets := map[string]bool{}
+	for _, m := range p.mounts {
+		targets[m.Target] = true
+		if m.Target != "/workspace" && !m.ReadOnly {
+			t.Errorf("bind %s -> %s is writable", m.Source, m.Target)
+		}
+	}
+	for _, want := range []string{"/usr", "/etc", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname", helper.Path, helper.SockDir} {
+		if !targets[want] {
+			t.Errorf("no mount at %s: %+v", want, p.mounts)
+		}
+	}
+	if st, err := os.Stat(s.sockDir()); err != nil || st.Mode().Perm() != 0o711 {
+		t.Errorf("socket directory: %v %v", st.Mode(), err)
+	}
+}
+
+// TestCollect: a restarted daemon removes the containers and state of
+// owners that are gone, and never a live owner's.
+func TestCollect(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	r, err := New(ctx, Options{StateDir: dir})
+	if err != nil {
+		if os.Getenv("IRONCLAW_REQUIRE_DOCKER") == "1" {
+			t.Fatal(err)
+		}
+		t.Skipf("docker cannot run here: %v", err)
+	}
+	defer r.Close(ctx)
+	spec := sandbox.Spec{}.WithDefaults()
+	mk := func(owner string) (string, state) {
+		t.Helper()
+		id := newID()
+		s := state{dir: filepath.Join(r.bundles, id)}
+		real := r.owner
+		r.owner = owner
+		cid, err := r.createContainer(ctx, id, s, spec, []string{helper.Path, helper.ModeProbe})
+		r.owner = real
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cid, s
+	}
+	deadCID, deadState := mk("1.0") // pid 1 never started at tick 0: gone
+	liveCID, liveState := mk(r.owner)
+	defer r.removeContainer(ctx, liveCID)
+	r.collect(ctx)
+	if _, err := r.cli.ContainerInspect(ctx, deadCID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Errorf("dead owner's container: %v, want removed", err)
+	}
+	if _, err := os.Stat(deadState.dir); !os.IsNotExist(err) {
+		t.Errorf("dead owner's state: %v, want removed", err)
+	}
+	if _, err := r.cli.ContainerInspect(ctx, liveCID, client.ContainerInspectOptions{}); err != nil {
+		t.Errorf("live owner's container: %v, want kept", err)
+	}
+	if _, err := os.Stat(liveState.dir); err != nil {
+		t.Errorf("live owner's state: %v, want kept", err)
+	}
+}

@@ -1,0 +1,518 @@
+package docker
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/ironclaw/ironclaw/internal/rootfs"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+)
+
+// DefaultStateDir holds the staged helper and one directory per sandbox.
+const DefaultStateDir = "/run/ironclaw/docker"
+
+// DefaultHost is the daemon's socket when neither Options.Host nor
+// DOCKER_HOST says otherwise.
+const DefaultHost = "unix:///var/run/docker.sock"
+
+// EmptyImage is the image of a root without top-level symlinks: no files
+// at all. Roots with symlinks (a merged-/usr host's /bin -> usr/bin) get
+// one image per set of symlinks, tagged RootImageRepo:<hash>.
+const (
+	EmptyImage    = "ironclaw/empty:1"
+	RootImageRepo = "ironclaw/root"
+)
+
+// Options configure a Runtime. Every field may be zero.
+type Options struct {
+	// Host is the Docker daemon's address; "" means DOCKER_HOST, else
+	// DefaultHost. Only unix sockets are accepted: sandboxes bind host
+	// paths and sockets, which must be on the daemon's own machine.
+	Host string
+	// Runtime is the Docker runtime containers use (a name registered
+	// with dockerd, e.g. "runsc"); "" is the daemon's default (runc).
+	Runtime string
+	// StateDir holds the staged helper and the sandboxes' synthetic /etc
+	// and sockets; "" means DefaultStateDir.
+	StateDir string
+	// Exe is the ironclaw binary bound into every sandbox as the in-sandbox
+	// helper (see package oci/helper); "" means os.Executable(). It is
+	// copied once into StateDir.
+	Exe string
+	// Logf receives diagnostics (never secrets); nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Runtime creates sandboxes as Docker containers. It is safe for
+// concurrent use; Close destroys every sandbox it still holds.
+type Runtime struct {
+	opts    Options
+	cli     *client.Client
+	name    string // "docker" or "docker-<runtime>"
+	version string // dockerd's version
+	runsc   bool   // the containers' runtime is gVisor's runsc
+	ncpu    int    // the daemon's CPU count
+	userns  bool   // dockerd runs with userns-remap
+	bundles string // parent of every sandbox's state directory
+	helper  string // staged copy of Options.Exe
+	owner   string // "<pid>.<starttime>" of this process
+	seccomp string // the SecurityOpt entry carrying the seccomp profile
+
+	imgMu  sync.Mutex
+	images map[string]bool // image tags known to exist
+
+	mu     sync.Mutex
+	boxes  map[string]*Sandbox
+	closed bool
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New connects to dockerd, checks that it can run a sealed container here
+// (a probe container reports the seal it runs under), removes what
+// crashed earlier daemons left, and returns a ready Runtime. A daemon that
+// is unreachable or cannot run the seal gives an error wrapping
+// sandbox.ErrUnsupported that says why.
+func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	if opts.Host == "" {
+		opts.Host = os.Getenv("DOCKER_HOST")
+	}
+	if opts.Host == "" {
+		opts.Host = DefaultHost
+	}
+	if u, err := url.Parse(opts.Host); err != nil || u.Scheme != "unix" {
+		return nil, fmt.Errorf("%w: docker host %q: only a local daemon on a unix socket can run IronClaw sandboxes (they bind host paths and sockets)", sandbox.ErrUnsupported, opts.Host)
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = DefaultStateDir
+	}
+	if !filepath.IsAbs(opts.StateDir) {
+		return nil, fmt.Errorf("%w: state directory %q must be absolute", sandbox.ErrInvalidSpec, opts.StateDir)
+	}
+	var err error
+	if opts.Exe == "" {
+		if opts.Exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("finding the ironclaw binary: %w", err)
+		}
+	}
+	owner, err := processOwner(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	cli, err := client.New(client.WithHost(opts.Host))
+	if err != nil {
+		return nil, fmt.Errorf("%w: docker client: %v", sandbox.ErrUnsupported, err)
+	}
+	defer func() {
+		if retErr != nil {
+			cli.Close()
+		}
+	}()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return nil, fmt.Errorf("%w: the Docker daemon at %s is unreachable: %v", sandbox.ErrUnsupported, opts.Host, err)
+	}
+	info, err := cli.Info(pctx, client.InfoOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: docker info: %v", sandbox.ErrUnsupported, err)
+	}
+	in := info.Info
+	if in.OSType != "" && in.OSType != "linux" {
+		return nil, fmt.Errorf("%w: the Docker daemon runs %s containers, not linux", sandbox.ErrUnsupported, in.OSType)
+	}
+	name := "docker"
+	runsc := false
+	if opts.Runtime != "" {
+		rt, ok := in.Runtimes[opts.Runtime]
+		if !ok {
+			return nil, fmt.Errorf("%w: dockerd has no runtime %q registered (it has %s)", sandbox.ErrUnsupported, opts.Runtime, strings.Join(mapKeys(in.Runtimes), ", "))
+		}
+		runsc = opts.Runtime == "runsc" || filepath.Base(rt.Path) == "runsc"
+		name = "docker-" + opts.Runtime
+	}
+	seccompOpt, err := seccompOpt()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
+	}
+	r := &Runtime{
+		opts:    opts,
+		cli:     cli,
+		name:    name,
+		version: in.ServerVersion,
+		runsc:   runsc,
+		ncpu:    in.NCPU,
+		bundles: filepath.Join(filepath.Clean(opts.StateDir), "b"),
+		owner:   owner,
+		seccomp: seccompOpt,
+		images:  map[string]bool{},
+		boxes:   map[string]*Sandbox{},
+	}
+	for _, o := range in.SecurityOptions {
+		if strings.Contains(o, "name=userns") {
+			r.userns = true
+		}
+	}
+	if err := os.MkdirAll(r.bundles, 0o711); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	if r.helper, err = stageHelper(opts.Exe, filepath.Clean(opts.StateDir)); err != nil {
+		return nil, fmt.Errorf("staging the helper binary: %w", err)
+	}
+	r.collect(ctx)
+	if err := r.probe(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// Name implements sandbox.Runtime: "docker", or "docker-<runtime>" when
+// Options.Runtime names one (e.g. "docker-runsc").
+func (r *Runtime) Name() string { return r.name }
+
+// Version is dockerd's version, e.g. "20.10.24+dfsg1".
+func (r *Runtime) Version() string { return r.version }
+
+// UsernsRemap reports whether dockerd maps container ids through a user
+// namespace (its userns-remap option), so container root is not host root.
+func (r *Runtime) UsernsRemap() bool { return r.userns }
+
+// Close destroys every sandbox still held and closes the API client.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	boxes := make([]*Sandbox, 0, len(r.boxes))
+	for _, b := range r.boxes {
+		boxes = append(boxes, b)
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, b := range boxes {
+		if err := b.Destroy(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := r.cli.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ensureImage returns the tag of the image for a root with these top-level
+// symlinks, importing it once: a tar holding nothing but the symlinks.
+// dockerd never pulls it; no registry is involved.
+func (r *Runtime) ensureImage(ctx context.Context, symlinks []rootfs.Entry) (string, error) {
+	tag := EmptyImage
+	if len(symlinks) > 0 {
+		h := sha256.New()
+		for _, s := range symlinks {
+			fmt.Fprintf(h, "%s\x00%s\n", s.Path, s.Target)
+		}
+		tag = RootImageRepo + ":" + hex.EncodeToString(h.Sum(nil))[:16]
+	}
+	r.imgMu.Lock()
+	defer r.imgMu.Unlock()
+	if r.images[tag] {
+		return tag, nil
+	}
+	if _, err := r.cli.ImageInspect(ctx, tag); err == nil {
+		r.images[tag] = true
+		return tag, nil
+	} else if !cerrdefs.IsNotFound(err) {
+		return "", fmt.Errorf("inspecting image %s: %w", tag, err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, s := range symlinks {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(s.Path, "/"),
+			Linkname: s.Target, Mode: 0o777, ModTime: time.Unix(0, 0)}); err != nil {
+			return "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	res, err := r.cli.ImageImport(ctx, client.ImageImportSource{Source: &buf, SourceName: "-"}, tag,
+		client.ImageImportOptions{Message: "IronClaw sandbox root: top-level symlinks only"})
+	if err != nil {
+		return "", fmt.Errorf("importing image %s: %w", tag, err)
+	}
+	defer res.Close()
+	// The reply is a JSON message stream; an error arrives inside it.
+	dec := json.NewDecoder(res)
+	for {
+		var m struct {
+			Error       string `json:"error"`
+			ErrorDetail struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := dec.Decode(&m); err == io.EOF {
+			break
+		} else if err != nil {
+			return "", fmt.Errorf("importing image %s: %w", tag, err)
+		}
+		if m.Error != "" {
+			return "", fmt.Errorf("importing image %s: %s", tag, m.Error)
+		}
+	}
+	r.images[tag] = true
+	r.opts.Logf("imported image %s (%d symlinks)", tag, len(symlinks))
+	return tag, nil
+}
+
+// probe runs one short container with the full seal and checks what the
+// helper inside reports: the only reliable test that this daemon, its
+// runtime and this kernel give the seal.
+func (r *Runtime) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	id := "probe-" + randHex(6)
+	s := state{dir: filepath.Join(r.bundles, id)}
+	defer os.RemoveAll(s.dir)
+	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Pids: 16, WorkspaceBytes: 1 << 20, TmpBytes: 1 << 20}}.WithDefaults()
+	cid, err := r.createContainer(ctx, id, s, spec, []string{helper.Path, helper.ModeProbe})
+	if err != nil {
+		return fmt.Errorf("%w: docker cannot create a sealed container here: %v", sandbox.ErrUnsupported, err)
+	}
+	defer r.removeContainer(context.WithoutCancel(ctx), cid)
+	wait := r.cli.ContainerWait(ctx, cid, client.ContainerWaitOptions{Condition: "next-exit"})
+	if _, err := r.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("%w: docker cannot start a sealed container here: %v", sandbox.ErrUnsupported, err)
+	}
+	var code int64
+	select {
+	case res := <-wait.Result:
+		code = res.StatusCode
+	case err := <-wait.Error:
+		return fmt.Errorf("%w: waiting for the probe container: %v", sandbox.ErrUnsupported, err)
+	}
+	stdout, stderr := r.logs(ctx, cid)
+	if code != 0 {
+		return fmt.Errorf("%w: docker %s probe container exited %d: %s", sandbox.ErrUnsupported, r.version, code, strings.TrimSpace(stderr+" "+stdout))
+	}
+	got := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(stdout))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), " "); ok {
+			got[k] = v
+		}
+	}
+	want := map[string]string{"uid": strconv.Itoa(sandbox.UID), "gid": strconv.Itoa(sandbox.GID), "pid": "1",
+		"cap_eff": "0x0", "cap_prm": "0x0", "cap_inh": "0x0", "no_new_privs": "1", "seccomp": "2"}
+	for k, v := range want {
+		if got[k] != v {
+			return fmt.Errorf("%w: docker %s probe container is not sealed: %s is %q, want %q (probe said %q)",
+				sandbox.ErrUnsupported, r.version, k, got[k], v, strings.TrimSpace(stdout))
+		}
+	}
+	r.opts.Logf("%s works here (dockerd %s, userns-remap %v)", r.name, r.version, r.userns)
+	return nil
+}
+
+// logs returns what a container's pid 1 wrote (bounded).
+func (r *Runtime) logs(ctx context.Context, cid string) (stdout, stderr string) {
+	rc, err := r.cli.ContainerLogs(ctx, cid, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	if err != nil {
+		return "", err.Error()
+	}
+	defer rc.Close()
+	var o, e bytes.Buffer
+	_, _ = stdcopy.StdCopy(&o, &e, io.LimitReader(rc, 64<<10))
+	return o.String(), e.String()
+}
+
+// createContainer lays out the state directory s and creates (does not
+// start) the sealed container for spec running args. On error nothing is
+// left but s.dir, which the caller removes.
+func (r *Runtime) createContainer(ctx context.Context, id string, s state, spec sandbox.Spec, args []string) (string, error) {
+	p, err := prepare(s, spec, r.helper)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(s.owner(), []byte(r.owner), 0o600); err != nil {
+		return "", err
+	}
+	img, err := r.ensureImage(ctx, p.symlinks)
+	if err != nil {
+		return "", err
+	}
+	cfg, hc := containerConfig(spec, p, containerOpts{id: id, image: img, state: s, owner: r.owner, seccomp: r.seccomp,
+		runtime: r.opts.Runtime, runsc: r.runsc, hostCPUs: r.ncpu, args: args})
+	res, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "ironclaw-" + id, Config: cfg, HostConfig: hc})
+	if err != nil {
+		return "", err
+	}
+	for _, w := range res.Warnings {
+		r.opts.Logf("%s: dockerd: %s", id, w)
+	}
+	return res.ID, nil
+}
+
+// removeContainer kills and removes a container with its anonymous
+// volumes; a container already gone is not an error.
+func (r *Runtime) removeContainer(ctx context.Context, cid string) error {
+	_, err := r.cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// collect removes the containers and state directories of daemons (this
+// process or an earlier one) that are gone; a live owner's are never
+// touched. Containers of other hosts' daemons cannot appear: only a local
+// daemon is accepted.
+func (r *Runtime) collect(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	alive := func(owner string) bool {
+		pid, _, _ := strings.Cut(owner, ".")
+		p, err := strconv.Atoi(pid)
+		if err != nil {
+			return false
+		}
+		cur, err := processOwner(p)
+		return err == nil && cur == owner
+	}
+	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", ownerLabel)})
+	if err != nil {
+		r.opts.Logf("listing leftover containers: %v", err)
+	} else {
+		for _, c := range list.Items {
+			if alive(c.Labels[ownerLabel]) {
+				continue
+			}
+			if err := r.removeContainer(ctx, c.ID); err != nil {
+				r.opts.Logf("removing leftover container %s: %v", c.ID, err)
+				continue
+			}
+			if dir := c.Labels[stateLabel]; filepath.Dir(dir) == r.bundles {
+				_ = os.RemoveAll(dir)
+			}
+			r.opts.Logf("collected leftover sandbox %s", c.Labels[sandboxLabel])
+		}
+	}
+	des, err := os.ReadDir(r.bundles)
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		dir := filepath.Join(r.bundles, de.Name())
+		if owner, err := os.ReadFile(filepath.Join(dir, "owner")); err == nil {
+			if alive(string(owner)) {
+				continue
+			}
+		} else if info, serr := de.Info(); serr == nil && time.Since(info.ModTime()) < time.Minute {
+			continue // being written right now
+		}
+		// Its container, if any, went above (or never existed).
+		if err := os.RemoveAll(dir); err != nil {
+			r.opts.Logf("removing leftover state %s: %v", dir, err)
+		}
+	}
+}
+
+// stageHelper copies exe into dir under a name derived from its content,
+// once, so the bind source is a stable, world-executable file whatever
+// directory exe lives in (a go test binary lives in a private one).
+func stageHelper(exe, dir string) (string, error) {
+	f, err := os.Open(exe)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "ironclaw-docker-helper-"+hex.EncodeToString(h.Sum(nil)[:8]))
+	if st, err := os.Stat(dst); err == nil && st.Mode().IsRegular() {
+		return dst, nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".helper-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, f); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return dst, os.Rename(tmp.Name(), dst)
+}
+
+// processOwner returns "<pid>.<starttime>" for a live process.
+func processOwner(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return fmt.Sprintf("%d.%s", pid, f[19]), nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+func newID() string { return "dkr-" + randHex(8) }

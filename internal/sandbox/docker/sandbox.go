@@ -1,0 +1,356 @@
+package docker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+// readyTimeout bounds a sandbox start.
+const readyTimeout = 30 * time.Second
+
+// Sandbox is one Docker container: the helper's agent as its pid 1,
+// commands and file operations started through the exec API. It is safe
+// for concurrent use.
+type Sandbox struct {
+	id   string
+	cid  string // the container's ID
+	spec sandbox.Spec
+	rt   *Runtime
+	st   state
+	oom  string // host file counting the container's OOM kills; "" if unknown
+
+	ctl   net.Conn   // to the agent; closing it ends the sandbox
+	ctlMu sync.Mutex // serialises writes to ctl
+
+	listeners map[uint16]net.Listener // exposed port -> unix listener; fixed after Create
+
+	done        chan struct{}
+	doneOnce    sync.Once
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+// ID implements sandbox.Sandbox.
+func (b *Sandbox) ID() string { return b.id }
+
+// ContainerID is the Docker container's ID (for tests and diagnostics).
+func (b *Sandbox) ContainerID() string { return b.cid }
+
+// StateDir is the sandbox's host state directory (for tests).
+func (b *Sandbox) StateDir() string { return b.st.dir }
+
+// Done implements sandbox.Sandbox: closed when the agent (the container's
+// pid 1) is gone, or the sandbox was destroyed.
+func (b *Sandbox) Done() <-chan struct{} { return b.done }
+
+// Listener implements sandbox.Sandbox. Whatever the caller serves on it is
+// reachable inside at 127.0.0.1:port: the agent listens there and splices
+// each connection to this unix socket. The container has no network
+// interface but lo, and the port exists nowhere on the host.
+func (b *Sandbox) Listener(port uint16) (net.Listener, bool) {
+	l, ok := b.listeners[port]
+	return l, ok
+}
+
+func (b *Sandbox) markDone() { b.doneOnce.Do(func() { close(b.done) }) }
+
+// Create implements sandbox.Runtime. Nothing is left behind on error.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, retErr error) {
+	spec = spec.WithDefaults()
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, sandbox.ErrClosed
+	}
+	id := newID()
+	b := &Sandbox{id: id, spec: spec, rt: r, st: state{dir: filepath.Join(r.bundles, id)},
+		listeners: map[uint16]net.Listener{}, done: make(chan struct{})}
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		b.closeListeners()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		if b.cid != "" {
+			if err := r.removeContainer(dctx, b.cid); err != nil {
+				r.opts.Logf("%s: removing the container after a failed create: %v", id, err)
+			}
+		}
+		_ = os.RemoveAll(b.st.dir)
+	}()
+
+	args := []string{helper.Path, helper.ModeAgent}
+	for _, p := range spec.Network.ExposedTCP {
+		args = append(args, strconv.Itoa(int(p)))
+	}
+	cid, err := r.createContainer(ctx, id, b.st, spec, args)
+	if err != nil {
+		return nil, err
+	}
+	b.cid = cid
+	ctlL, err := listenUnix(filepath.Join(b.st.sockDir(), helper.CtlSock))
+	if err != nil {
+		return nil, err
+	}
+	defer ctlL.Close()
+	for _, p := range spec.Network.ExposedTCP {
+		l, err := listenUnix(filepath.Join(b.st.sockDir(), helper.PortSock(p)))
+		if err != nil {
+			return nil, fmt.Errorf("exposed port %d: %w", p, err)
+		}
+		b.listeners[p] = l
+	}
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer wcancel()
+	wait := r.cli.ContainerWait(wctx, cid, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := r.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
+		return nil, fmt.Errorf("%w: starting the container: %v", sandbox.ErrUnsupported, err)
+	}
+
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	acc := make(chan accepted, 1)
+	go func() {
+		c, err := ctlL.Accept()
+		acc <- accepted{c, err}
+	}()
+	timer := time.NewTimer(readyTimeout)
+	defer timer.Stop()
+	var ctl net.Conn
+	for ctl == nil {
+		select {
+		case a := <-acc:
+			if a.err != nil {
+				return nil, fmt.Errorf("sandbox %s: waiting for the agent: %w", id, a.err)
+			}
+			ctl = a.c
+		case res := <-wait.Result:
+			return nil, fmt.Errorf("%w: the sandbox's agent exited %d during start%s", sandbox.ErrUnsupported, res.StatusCode, r.logTail(cid))
+		case err := <-wait.Error:
+			return nil, fmt.Errorf("sandbox %s: waiting for the container: %w", id, err)
+		case <-timer.C:
+			return nil, fmt.Errorf("sandbox %s: the agent did not connect within %v%s", id, readyTimeout, r.logTail(cid))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// One connection only: from here on nothing can connect in the agent's
+	// place (the socket file goes with the listener).
+	ctlL.Close()
+	b.ctl = ctl
+	_ = ctl.SetReadDeadline(time.Now().Add(readyTimeout))
+	rd := bufio.NewReader(ctl)
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		ctl.Close()
+		return nil, fmt.Errorf("sandbox %s: the agent hung up during setup%s", id, r.logTail(cid))
+	}
+	if line = strings.TrimSpace(line); line != helper.MsgReady {
+		ctl.Close()
+		return nil, fmt.Errorf("%w: sandbox setup failed: %s", sandbox.ErrUnsupported, strings.TrimPrefix(line, helper.MsgFailed+" "))
+	}
+	_ = ctl.SetReadDeadline(time.Time{})
+	b.oom = r.oomFile(ctx, cid)
+	go func() {
+		// The agent never speaks again: EOF means pid 1 is gone.
+		_, _ = io.Copy(io.Discard, rd)
+		b.markDone()
+	}()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		ctl.Close()
+		return nil, sandbox.ErrClosed
+	}
+	r.boxes[id] = b
+	r.mu.Unlock()
+	return b, nil
+}
+
+// logTail returns ": <the last lines pid 1 wrote>" or "".
+func (r *Runtime) logTail(cid string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	o, e := r.logs(ctx, cid)
+	s := strings.TrimSpace(e + "\n" + o)
+	if s == "" {
+		return ""
+	}
+	ls := strings.Split(s, "\n")
+	if len(ls) > 3 {
+		ls = ls[len(ls)-3:]
+	}
+	return ": " + strings.Join(ls, " | ")
+}
+
+// listenUnix listens on a socket the sandbox user may connect to.
+func listenUnix(p string) (*net.UnixListener, error) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (b *Sandbox) closeListeners() {
+	for _, l := range b.listeners {
+		l.Close()
+	}
+}
+
+// killGroup asks the agent to SIGKILL a command's process group.
+func (b *Sandbox) killGroup(pgid int) {
+	b.ctlMu.Lock()
+	defer b.ctlMu.Unlock()
+	if b.ctl != nil {
+		_ = b.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, _ = fmt.Fprintf(b.ctl, "%s %d\n", helper.MsgKill, pgid)
+	}
+}
+
+func (b *Sandbox) closedErr() error {
+	select {
+	case <-b.done:
+		return fmt.Errorf("sandbox %s: %w", b.id, sandbox.ErrClosed)
+	default:
+		return nil
+	}
+}
+
+// Stats implements sandbox.Sandbox from the container stats API (one
+// sample, no waiting); OOM kills come from the container's memory cgroup,
+// which dockerd does not report.
+func (b *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
+	if err := b.closedErr(); err != nil {
+		return sandbox.Stats{}, err
+	}
+	res, err := b.rt.cli.ContainerStats(ctx, b.cid, client.ContainerStatsOptions{})
+	if err != nil {
+		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", b.id, err)
+	}
+	defer res.Body.Close()
+	var s container.StatsResponse
+	if err := json.NewDecoder(res.Body).Decode(&s); err != nil {
+		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", b.id, err)
+	}
+	st := sandbox.Stats{
+		MemoryBytes:     int64(s.MemoryStats.Usage),
+		MemoryPeakBytes: int64(s.MemoryStats.MaxUsage),
+		CPUUsage:        time.Duration(s.CPUStats.CPUUsage.TotalUsage),
+		Pids:            int64(s.PidsStats.Current),
+		OOMKills:        b.oomKills(),
+	}
+	if st.MemoryPeakBytes < st.MemoryBytes {
+		st.MemoryPeakBytes = st.MemoryBytes // cgroup v2 has no peak in the stats API
+	}
+	return st, nil
+}
+
+// oomFile finds the host file that counts the container's OOM kills: its
+// memory cgroup's memory.oom_control (v1) or memory.events (v2), located
+// through its pid 1's /proc/<pid>/cgroup. It is "" when not readable (a
+// daemon in another cgroup namespace); OOMKilled is then never set.
+func (r *Runtime) oomFile(ctx context.Context, cid string) string {
+	in, err := r.cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+	if err != nil || in.Container.State == nil || in.Container.State.Pid <= 0 {
+		return ""
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", in.Container.State.Pid))
+	if err != nil {
+		return ""
+	}
+	var v1, v2 string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		switch {
+		case len(f) != 3:
+		case f[0] == "0" && f[1] == "":
+			v2 = filepath.Join("/sys/fs/cgroup", f[2], "memory.events")
+		case strings.Contains(","+f[1]+",", ",memory,"):
+			v1 = filepath.Join("/sys/fs/cgroup/memory", f[2], "memory.oom_control")
+		}
+	}
+	for _, p := range []string{v1, v2} {
+		if _, err := os.Stat(p); p != "" && err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// oomKills reads the container's OOM kill count.
+func (b *Sandbox) oomKills() int64 {
+	if b.oom == "" {
+		return 0
+	}
+	data, err := os.ReadFile(b.oom)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// Destroy implements sandbox.Sandbox: the agent's connection closes (pid 1
+// exits, and every other process of the container with it), dockerd
+// removes the container with its cgroup, tmpfs mounts and anonymous
+// volumes, and the state directory goes last.
+func (b *Sandbox) Destroy(ctx context.Context) error {
+	b.destroyOnce.Do(func() {
+		b.closeListeners()
+		b.ctlMu.Lock()
+		if b.ctl != nil {
+			b.ctl.Close()
+		}
+		b.ctlMu.Unlock()
+		var errs []error
+		if err := b.rt.removeContainer(ctx, b.cid); err != nil {
+			errs = append(errs, err)
+		}
+		if err := os.RemoveAll(b.st.dir); err != nil {
+			errs = append(errs, err)
+		}
+		if len(errs) > 0 {
+			b.destroyErr = fmt.Errorf("sandbox %s: %w", b.id, errors.Join(errs...))
+		}
+		b.markDone()
+		b.rt.mu.Lock()
+		delete(b.rt.boxes, b.id)
+		b.rt.mu.Unlock()
+	})
+	return b.destroyErr
+}

@@ -1,0 +1,479 @@
+package oci
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/ironclaw/ironclaw/internal/rootfs"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+)
+
+// The subset of the OCI runtime specification (v1.0.2) that IronClaw
+// writes. Declared here rather than imported so the module needs no
+// runtime-spec dependency; field names and JSON tags follow
+// github.com/opencontainers/runtime-spec/specs-go.
+
+type ociSpec struct {
+	Version  string      `json:"ociVersion"`
+	Process  *ociProcess `json:"process"`
+	Root     ociRoot     `json:"root"`
+	Hostname string      `json:"hostname"`
+	Mounts   []ociMount  `json:"mounts"`
+	Linux    ociLinux    `json:"linux"`
+}
+
+type ociProcess struct {
+	Terminal        bool        `json:"terminal"`
+	User            ociUser     `json:"user"`
+	Args            []string    `json:"args"`
+	Env             []string    `json:"env"`
+	Cwd             string      `json:"cwd"`
+	Capabilities    ociCaps     `json:"capabilities"`
+	Rlimits         []ociRlimit `json:"rlimits"`
+	NoNewPrivileges bool        `json:"noNewPrivileges"`
+}
+
+type ociUser struct {
+	UID            uint32   `json:"uid"`
+	GID            uint32   `json:"gid"`
+	AdditionalGids []uint32 `json:"additionalGids"`
+}
+
+// ociCaps lists every set explicitly, each empty: a missing set would let
+// a runtime fill in its defaults.
+type ociCaps struct {
+	Bounding    []string `json:"bounding"`
+	Effective   []string `json:"effective"`
+	Inheritable []string `json:"inheritable"`
+	Permitted   []string `json:"permitted"`
+	Ambient     []string `json:"ambient"`
+}
+
+type ociRlimit struct {
+	Type string `json:"type"`
+	Hard uint64 `json:"hard"`
+	Soft uint64 `json:"soft"`
+}
+
+type ociRoot struct {
+	Path     string `json:"path"`
+	Readonly bool   `json:"readonly"`
+}
+
+type ociMount struct {
+	Destination string   `json:"destination"`
+	Type        string   `json:"type"`
+	Source      string   `json:"source"`
+	Options     []string `json:"options,omitempty"`
+}
+
+type ociLinux struct {
+	UIDMappings   []ociIDMap        `json:"uidMappings,omitempty"`
+	GIDMappings   []ociIDMap        `json:"gidMappings,omitempty"`
+	Sysctl        map[string]string `json:"sysctl,omitempty"`
+	Resources     *ociResources     `json:"resources,omitempty"`
+	CgroupsPath   string            `json:"cgroupsPath,omitempty"`
+	Namespaces    []ociNamespace    `json:"namespaces"`
+	Seccomp       *ociSeccomp       `json:"seccomp,omitempty"`
+	MaskedPaths   []string          `json:"maskedPaths,omitempty"`
+	ReadonlyPaths []string          `json:"readonlyPaths,omitempty"`
+}
+
+type ociIDMap struct {
+	ContainerID uint32 `json:"containerID"`
+	HostID      uint32 `json:"hostID"`
+	Size        uint32 `json:"size"`
+}
+
+type ociNamespace struct {
+	Type string `json:"type"`
+}
+
+type ociResources struct {
+	Devices []ociDeviceRule `json:"devices"`
+	Memory  *ociMemory      `json:"memory,omitempty"`
+	CPU     *ociCPU         `json:"cpu,omitempty"`
+	Pids    *ociPids        `json:"pids,omitempty"`
+}
+
+type ociDeviceRule struct {
+	Allow  bool   `json:"allow"`
+	Access string `json:"access,omitempty"`
+}
+
+type ociMemory struct {
+	Limit *int64 `json:"limit,omitempty"`
+	// Swap is memory plus swap (the cgroup v1 memsw limit).
+	Swap *int64 `json:"swap,omitempty"`
+}
+
+type ociCPU struct {
+	Quota  *int64  `json:"quota,omitempty"`
+	Period *uint64 `json:"period,omitempty"`
+}
+
+type ociPids struct {
+	Limit int64 `json:"limit"`
+}
+
+// HostIDBase is where container ids 0..65535 map on the host, as on the
+// native backend: the sandbox user 65532 is host uid 165532 and nothing in
+// the container is host root.
+const HostIDBase = 100000
+
+// cfsPeriodUs is the CFS bandwidth period, as internal/cgroups uses.
+const cfsPeriodUs = 100000
+
+// maskedPaths hide kernel state a sandbox has no business reading (files
+// become /dev/null, directories an empty read-only tmpfs).
+var maskedPaths = []string{
+	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/kallsyms",
+	"/proc/kmsg", "/proc/config.gz", "/proc/vmallocinfo", "/proc/pagetypeinfo",
+	"/proc/slabinfo", "/proc/scsi", "/proc/driver", "/sys/firmware",
+}
+
+// readonlyPaths are made read-only in place.
+var readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+
+// baseEnv is what every command sees before the Spec's and request's own;
+// the same as the native backend's.
+var baseEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=" + sandbox.WorkspaceDir,
+	"USER=sandbox",
+	"LOGNAME=sandbox",
+	"SHELL=/bin/sh",
+	"LANG=C.UTF-8",
+	"TMPDIR=" + sandbox.TmpDir,
+}
+
+// agentEnv is the agent's whole environment.
+var agentEnv = []string{"GOMAXPROCS=1", "GOGC=50"}
+
+func mergeEnv(layers ...[]string) []string {
+	idx := map[string]int{}
+	var out []string
+	for _, l := range layers {
+		for _, kv := range l {
+			k, _, _ := strings.Cut(kv, "=")
+			if i, ok := idx[k]; ok {
+				out[i] = kv
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// sealedProcess is the process every container process runs as: the agent
+// and every exec. The seal matches the native backend's: uid/gid 65532, no
+// supplementary groups, every capability set empty, no_new_privs, and the
+// open-files limit.
+func sealedProcess(args, env []string, cwd string, lim sandbox.Limits) *ociProcess {
+	none := []string{}
+	rl := []ociRlimit{{Type: "RLIMIT_NOFILE", Hard: uint64(lim.OpenFiles), Soft: uint64(lim.OpenFiles)}}
+	return &ociProcess{
+		User:            ociUser{UID: sandbox.UID, GID: sandbox.GID, AdditionalGids: []uint32{}},
+		Args:            args,
+		Env:             env,
+		Cwd:             cwd,
+		Capabilities:    ociCaps{Bounding: none, Effective: none, Inheritable: none, Permitted: none, Ambient: none},
+		Rlimits:         rl,
+		NoNewPrivileges: true,
+	}
+}
+
+// bundle is one sandbox's directory:
+//
+//	<StateDir>/bundles/<id>/
+//	  config.json     the OCI spec (0600)
+//	  owner           "<pid>.<starttime>" of the daemon that made it
+//	  rootfs/         the container root: only mount points and, on merged-
+//	                  /usr hosts, the view's symlinks; read-only
+//	  etc/            the synthetic /etc, bound read-only
+//	  sock/           ctl.sock and <port>.sock, bound read-only at /.ironclaw/sock
+//	  exec/           one process.json per running exec
+type bundle struct {
+	dir string
+}
+
+func (b bundle) config() string  { return filepath.Join(b.dir, "config.json") }
+func (b bundle) rootfs() string  { return filepath.Join(b.dir, "rootfs") }
+func (b bundle) etc() string     { return filepath.Join(b.dir, "etc") }
+func (b bundle) sockDir() string { return filepath.Join(b.dir, "sock") }
+func (b bundle) execDir() string { return filepath.Join(b.dir, "exec") }
+func (b bundle) owner() string   { return filepath.Join(b.dir, "owner") }
+
+// bundleConfig is what writeBundle needs beyond the Spec.
+type bundleConfig struct {
+	id         string
+	spec       sandbox.Spec // validated, with defaults
+	helperExe  string       // host path of the staged helper binary
+	cgroupPath string       // relative to the runtime's own cgroup
+	userns     bool         // map ids into a user namespace
+	ports      []uint16     // exposed ports the agent serves
+	args       []string     // the container process (agent or probe)
+	// pidsOverhead is added to the host pids limit for the runtime's own
+	// tasks in the container's cgroup (runsc: the sentry and gofer).
+	pidsOverhead int64
+	// memOverhead is added to the host memory limit (runsc: a backstop
+	// above the limit the daemon enforces).
+	memOverhead int64
+}
+
+// writeBundle lays out the bundle directory and its config.json. The
+// caller removes b.dir on error.
+func writeBundle(b bundle, c bundleConfig) error {
+	spec := c.spec
+	var entries []rootfs.Entry
+	var err error
+	switch spec.Root.Kind {
+	case sandbox.RootDirectory:
+		entries, err = rootfs.Directory(spec.Root.Path)
+	default:
+		entries, err = rootfs.HostView("/", spec.Hostname)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
+	}
+	if err := rootfs.Check(entries); err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
+	}
+	// 0711 everywhere the container's own (mapped) root must pass through
+	// to open a bind source: it may search, never list.
+	for _, d := range []string{b.dir, b.sockDir(), b.execDir()} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(b.rootfs(), 0o755); err != nil {
+		return err
+	}
+
+	var mounts []ociMount
+	// Mount points: inside path -> mode (a directory when ModeDir is set).
+	// runc gives a tmpfs the mode of the directory it is mounted on, so
+	// /tmp's must already be 1777.
+	mountpoints := map[string]os.FileMode{}
+	addDir := func(p string) { mountpoints[p] = os.ModeDir | 0o755 }
+	addFile := func(p string) { mountpoints[p] = 0o444 }
+	nosuid := []string{"nosuid", "nodev"}
+
+	mounts = append(mounts,
+		ociMount{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		ociMount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=64k", "nr_inodes=64"}},
+		ociMount{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+	)
+	addDir("/proc")
+	addDir("/dev")
+
+	etcWritten := false
+	for _, e := range entries {
+		switch e.Kind {
+		case rootfs.KindBindDir:
+			mounts = append(mounts, bindMount(e.Source, e.Path, true))
+			addDir(e.Path)
+		case rootfs.KindBindFile:
+			mounts = append(mounts, bindMount(e.Source, e.Path, true))
+			addFile(e.Path)
+		case rootfs.KindSymlink:
+			if err := os.Symlink(e.Target, filepath.Join(b.rootfs(), e.Path)); err != nil {
+				return err
+			}
+		case rootfs.KindDir:
+			if e.Path != "/etc" {
+				return fmt.Errorf("rootfs: unexpected directory entry %s", e.Path)
+			}
+			if err := os.Mkdir(b.etc(), 0o755); err != nil {
+				return err
+			}
+			etcWritten = true
+		case rootfs.KindFile:
+			dir, name := path.Split(e.Path)
+			if path.Clean(dir) != "/etc" || !etcWritten {
+				return fmt.Errorf("rootfs: unexpected file entry %s", e.Path)
+			}
+			if err := os.WriteFile(filepath.Join(b.etc(), name), []byte(e.Content), os.FileMode(e.Mode)&0o644|0o444); err != nil {
+				return err
+			}
+		}
+	}
+	if etcWritten {
+		mounts = append(mounts, bindMount(b.etc(), "/etc", true))
+		addDir("/etc")
+	}
+
+	mounts = append(mounts, ociMount{Destination: sandbox.TmpDir, Type: "tmpfs", Source: "tmpfs",
+		Options: append([]string{"size=" + strconv.FormatInt(spec.Limits.TmpBytes, 10), "mode=1777"}, nosuid...)})
+	mountpoints[sandbox.TmpDir] = os.ModeDir | os.ModeSticky | 0o777
+	if spec.Workspace != "" {
+		if err := requireDir(spec.Workspace, "workspace"); err != nil {
+			return err
+		}
+		mounts = append(mounts, bindMount(filepath.Clean(spec.Workspace), sandbox.WorkspaceDir, false))
+	} else {
+		mounts = append(mounts, ociMount{Destination: sandbox.WorkspaceDir, Type: "tmpfs", Source: "tmpfs",
+			Options: append([]string{"size=" + strconv.FormatInt(spec.Limits.WorkspaceBytes, 10), "mode=0755",
+				"uid=" + strconv.Itoa(sandbox.UID), "gid=" + strconv.Itoa(sandbox.GID)}, nosuid...)})
+	}
+	addDir(sandbox.WorkspaceDir)
+	for _, m := range spec.Mounts {
+		st, err := os.Stat(m.Source)
+		if err != nil {
+			return fmt.Errorf("%w: mount source: %v", sandbox.ErrInvalidSpec, err)
+		}
+		mounts = append(mounts, bindMount(m.Source, m.Target, m.ReadOnly))
+		if path.Dir(m.Target) == "/" { // a new top-level entry: our mount point
+			if st.IsDir() {
+				addDir(m.Target)
+			} else {
+				addFile(m.Target)
+			}
+		}
+	}
+	mounts = append(mounts,
+		bindMount(c.helperExe, helper.Path, true),
+		bindMount(b.sockDir(), helper.SockDir, true),
+	)
+	addFile(helper.Path)
+	addDir(helper.SockDir)
+	// The helper's mounts go last; its directory must not be shadowed.
+	if _, ok := mountpoints[helper.Dir]; ok {
+		return fmt.Errorf("%w: mount target %s is reserved", sandbox.ErrInvalidSpec, helper.Dir)
+	}
+
+	if err := makeMountpoints(b.rootfs(), mountpoints); err != nil {
+		return err
+	}
+
+	lim := spec.Limits
+	mem := lim.MemoryBytes + c.memOverhead
+	pids := lim.Pids + c.pidsOverhead
+	quota := int64(math.Round(lim.CPUs * cfsPeriodUs))
+	period := uint64(cfsPeriodUs)
+	// The container's process (the agent) never gets RLIMIT_NPROC, even
+	// on runsc where the pids limit is one: it is a Go program whose
+	// runtime may make a thread at any time, and a failed thread creation
+	// is fatal for it, and so for the sandbox. It forks nothing; its
+	// threads still count against the commands' limit, which the exec
+	// front sets (see Sandbox.nproc).
+	cfg := ociSpec{
+		Version:  "1.0.2",
+		Process:  sealedProcess(c.args, agentEnv, "/", lim),
+		Root:     ociRoot{Path: "rootfs", Readonly: true},
+		Hostname: spec.Hostname,
+		Mounts:   mounts,
+		Linux: ociLinux{
+			Resources: &ociResources{
+				Devices: []ociDeviceRule{{Allow: false, Access: "rwm"}},
+				Memory:  &ociMemory{Limit: &mem, Swap: &mem},
+				CPU:     &ociCPU{Quota: &quota, Period: &period},
+				Pids:    &ociPids{Limit: pids},
+			},
+			CgroupsPath: c.cgroupPath,
+			Namespaces: []ociNamespace{
+				{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"}, {Type: "cgroup"},
+			},
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+		},
+	}
+	if c.userns {
+		cfg.Linux.Namespaces = append(cfg.Linux.Namespaces, ociNamespace{Type: "user"})
+		m := []ociIDMap{{ContainerID: 0, HostID: HostIDBase, Size: 65536}}
+		cfg.Linux.UIDMappings, cfg.Linux.GIDMappings = m, m
+	}
+	if low := lowestPort(c.ports); low > 0 && low < 1024 {
+		// The agent holds no capability; let it bind a low exposed port.
+		cfg.Linux.Sysctl = map[string]string{"net.ipv4.ip_unprivileged_port_start": strconv.Itoa(int(low))}
+	}
+	if cfg.Linux.Seccomp, err = seccompProfile(); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(cfg, "", "\t")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(b.config(), data, 0o600)
+}
+
+func lowestPort(ports []uint16) uint16 {
+	var low uint16
+	for _, p := range ports {
+		if low == 0 || p < low {
+			low = p
+		}
+	}
+	return low
+}
+
+// bindMount binds a host path; binds are always nosuid and nodev.
+func bindMount(src, dst string, readOnly bool) ociMount {
+	opts := []string{"rbind", "nosuid", "nodev"}
+	if readOnly {
+		opts = append(opts, "ro")
+	} else {
+		opts = append(opts, "rw")
+	}
+	return ociMount{Destination: dst, Type: "bind", Source: src, Options: opts}
+}
+
+// makeMountpoints creates every mount point in the (root-owned) rootfs, so
+// the runtime never needs to write there: the container's root is not host
+// root and could not.
+func makeMountpoints(root string, points map[string]os.FileMode) error {
+	for p, mode := range points {
+		full := filepath.Join(root, p)
+		if mode.IsDir() {
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				return err
+			}
+			if err := os.Chmod(full, mode&(os.ModePerm|os.ModeSticky)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(full, os.O_CREATE|os.O_RDONLY, 0o444)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	return nil
+}
+
+func requireDir(p, what string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", sandbox.ErrInvalidSpec, what, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, p)
+	}
+	return nil
+}
+
+// writeProcess writes one exec's process.json.
+func writeProcess(file string, p *ociProcess) error {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, data, 0o600)
+}

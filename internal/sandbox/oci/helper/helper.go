@@ -1,0 +1,178 @@
+// Package helper is the in-sandbox side of the oci backend: the ironclaw
+// binary itself, bind-mounted read-only into every OCI sandbox at Path and
+// started by the OCI runtime (never by a user on the host).
+//
+// It has one mode per job, chosen by os.Args[1]:
+//
+//	agent   pid 1 of the container: reaps zombies, ignores signals sent from
+//	        inside, serves the exposed ports (127.0.0.1:port inside, forwarded
+//	        to the daemon's unix sockets under SockDir), and kills process
+//	        groups (or, for the daemon's memory watch on runsc, the largest
+//	        process) when the daemon asks over its control connection. It
+//	        exits when the daemon hangs up, which ends the sandbox.
+//	exec    the front of every command: working directory, PATH lookup, then
+//	        it forks the command into a new session with pipes of its own,
+//	        reports "started <pid>" or why the command could not start as one
+//	        marked line on stderr (see Header), copies the command's output
+//	        until it exits (plus a short drain) and exits with its status.
+//	limit   the exec front's trampoline when the command must run under
+//	        RLIMIT_NPROC (runsc): sets it and execve's the command.
+//	write, read, list
+//	        file operations confined beneath /workspace or /tmp with openat2
+//	        RESOLVE_BENEATH, run with the sandbox's own identity and view.
+//	probe   prints the seal it runs under (runtime.New's probe container).
+//
+// main (and TestMain in tests) must call Main when IsHelper reports true,
+// before doing anything else. Every mode refuses to run unless it is sealed:
+// uid 65532, no effective capabilities, no_new_privs; the agent moreover
+// only as pid 1 of its own pid namespace.
+package helper
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// Dir is where the helper and its sockets live inside every OCI sandbox.
+const Dir = "/.ironclaw"
+
+// Path is where the ironclaw binary is bound inside the sandbox. Its base
+// name is how the binary knows it runs as the helper: os.Args[0] is exactly
+// this path, because an OCI runtime execs process.args[0] by that name.
+const Path = Dir + "/ironclaw-oci-helper"
+
+// SockDir holds the daemon's unix sockets, bound read-only (sockets on a
+// read-only mount still accept connections).
+const SockDir = Dir + "/sock"
+
+// CtlSock is the daemon's control socket inside SockDir; the agent connects
+// to it once, at start.
+const CtlSock = "ctl.sock"
+
+// PortSock is the socket name for an exposed TCP port inside SockDir.
+func PortSock(port uint16) string { return strconv.Itoa(int(port)) + ".sock" }
+
+// Modes (os.Args[1]).
+const (
+	ModeAgent = "agent"
+	ModeExec  = "exec"
+	ModeWrite = "write"
+	ModeRead  = "read"
+	ModeList  = "list"
+	ModeProbe = "probe"
+	// ModeLimit is the exec front's trampoline (see limitMain), never
+	// started by the daemon.
+	ModeLimit = "limit"
+)
+
+// ExitRefused is the exit status when the helper refuses to run.
+const ExitRefused = 125
+
+// IsHelper reports whether this process was started as the in-sandbox
+// helper.
+func IsHelper() bool { return len(os.Args) > 1 && os.Args[0] == Path }
+
+// Main runs the helper mode named by os.Args[1] and never returns.
+func Main() {
+	if err := checkSealed(); err != nil {
+		fmt.Fprintf(os.Stderr, "ironclaw: oci helper refused to run: %v\n", err)
+		os.Exit(ExitRefused)
+	}
+	if err := ensureSeccomp(); err != nil {
+		fmt.Fprintf(os.Stderr, "ironclaw: oci helper refused to run: %v\n", err)
+		os.Exit(ExitRefused)
+	}
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case ModeAgent:
+		os.Exit(agentMain(args))
+	case ModeExec:
+		os.Exit(execMain(args))
+	case ModeLimit:
+		os.Exit(limitMain(args))
+	case ModeWrite, ModeRead, ModeList:
+		os.Exit(fileMain(os.Args[1], args))
+	case ModeProbe:
+		os.Exit(probeMain())
+	}
+	fmt.Fprintf(os.Stderr, "ironclaw: oci helper: unknown mode %q\n", os.Args[1])
+	os.Exit(ExitRefused)
+}
+
+// checkSealed refuses to run outside a sealed sandbox: on the host, as
+// root, or with any effective capability.
+func checkSealed() error {
+	if os.Getuid() != sandbox.UID || os.Geteuid() != sandbox.UID || os.Getgid() != sandbox.GID {
+		return fmt.Errorf("uid %d gid %d, want %d:%d; this entry is started only by the IronClaw oci runtime", os.Getuid(), os.Getgid(), sandbox.UID, sandbox.GID)
+	}
+	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	if err != nil || nnp != 1 {
+		return errors.New("no_new_privs is not set")
+	}
+	caps, err := capabilities()
+	if err != nil {
+		return err
+	}
+	if caps.effective != 0 || caps.permitted != 0 {
+		return fmt.Errorf("capabilities are held (effective %#x, permitted %#x)", caps.effective, caps.permitted)
+	}
+	return nil
+}
+
+// ensureSeccomp installs the native backend's filter (internal/seccomp)
+// when no filter is in force. runc and crun apply the OCI profile to every
+// process they start, but runsc applies it to the container's first
+// process only, not to what `runsc exec` starts; the helper is the front
+// of every exec and file operation, so this closes that gap on every
+// runtime. Under an existing filter nothing is added.
+func ensureSeccomp() error {
+	mode, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
+	if err != nil {
+		return fmt.Errorf("reading the seccomp mode: %w", err)
+	}
+	if mode != 0 {
+		return nil
+	}
+	return seccomp.Install()
+}
+
+type capSets struct{ effective, permitted, inheritable uint64 }
+
+func capabilities() (capSets, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return capSets{}, fmt.Errorf("capget: %w", err)
+	}
+	join := func(lo, hi uint32) uint64 { return uint64(lo) | uint64(hi)<<32 }
+	return capSets{
+		effective:   join(data[0].Effective, data[1].Effective),
+		permitted:   join(data[0].Permitted, data[1].Permitted),
+		inheritable: join(data[0].Inheritable, data[1].Inheritable),
+	}, nil
+}
+
+// probeMain prints what the daemon's probe container checks: identity,
+// capabilities, no_new_privs and the seccomp mode, one "key value" a line.
+func probeMain() int {
+	caps, err := capabilities()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	nnp, _ := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	mode, _ := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
+	var b strings.Builder
+	fmt.Fprintf(&b, "uid %d\ngid %d\npid %d\n", os.Getuid(), os.Getgid(), os.Getpid())
+	fmt.Fprintf(&b, "cap_eff %#x\ncap_prm %#x\ncap_inh %#x\n", caps.effective, caps.permitted, caps.inheritable)
+	fmt.Fprintf(&b, "no_new_privs %d\nseccomp %d\n", nnp, mode)
+	os.Stdout.WriteString(b.String())
+	return 0
+}

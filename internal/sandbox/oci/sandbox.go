@@ -1,0 +1,447 @@
+package oci
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+)
+
+// readyTimeout bounds a sandbox start (runsc takes about a second).
+const readyTimeout = 30 * time.Second
+
+// Sandbox is one OCI container: the agent as its pid 1, commands and file
+// operations started with the runtime's exec. It is safe for concurrent
+// use.
+type Sandbox struct {
+	id   string
+	spec sandbox.Spec
+	rt   *Runtime
+	b    bundle
+	cg   cgroupDirs
+
+	ctl   net.Conn   // to the agent; closing it ends the sandbox
+	ctlMu sync.Mutex // serialises writes to ctl
+
+	listeners map[uint16]net.Listener // exposed port -> unix listener; fixed after Create
+
+	// oomKills counts the OOM kills the daemon asked the agent for (runsc,
+	// see watchMemory); the kernel's are in the cgroup.
+	oomKills atomic.Int64
+
+	done        chan struct{}
+	doneOnce    sync.Once
+	destroyOnce sync.Once
+	destroyErr  error
+
+	diag diagLog
+}
+
+var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+// ID implements sandbox.Sandbox.
+func (b *Sandbox) ID() string { return b.id }
+
+// Done implements sandbox.Sandbox: closed when the agent (the container's
+// pid 1) is gone, or the sandbox was destroyed.
+func (b *Sandbox) Done() <-chan struct{} { return b.done }
+
+// Bundle is the sandbox's bundle directory (for tests and diagnostics).
+func (b *Sandbox) Bundle() string { return b.b.dir }
+
+// CgroupDirs are the host directories of the sandbox's cgroup (for tests).
+func (b *Sandbox) CgroupDirs() []string { return b.cg.all() }
+
+// Listener implements sandbox.Sandbox. Whatever the caller serves on it is
+// reachable inside at 127.0.0.1:port: the agent listens there and splices
+// each connection to this unix socket. Nothing outside the sandbox can
+// reach the port, and the sandbox gets no network interface for it.
+func (b *Sandbox) Listener(port uint16) (net.Listener, bool) {
+	l, ok := b.listeners[port]
+	return l, ok
+}
+
+func (b *Sandbox) markDone() { b.doneOnce.Do(func() { close(b.done) }) }
+
+// Create implements sandbox.Runtime. Nothing is left behind on error.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, retErr error) {
+	spec = spec.WithDefaults()
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, sandbox.ErrClosed
+	}
+	id := newID()
+	b := &Sandbox{id: id, spec: spec, rt: r, b: bundle{dir: filepath.Join(r.bundles, id)},
+		listeners: map[uint16]net.Listener{}, done: make(chan struct{})}
+	started := false
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		b.closeListeners()
+		dctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if started {
+			b.teardown(dctx)
+		} else {
+			_ = os.RemoveAll(b.b.dir)
+		}
+	}()
+
+	args := []string{helper.Path, helper.ModeAgent}
+	for _, p := range spec.Network.ExposedTCP {
+		args = append(args, strconv.Itoa(int(p)))
+	}
+	if err := r.layout(b.b, id, spec, args, spec.Network.ExposedTCP...); err != nil {
+		return nil, err
+	}
+	var err error
+	if b.cg, err = locateCgroup(cgroupRel(id)); err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
+	}
+	ctlL, err := listenUnix(filepath.Join(b.b.sockDir(), helper.CtlSock))
+	if err != nil {
+		return nil, err
+	}
+	defer ctlL.Close()
+	for _, p := range spec.Network.ExposedTCP {
+		l, err := listenUnix(filepath.Join(b.b.sockDir(), helper.PortSock(p)))
+		if err != nil {
+			return nil, fmt.Errorf("exposed port %d: %w", p, err)
+		}
+		b.listeners[p] = l
+	}
+
+	// The runtime returns once the container runs; the container's stdio
+	// is /dev/null and, for stderr, a pipe whose lines go to the log.
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		errR.Close()
+		errW.Close()
+		return nil, err
+	}
+	cmd := r.command("run", "--detach", "--bundle", b.b.dir, id)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devNull, devNull, errW
+	err = cmd.Start()
+	errW.Close()
+	devNull.Close()
+	if err != nil {
+		errR.Close()
+		return nil, fmt.Errorf("%w: starting %s: %v", sandbox.ErrUnsupported, r.opts.Runtime, err)
+	}
+	started = true
+	b.diag.init()
+	go b.diag.read(errR, func(line string) { r.opts.Logf("%s: %s", id, line) })
+	runErr := make(chan error, 1)
+	go func() { runErr <- cmd.Wait() }()
+
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	acc := make(chan accepted, 1)
+	go func() {
+		c, err := ctlL.Accept()
+		acc <- accepted{c, err}
+	}()
+	timer := time.NewTimer(readyTimeout)
+	defer timer.Stop()
+	var ctl net.Conn
+	for ctl == nil {
+		select {
+		case a := <-acc:
+			if a.err != nil {
+				return nil, fmt.Errorf("sandbox %s: waiting for the agent: %w", id, a.err)
+			}
+			ctl = a.c
+		case err := <-runErr:
+			runErr = nil
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s run: %v%s%s", sandbox.ErrUnsupported, r.opts.Runtime, err, b.diag.tail(), r.explain(errors.New(b.diag.tail())))
+			}
+		case <-timer.C:
+			return nil, fmt.Errorf("sandbox %s: the agent did not connect within %v%s", id, readyTimeout, b.diag.tail())
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// One connection only: from here on nothing can connect in the agent's
+	// place (the socket file goes with the listener).
+	ctlL.Close()
+	b.ctl = ctl
+	_ = ctl.SetReadDeadline(time.Now().Add(readyTimeout))
+	rd := bufio.NewReader(ctl)
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		ctl.Close()
+		return nil, fmt.Errorf("sandbox %s: the agent hung up during setup%s", id, b.diag.tail())
+	}
+	if line = strings.TrimSpace(line); line != helper.MsgReady {
+		ctl.Close()
+		return nil, fmt.Errorf("%w: sandbox setup failed: %s", sandbox.ErrUnsupported, strings.TrimPrefix(line, helper.MsgFailed+" "))
+	}
+	_ = ctl.SetReadDeadline(time.Time{})
+	if runErr != nil {
+		// run --detach has returned by now or does so at once.
+		select {
+		case err := <-runErr:
+			if err != nil {
+				ctl.Close()
+				return nil, fmt.Errorf("%w: %s run: %v%s", sandbox.ErrUnsupported, r.opts.Runtime, err, b.diag.tail())
+			}
+		case <-time.After(readyTimeout):
+			ctl.Close()
+			return nil, fmt.Errorf("sandbox %s: %s run did not return", id, r.opts.Runtime)
+		}
+	}
+	go func() {
+		// The agent never speaks again: EOF means pid 1 is gone.
+		_, _ = rd.WriteTo(discard{})
+		b.markDone()
+	}()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, sandbox.ErrClosed
+	}
+	r.boxes[id] = b
+	r.mu.Unlock()
+	if r.opts.Runtime == Runsc {
+		go b.watchMemory()
+	}
+	return b, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// listenUnix listens on a socket the sandbox user (a different host uid)
+// may connect to.
+func listenUnix(p string) (*net.UnixListener, error) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (b *Sandbox) closeListeners() {
+	for _, l := range b.listeners {
+		l.Close()
+	}
+}
+
+// killGroup asks the agent to SIGKILL a command's process group.
+func (b *Sandbox) killGroup(pgid int) {
+	b.tellAgent(fmt.Sprintf("%s %d", helper.MsgKill, pgid))
+}
+
+// tellAgent sends one control line to the agent.
+func (b *Sandbox) tellAgent(line string) {
+	b.ctlMu.Lock()
+	defer b.ctlMu.Unlock()
+	if b.ctl != nil {
+		_ = b.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.WriteString(b.ctl, line+"\n")
+	}
+}
+
+// Memory watch intervals (runsc): how often the sandbox's memory is read
+// while it uses less than half its limit, and above that.
+const (
+	memWatchIdle = 50 * time.Millisecond
+	memWatchNear = 5 * time.Millisecond
+	// oomSettle is how long a kill is given to bring the sandbox back
+	// under its limit before the next largest process goes too.
+	oomSettle = time.Second
+)
+
+// watchMemory enforces the Spec's memory limit on runsc, where the host's
+// OOM killer could only end the whole sandbox (see runscHostMemOverhead):
+// when the sandbox's working set (its cgroup's use, sentry included, less
+// droppable page cache) exceeds the limit, the agent SIGKILLs the largest
+// process inside, and the kill is counted as an OOM kill.
+func (b *Sandbox) watchMemory() {
+	limit := b.spec.Limits.MemoryBytes
+	var settling bool
+	var settleBy time.Time
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-b.done:
+			return
+		case <-timer.C:
+		}
+		interval := memWatchIdle
+		if ws, err := b.cg.workingSet(); err == nil {
+			switch {
+			case ws <= limit:
+				settling = false
+			case !settling || time.Now().After(settleBy):
+				b.oomKills.Add(1)
+				b.tellAgent(helper.MsgOOM)
+				settling, settleBy = true, time.Now().Add(oomSettle)
+			}
+			if ws > limit/2 {
+				interval = memWatchNear
+			}
+		}
+		timer.Reset(interval)
+	}
+}
+
+// oomCount is every OOM kill in the sandbox so far: the kernel's and the
+// daemon's own (runsc).
+func (b *Sandbox) oomCount() int64 { return b.cg.oomKills() + b.oomKills.Load() }
+
+// Stats implements sandbox.Sandbox from the sandbox's cgroup. On runsc the
+// cgroup holds the sentry and gofer, so memory is what the whole sandbox
+// costs the host, not only what its processes use.
+func (b *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
+	select {
+	case <-b.done:
+		return sandbox.Stats{}, fmt.Errorf("sandbox %s: %w", b.id, sandbox.ErrClosed)
+	default:
+	}
+	st, err := b.cg.stats()
+	st.OOMKills += b.oomKills.Load()
+	return st, err
+}
+
+// Destroy implements sandbox.Sandbox: the agent's connection closes (pid 1
+// exits, and the kernel or the sentry ends every other process with it),
+// the runtime kills and deletes the container with its cgroup, and the
+// bundle goes last.
+func (b *Sandbox) Destroy(ctx context.Context) error {
+	b.destroyOnce.Do(func() {
+		b.closeListeners()
+		b.ctlMu.Lock()
+		if b.ctl != nil {
+			b.ctl.Close()
+		}
+		b.ctlMu.Unlock()
+		b.destroyErr = b.teardown(ctx)
+		b.markDone()
+		b.rt.mu.Lock()
+		delete(b.rt.boxes, b.id)
+		b.rt.mu.Unlock()
+	})
+	return b.destroyErr
+}
+
+// teardown kills and deletes the container, waits for its cgroup to go and
+// removes the bundle.
+func (b *Sandbox) teardown(ctx context.Context) error {
+	r := b.rt
+	_, _ = r.run(ctx, nil, "kill", b.id, "KILL")
+	var errs []error
+	if _, err := r.run(ctx, nil, "delete", "--force", b.id); err != nil && !notExist(err) {
+		errs = append(errs, err)
+	}
+	for _, d := range b.cg.all() {
+		if err := removeCgroup(ctx, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(b.b.dir); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("sandbox %s: %w", b.id, errors.Join(errs...))
+	}
+	return nil
+}
+
+func notExist(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found") || strings.Contains(s, "No such file")
+}
+
+// removeCgroup waits for the runtime to have removed a cgroup directory,
+// and removes it itself if the runtime left it (an empty cgroup whose
+// processes were still exiting when the runtime tried).
+func removeCgroup(ctx context.Context, dir string) error {
+	for {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroup %s: %w", dir, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// diagLog keeps the last lines the runtime and the agent wrote to stderr.
+type diagLog struct {
+	mu    sync.Mutex
+	lines []string
+	done  chan struct{}
+}
+
+func (d *diagLog) init() { d.done = make(chan struct{}) }
+
+func (d *diagLog) read(f *os.File, logf func(string)) {
+	defer close(d.done)
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		line := s.Text()
+		d.mu.Lock()
+		d.lines = append(d.lines, line)
+		if len(d.lines) > 20 {
+			d.lines = d.lines[1:]
+		}
+		d.mu.Unlock()
+		logf(line)
+	}
+}
+
+// tail returns ": <last lines>" or "".
+func (d *diagLog) tail() string {
+	if d.done != nil {
+		select { // let the reader catch the last words of an exiting runtime
+		case <-d.done:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.lines) == 0 {
+		return ""
+	}
+	ls := d.lines
+	if len(ls) > 3 {
+		ls = ls[len(ls)-3:]
+	}
+	return ": " + strings.Join(ls, " | ")
+}

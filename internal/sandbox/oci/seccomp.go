@@ -1,0 +1,119 @@
+package oci
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/ironclaw/ironclaw/internal/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// The OCI seccomp profile carries the deny list of internal/seccomp to the
+// runtime, which compiles it with libseccomp (runc, crun) or enforces it in
+// the gVisor sentry (runsc with --oci-seccomp):
+//
+//   - default action allow; every name in seccomp.Denied fails with EPERM,
+//     except clone3 with ENOSYS (so libc falls back to clone);
+//   - the argument rules of seccomp.Restricted, restated as OCI argument
+//     conditions: ioctl TIOCSTI/TIOCLINUX, clone with any CLONE_NEW* flag
+//     (one rule per flag: OCI conditions are ANDed, rules ORed), socket
+//     with protocol MPTCP or SCTP (EPROTONOSUPPORT). Each compares only the
+//     low 32 bits (SCMP_CMP_MASKED_EQ), as the kernel does for these
+//     arguments, so junk in the high word does not slip past;
+//   - architectures: only the native one. libseccomp's bad-architecture
+//     action kills a call from any other ABI (i386 int $0x80, x32), as the
+//     native filter's arch guard does.
+//
+// Differences from the native filter: names that the runtime's libseccomp
+// does not know (calls newer than it) are skipped by the runtime rather
+// than refused; the sandbox still holds no capability for any of them.
+
+const low32 = 0xffffffff
+
+type ociSeccomp struct {
+	DefaultAction string       `json:"defaultAction"`
+	Architectures []string     `json:"architectures"`
+	Syscalls      []ociSyscall `json:"syscalls"`
+}
+
+type ociSyscall struct {
+	Names    []string        `json:"names"`
+	Action   string          `json:"action"`
+	ErrnoRet *uint           `json:"errnoRet,omitempty"`
+	Args     []ociSeccompArg `json:"args,omitempty"`
+}
+
+type ociSeccompArg struct {
+	Index    uint   `json:"index"`
+	Value    uint64 `json:"value"`
+	ValueTwo uint64 `json:"valueTwo"`
+	Op       string `json:"op"`
+}
+
+// restrictedNames are the calls the argument rules below cover; a test
+// checks them against seccomp.Restricted so the two filters cannot drift.
+var restrictedNames = []string{"clone", "ioctl", "socket"}
+
+// namespaceFlags are the clone flags that create a namespace (see
+// internal/seccomp).
+var namespaceFlags = []uint64{unix.CLONE_NEWNS, unix.CLONE_NEWCGROUP, unix.CLONE_NEWUTS, unix.CLONE_NEWIPC,
+	unix.CLONE_NEWUSER, unix.CLONE_NEWPID, unix.CLONE_NEWNET, unix.CLONE_NEWTIME}
+
+const (
+	ipprotoSCTP  = 132
+	ipprotoMPTCP = 262
+)
+
+func ociArch() (string, error) {
+	switch runtime.GOARCH {
+	case "amd64":
+		return "SCMP_ARCH_X86_64", nil
+	case "arm64":
+		return "SCMP_ARCH_AARCH64", nil
+	}
+	return "", fmt.Errorf("seccomp: no profile for %s", runtime.GOARCH)
+}
+
+func seccompProfile() (*ociSeccomp, error) {
+	arch, err := ociArch()
+	if err != nil {
+		return nil, err
+	}
+	errno := func(e unix.Errno) *uint { v := uint(e); return &v }
+	p := &ociSeccomp{DefaultAction: "SCMP_ACT_ALLOW", Architectures: []string{arch}}
+
+	var eperm []string
+	for _, name := range seccomp.Denied() {
+		if name == "clone3" {
+			continue
+		}
+		eperm = append(eperm, name)
+	}
+	if len(eperm) == 0 {
+		return nil, fmt.Errorf("seccomp: the deny list is empty on %s", runtime.GOARCH)
+	}
+	p.Syscalls = append(p.Syscalls,
+		ociSyscall{Names: eperm, Action: "SCMP_ACT_ERRNO", ErrnoRet: errno(unix.EPERM)},
+		ociSyscall{Names: []string{"clone3"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: errno(unix.ENOSYS)},
+	)
+	masked := func(index uint, v uint64) []ociSeccompArg {
+		return []ociSeccompArg{{Index: index, Value: low32, ValueTwo: v, Op: "SCMP_CMP_MASKED_EQ"}}
+	}
+	for _, req := range []uint64{unix.TIOCSTI, unix.TIOCLINUX} {
+		p.Syscalls = append(p.Syscalls, ociSyscall{Names: []string{"ioctl"}, Action: "SCMP_ACT_ERRNO",
+			ErrnoRet: errno(unix.EPERM), Args: masked(1, req)})
+	}
+	for _, flag := range namespaceFlags {
+		p.Syscalls = append(p.Syscalls, ociSyscall{Names: []string{"clone"}, Action: "SCMP_ACT_ERRNO",
+			ErrnoRet: errno(unix.EPERM), Args: []ociSeccompArg{{Index: cloneFlagsArg(), Value: flag, ValueTwo: flag, Op: "SCMP_CMP_MASKED_EQ"}}})
+	}
+	for _, proto := range []uint64{ipprotoMPTCP, ipprotoSCTP} {
+		p.Syscalls = append(p.Syscalls, ociSyscall{Names: []string{"socket"}, Action: "SCMP_ACT_ERRNO",
+			ErrnoRet: errno(unix.EPROTONOSUPPORT), Args: masked(2, proto)})
+	}
+	return p, nil
+}
+
+// cloneFlagsArg is the argument of clone(2) holding the flags: 0 on amd64
+// and arm64.
+func cloneFlagsArg() uint { return 0 }
