@@ -129,7 +129,7 @@ if want ironclaw; then
 	# whole-process ironclaw number includes and the in-daemon ones do not.
 	measure ironclaw cli-start -- "$ROOT/bin/ironclaw" version
 	measure ironclaw run -- "$ROOT/bin/ironclaw" run --mount "$WORK/bin:/bench:ro" -- /bench/true
-	note "ironclaw exec: in-daemon: see BenchmarkExecRoundTrip (there is no daemon yet, so no CLI exec to time)"
+	note "ironclaw exec: in-daemon: see BenchmarkExecRoundTrip; over HTTP through ironclaw serve: BenchmarkHTTPExecRoundTrip in internal/api"
 fi
 
 # ---------------------------------------------------------------- ironclaw on other backends

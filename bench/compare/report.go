@@ -19,7 +19,7 @@ import (
 // Peer names the table treats specially. Ratios in each operation are
 // against the ironclaw row of that operation: the CLI for "run" (both sides
 // start a process per sandbox), the in-daemon benchmark for "exec" (the CLI
-// has no exec into a running sandbox yet).
+// exec through the daemon adds HTTP on top).
 const (
 	peerIronclaw = "ironclaw"
 	peerInDaemon = "ironclaw (in-daemon)"
@@ -321,7 +321,7 @@ func writeMarkdown(w io.Writer, rows []Row, benches []Bench, raw []byte, notes, 
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", r.Peer, r.Op, count(r.N), ms(r.Median), ms(r.P99), r.Ratio, mdCell(src))
 	}
 	fmt.Fprintf(w, "\nThe `ironclaw` run row includes starting the CLI's own Go process; the in-daemon rows do not (one long-lived process, as the daemon will be).")
-	fmt.Fprintf(w, " The exec ratios are against the in-daemon exec, since the CLI has no exec into a running sandbox yet.\n")
+	fmt.Fprintf(w, " The exec ratios are against the in-daemon exec (what an agent gets through `ironclaw serve`, minus HTTP: about 1.5 ms more).\n")
 
 	if len(notes) > 0 {
 		fmt.Fprintf(w, "\n## Notes\n\n")
