@@ -305,9 +305,19 @@ func (s *suite) timeout(t *testing.T) {
 	if el := time.Since(start); el > 15*time.Second {
 		t.Fatalf("a 1 s timeout took %v", el)
 	}
-	// The background sleep died with its process group.
-	if o := b.sh(`ps -eo comm 2>/dev/null | grep -c '^sleep$' || true`); strings.TrimSpace(o.stdout) != "0" {
-		t.Fatalf("processes of the timed-out command survive: %q", o.stdout)
+	// The background sleep dies with its process group. A SIGKILL lands
+	// asynchronously and pid 1 reaps a moment later, so allow a few
+	// seconds and count only live (not zombie) processes.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		o := b.sh(`ps -eo stat=,comm= 2>/dev/null | grep -v '^Z' | grep -c ' sleep$' || true`)
+		if strings.TrimSpace(o.stdout) == "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of the timed-out command survive: %q", o.stdout)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
