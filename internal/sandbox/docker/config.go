@@ -12,6 +12,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 )
@@ -27,19 +28,6 @@ const (
 // user is the container's and every exec's identity, uid:gid, numeric so
 // that no passwd lookup can change it.
 var user = fmt.Sprintf("%d:%d", sandbox.UID, sandbox.GID)
-
-// baseEnv is the container's environment, which every command inherits
-// before the Spec's and the request's own (the same as the other
-// backends'). Nothing of the daemon's environment is passed in.
-var baseEnv = []string{
-	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"HOME=" + sandbox.WorkspaceDir,
-	"USER=sandbox",
-	"LOGNAME=sandbox",
-	"SHELL=/bin/sh",
-	"LANG=C.UTF-8",
-	"TMPDIR=" + sandbox.TmpDir,
-}
 
 // dockerEtcFiles are the files dockerd bind-mounts into every container
 // with a network namespace, filled from the host (resolv.conf would carry
@@ -216,7 +204,7 @@ func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*container.Con
 	cfg := &container.Config{
 		Hostname:   spec.Hostname,
 		User:       user,
-		Env:        append([]string(nil), baseEnv...),
+		Env:        append([]string(nil), hostside.BaseEnv...),
 		Entrypoint: o.args,
 		Cmd:        []string{},
 		Image:      o.image,

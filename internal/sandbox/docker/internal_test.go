@@ -12,65 +12,29 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/seccomp"
 	"github.com/moby/moby/client"
 )
 
-// The profile restates internal/seccomp's filter, as the oci backend's
-// does; these checks fail when they drift apart.
-func TestSeccompProfileMatchesNative(t *testing.T) {
-	p, err := seccompProfile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.DefaultAction != "SCMP_ACT_ALLOW" || len(p.Architectures) != 1 {
-		t.Fatalf("default %s, architectures %v", p.DefaultAction, p.Architectures)
-	}
-	unconditional := map[string]string{}
-	conditional := map[string]bool{}
-	for _, s := range p.Syscalls {
-		for _, n := range s.Names {
-			if len(s.Args) > 0 {
-				conditional[n] = true
-				continue
-			}
-			errno := "?"
-			if s.ErrnoRet != nil {
-				errno = map[uint]string{1: "EPERM", 38: "ENOSYS"}[*s.ErrnoRet]
-			}
-			unconditional[n] = errno
-		}
-	}
-	for _, name := range seccomp.Denied() {
-		want := "EPERM"
-		if name == "clone3" {
-			want = "ENOSYS"
-		}
-		if got := unconditional[name]; got != want {
-			t.Errorf("%s: profile says %q, native filter %s", name, got, want)
-		}
-	}
-	if len(unconditional) != len(seccomp.Denied()) {
-		t.Errorf("profile denies %d calls outright, native filter %d", len(unconditional), len(seccomp.Denied()))
-	}
-	var native []string
-	for _, r := range seccomp.Restricted() {
-		name, _, _ := strings.Cut(r, ":")
-		native = append(native, name)
-	}
-	slices.Sort(native)
-	var ours []string
-	for n := range conditional {
-		ours = append(ours, n)
-	}
-	slices.Sort(ours)
-	if !slices.Equal(native, ours) {
-		t.Errorf("argument rules cover %v, native filter %v", ours, native)
-	}
+// The container's seccomp profile is the oci backend's, whose test
+// (oci.TestSeccompProfileMatchesNative) checks it against internal/seccomp;
+// here, that seccompOpt carries exactly that profile.
+func TestSeccompOpt(t *testing.T) {
 	opt, err := seccompOpt()
 	if err != nil || !strings.HasPrefix(opt, "seccomp={") || !json.Valid([]byte(strings.TrimPrefix(opt, "seccomp="))) {
 		t.Fatalf("seccompOpt = %.80q, %v", opt, err)
+	}
+	p, err := oci.SeccompProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimPrefix(opt, "seccomp="); got != string(want) {
+		t.Errorf("seccompOpt carries %.200s, want oci.SeccompProfile %.200s", got, want)
 	}
 }
 

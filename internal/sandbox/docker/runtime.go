@@ -5,7 +5,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -25,6 +24,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 )
@@ -119,7 +119,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 			return nil, fmt.Errorf("finding the ironclaw binary: %w", err)
 		}
 	}
-	owner, err := processOwner(os.Getpid())
+	owner, err := hostside.ProcessOwner(os.Getpid())
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	if err := os.MkdirAll(r.bundles, 0o711); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	if r.helper, err = stageHelper(opts.Exe, filepath.Clean(opts.StateDir)); err != nil {
+	if r.helper, err = hostside.StageHelper(opts.Exe, filepath.Clean(opts.StateDir), "ironclaw-docker-helper-"); err != nil {
 		return nil, fmt.Errorf("staging the helper binary: %w", err)
 	}
 	r.collect(ctx)
@@ -304,7 +304,7 @@ func (r *Runtime) ensureImage(ctx context.Context, symlinks []rootfs.Entry) (str
 func (r *Runtime) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	id := "probe-" + randHex(6)
+	id := "probe-" + hostside.RandHex(6)
 	s := state{dir: filepath.Join(r.bundles, id)}
 	defer os.RemoveAll(s.dir)
 	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Pids: 16, WorkspaceBytes: 1 << 20, TmpBytes: 1 << 20}}.WithDefaults()
@@ -403,21 +403,12 @@ func (r *Runtime) removeContainer(ctx context.Context, cid string) error {
 func (r *Runtime) collect(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	alive := func(owner string) bool {
-		pid, _, _ := strings.Cut(owner, ".")
-		p, err := strconv.Atoi(pid)
-		if err != nil {
-			return false
-		}
-		cur, err := processOwner(p)
-		return err == nil && cur == owner
-	}
 	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", ownerLabel)})
 	if err != nil {
 		r.opts.Logf("listing leftover containers: %v", err)
 	} else {
 		for _, c := range list.Items {
-			if alive(c.Labels[ownerLabel]) {
+			if hostside.OwnerAlive(c.Labels[ownerLabel]) {
 				continue
 			}
 			if err := r.removeContainer(ctx, c.ID); err != nil {
@@ -437,7 +428,7 @@ func (r *Runtime) collect(ctx context.Context) {
 	for _, de := range des {
 		dir := filepath.Join(r.bundles, de.Name())
 		if owner, err := os.ReadFile(filepath.Join(dir, "owner")); err == nil {
-			if alive(string(owner)) {
+			if hostside.OwnerAlive(string(owner)) {
 				continue
 			}
 		} else if info, serr := de.Info(); serr == nil && time.Since(info.ModTime()) < time.Minute {
@@ -450,69 +441,4 @@ func (r *Runtime) collect(ctx context.Context) {
 	}
 }
 
-// stageHelper copies exe into dir under a name derived from its content,
-// once, so the bind source is a stable, world-executable file whatever
-// directory exe lives in (a go test binary lives in a private one).
-func stageHelper(exe, dir string) (string, error) {
-	f, err := os.Open(exe)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	dst := filepath.Join(dir, "ironclaw-docker-helper-"+hex.EncodeToString(h.Sum(nil)[:8]))
-	if st, err := os.Stat(dst); err == nil && st.Mode().IsRegular() {
-		return dst, nil
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(dir, ".helper-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, f); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	return dst, os.Rename(tmp.Name(), dst)
-}
-
-// processOwner returns "<pid>.<starttime>" for a live process.
-func processOwner(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return fmt.Sprintf("%d.%s", pid, f[19]), nil
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	return hex.EncodeToString(b)
-}
-
-func newID() string { return "dkr-" + randHex(8) }
+func newID() string { return "dkr-" + hostside.RandHex(8) }

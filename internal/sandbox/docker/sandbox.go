@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 )
@@ -111,13 +111,13 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, err
 	}
 	b.cid = cid
-	ctlL, err := listenUnix(filepath.Join(b.st.sockDir(), helper.CtlSock))
+	ctlL, err := hostside.ListenUnix(filepath.Join(b.st.sockDir(), helper.CtlSock))
 	if err != nil {
 		return nil, err
 	}
 	defer ctlL.Close()
 	for _, p := range spec.Network.ExposedTCP {
-		l, err := listenUnix(filepath.Join(b.st.sockDir(), helper.PortSock(p)))
+		l, err := hostside.ListenUnix(filepath.Join(b.st.sockDir(), helper.PortSock(p)))
 		if err != nil {
 			return nil, fmt.Errorf("exposed port %d: %w", p, err)
 		}
@@ -130,25 +130,17 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, fmt.Errorf("%w: starting the container: %v", sandbox.ErrUnsupported, err)
 	}
 
-	type accepted struct {
-		c   net.Conn
-		err error
-	}
-	acc := make(chan accepted, 1)
-	go func() {
-		c, err := ctlL.Accept()
-		acc <- accepted{c, err}
-	}()
+	acc := hostside.AcceptOne(ctlL)
 	timer := time.NewTimer(readyTimeout)
 	defer timer.Stop()
 	var ctl net.Conn
 	for ctl == nil {
 		select {
 		case a := <-acc:
-			if a.err != nil {
-				return nil, fmt.Errorf("sandbox %s: waiting for the agent: %w", id, a.err)
+			if a.Err != nil {
+				return nil, fmt.Errorf("sandbox %s: waiting for the agent: %w", id, a.Err)
 			}
-			ctl = a.c
+			ctl = a.Conn
 		case res := <-wait.Result:
 			return nil, fmt.Errorf("%w: the sandbox's agent exited %d during start%s", sandbox.ErrUnsupported, res.StatusCode, r.logTail(cid))
 		case err := <-wait.Error:
@@ -163,18 +155,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	// place (the socket file goes with the listener).
 	ctlL.Close()
 	b.ctl = ctl
-	_ = ctl.SetReadDeadline(time.Now().Add(readyTimeout))
-	rd := bufio.NewReader(ctl)
-	line, err := rd.ReadString('\n')
+	rd, err := hostside.AgentReady(ctl, id, readyTimeout, func() string { return r.logTail(cid) })
 	if err != nil {
-		ctl.Close()
-		return nil, fmt.Errorf("sandbox %s: the agent hung up during setup%s", id, r.logTail(cid))
+		return nil, err
 	}
-	if line = strings.TrimSpace(line); line != helper.MsgReady {
-		ctl.Close()
-		return nil, fmt.Errorf("%w: sandbox setup failed: %s", sandbox.ErrUnsupported, strings.TrimPrefix(line, helper.MsgFailed+" "))
-	}
-	_ = ctl.SetReadDeadline(time.Time{})
 	b.oom = r.oomFile(ctx, cid)
 	go func() {
 		// The agent never speaks again: EOF means pid 1 is gone.
@@ -208,19 +192,6 @@ func (r *Runtime) logTail(cid string) string {
 	return ": " + strings.Join(ls, " | ")
 }
 
-// listenUnix listens on a socket the sandbox user may connect to.
-func listenUnix(p string) (*net.UnixListener, error) {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(p, 0o666); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
-}
-
 func (b *Sandbox) closeListeners() {
 	for _, l := range b.listeners {
 		l.Close()
@@ -237,14 +208,7 @@ func (b *Sandbox) killGroup(pgid int) {
 	}
 }
 
-func (b *Sandbox) closedErr() error {
-	select {
-	case <-b.done:
-		return fmt.Errorf("sandbox %s: %w", b.id, sandbox.ErrClosed)
-	default:
-		return nil
-	}
-}
+func (b *Sandbox) closedErr() error { return hostside.ClosedErr(b.id, b.done) }
 
 // Stats implements sandbox.Sandbox from the container stats API (one
 // sample, no waiting); OOM kills come from the container's memory cgroup,

@@ -8,7 +8,6 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -81,7 +80,7 @@ type ociLinux struct {
 	Resources     *ociResources     `json:"resources,omitempty"`
 	CgroupsPath   string            `json:"cgroupsPath,omitempty"`
 	Namespaces    []ociNamespace    `json:"namespaces"`
-	Seccomp       *ociSeccomp       `json:"seccomp,omitempty"`
+	Seccomp       *Seccomp          `json:"seccomp,omitempty"`
 	MaskedPaths   []string          `json:"maskedPaths,omitempty"`
 	ReadonlyPaths []string          `json:"readonlyPaths,omitempty"`
 }
@@ -143,37 +142,8 @@ var maskedPaths = []string{
 // readonlyPaths are made read-only in place.
 var readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 
-// baseEnv is what every command sees before the Spec's and request's own;
-// the same as the native backend's.
-var baseEnv = []string{
-	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"HOME=" + sandbox.WorkspaceDir,
-	"USER=sandbox",
-	"LOGNAME=sandbox",
-	"SHELL=/bin/sh",
-	"LANG=C.UTF-8",
-	"TMPDIR=" + sandbox.TmpDir,
-}
-
 // agentEnv is the agent's whole environment.
 var agentEnv = []string{"GOMAXPROCS=1", "GOGC=50"}
-
-func mergeEnv(layers ...[]string) []string {
-	idx := map[string]int{}
-	var out []string
-	for _, l := range layers {
-		for _, kv := range l {
-			k, _, _ := strings.Cut(kv, "=")
-			if i, ok := idx[k]; ok {
-				out[i] = kv
-				continue
-			}
-			idx[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
-}
 
 // sealedProcess is the process every container process runs as: the agent
 // and every exec. The seal matches the native backend's: uid/gid 65532, no
@@ -400,7 +370,7 @@ func writeBundle(b bundle, c bundleConfig) error {
 		// The agent holds no capability; let it bind a low exposed port.
 		cfg.Linux.Sysctl = map[string]string{"net.ipv4.ip_unprivileged_port_start": strconv.Itoa(int(low))}
 	}
-	if cfg.Linux.Seccomp, err = seccompProfile(); err != nil {
+	if cfg.Linux.Seccomp, err = SeccompProfile(); err != nil {
 		return err
 	}
 	data, err := json.MarshalIndent(cfg, "", "\t")

@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +18,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
 )
 
 // The OCI runtimes this package drives.
@@ -109,7 +107,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 			return nil, fmt.Errorf("finding the ironclaw binary: %w", err)
 		}
 	}
-	owner, err := processOwner(os.Getpid())
+	owner, err := hostside.ProcessOwner(os.Getpid())
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +139,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	if err := mkdirs(r.root, 0o700); err != nil {
 		return nil, err
 	}
-	if r.helper, err = stageHelper(opts.Exe, base); err != nil {
+	if r.helper, err = hostside.StageHelper(opts.Exe, base, "ironclaw-oci-helper-"); err != nil {
 		return nil, fmt.Errorf("staging the helper binary: %w", err)
 	}
 	r.collect(ctx)
@@ -247,7 +245,7 @@ func lastLines(s string, n int) string {
 func (r *Runtime) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	id := "probe-" + randHex(6)
+	id := "probe-" + hostside.RandHex(6)
 	b := bundle{dir: filepath.Join(r.bundles, id)}
 	defer os.RemoveAll(b.dir)
 	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Pids: 16, WorkspaceBytes: 1 << 20, TmpBytes: 1 << 20}}.WithDefaults()
@@ -388,11 +386,8 @@ func (r *Runtime) collect(ctx context.Context) {
 		dir := filepath.Join(r.bundles, de.Name())
 		owner, err := os.ReadFile(filepath.Join(dir, "owner"))
 		if err == nil {
-			pid, _, _ := strings.Cut(string(owner), ".")
-			if p, err := strconv.Atoi(pid); err == nil {
-				if cur, err := processOwner(p); err == nil && cur == string(owner) {
-					continue // alive
-				}
+			if hostside.OwnerAlive(string(owner)) {
+				continue // alive
 			}
 		} else if info, serr := de.Info(); serr == nil && time.Since(info.ModTime()) < time.Minute {
 			continue // being written right now
@@ -411,45 +406,6 @@ func (r *Runtime) collect(ctx context.Context) {
 		}
 		r.opts.Logf("collected leftover sandbox %s", de.Name())
 	}
-}
-
-// stageHelper copies exe into dir under a name derived from its content,
-// once: the bind source must be reachable by the container's (unprivileged)
-// root, and exe may live in a private directory (a go test binary does).
-func stageHelper(exe, dir string) (string, error) {
-	f, err := os.Open(exe)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	dst := filepath.Join(dir, "ironclaw-oci-helper-"+hex.EncodeToString(h.Sum(nil)[:8]))
-	if st, err := os.Stat(dst); err == nil && st.Mode().IsRegular() {
-		return dst, nil
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(dir, ".helper-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, f); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	return dst, os.Rename(tmp.Name(), dst)
 }
 
 // mkdirs makes dir (and its parents) and sets its mode.
@@ -477,30 +433,4 @@ func checkSearchable(dir string) error {
 	}
 }
 
-// processOwner returns "<pid>.<starttime>" for a live process.
-func processOwner(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return fmt.Sprintf("%d.%s", pid, f[19]), nil
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	return hex.EncodeToString(b)
-}
-
-func newID() string { return "oci-" + randHex(8) }
+func newID() string { return "oci-" + hostside.RandHex(8) }

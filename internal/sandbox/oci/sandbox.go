@@ -17,6 +17,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
 )
 
 // readyTimeout bounds a sandbox start (runsc takes about a second).
@@ -116,13 +117,13 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	if b.cg, err = locateCgroup(cgroupRel(id)); err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
-	ctlL, err := listenUnix(filepath.Join(b.b.sockDir(), helper.CtlSock))
+	ctlL, err := hostside.ListenUnix(filepath.Join(b.b.sockDir(), helper.CtlSock))
 	if err != nil {
 		return nil, err
 	}
 	defer ctlL.Close()
 	for _, p := range spec.Network.ExposedTCP {
-		l, err := listenUnix(filepath.Join(b.b.sockDir(), helper.PortSock(p)))
+		l, err := hostside.ListenUnix(filepath.Join(b.b.sockDir(), helper.PortSock(p)))
 		if err != nil {
 			return nil, fmt.Errorf("exposed port %d: %w", p, err)
 		}
@@ -156,25 +157,17 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	runErr := make(chan error, 1)
 	go func() { runErr <- cmd.Wait() }()
 
-	type accepted struct {
-		c   net.Conn
-		err error
-	}
-	acc := make(chan accepted, 1)
-	go func() {
-		c, err := ctlL.Accept()
-		acc <- accepted{c, err}
-	}()
+	acc := hostside.AcceptOne(ctlL)
 	timer := time.NewTimer(readyTimeout)
 	defer timer.Stop()
 	var ctl net.Conn
 	for ctl == nil {
 		select {
 		case a := <-acc:
-			if a.err != nil {
-				return nil, fmt.Errorf("sandbox %s: waiting for the agent: %w", id, a.err)
+			if a.Err != nil {
+				return nil, fmt.Errorf("sandbox %s: waiting for the agent: %w", id, a.Err)
 			}
-			ctl = a.c
+			ctl = a.Conn
 		case err := <-runErr:
 			runErr = nil
 			if err != nil {
@@ -190,18 +183,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	// place (the socket file goes with the listener).
 	ctlL.Close()
 	b.ctl = ctl
-	_ = ctl.SetReadDeadline(time.Now().Add(readyTimeout))
-	rd := bufio.NewReader(ctl)
-	line, err := rd.ReadString('\n')
+	rd, err := hostside.AgentReady(ctl, id, readyTimeout, b.diag.tail)
 	if err != nil {
-		ctl.Close()
-		return nil, fmt.Errorf("sandbox %s: the agent hung up during setup%s", id, b.diag.tail())
+		return nil, err
 	}
-	if line = strings.TrimSpace(line); line != helper.MsgReady {
-		ctl.Close()
-		return nil, fmt.Errorf("%w: sandbox setup failed: %s", sandbox.ErrUnsupported, strings.TrimPrefix(line, helper.MsgFailed+" "))
-	}
-	_ = ctl.SetReadDeadline(time.Time{})
 	if runErr != nil {
 		// run --detach has returned by now or does so at once.
 		select {
@@ -236,20 +221,6 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
-
-// listenUnix listens on a socket the sandbox user (a different host uid)
-// may connect to.
-func listenUnix(p string) (*net.UnixListener, error) {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(p, 0o666); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
-}
 
 func (b *Sandbox) closeListeners() {
 	for _, l := range b.listeners {

@@ -27,23 +27,31 @@ import (
 // Differences from the native filter: names that the runtime's libseccomp
 // does not know (calls newer than it) are skipped by the runtime rather
 // than refused; the sandbox still holds no capability for any of them.
+//
+// The docker backend hands the same profile to dockerd (Docker's profile
+// format has the same JSON field names), so every container backend
+// refuses the same calls.
 
 const low32 = 0xffffffff
 
-type ociSeccomp struct {
-	DefaultAction string       `json:"defaultAction"`
-	Architectures []string     `json:"architectures"`
-	Syscalls      []ociSyscall `json:"syscalls"`
+// Seccomp is an OCI runtime-spec seccomp profile (config.json's
+// linux.seccomp), as SeccompProfile builds it.
+type Seccomp struct {
+	DefaultAction string        `json:"defaultAction"`
+	Architectures []string      `json:"architectures"`
+	Syscalls      []SeccompRule `json:"syscalls"`
 }
 
-type ociSyscall struct {
-	Names    []string        `json:"names"`
-	Action   string          `json:"action"`
-	ErrnoRet *uint           `json:"errnoRet,omitempty"`
-	Args     []ociSeccompArg `json:"args,omitempty"`
+// SeccompRule is one entry of Seccomp.Syscalls.
+type SeccompRule struct {
+	Names    []string     `json:"names"`
+	Action   string       `json:"action"`
+	ErrnoRet *uint        `json:"errnoRet,omitempty"`
+	Args     []SeccompArg `json:"args,omitempty"`
 }
 
-type ociSeccompArg struct {
+// SeccompArg is one argument condition of a SeccompRule.
+type SeccompArg struct {
 	Index    uint   `json:"index"`
 	Value    uint64 `json:"value"`
 	ValueTwo uint64 `json:"valueTwo"`
@@ -74,13 +82,15 @@ func ociArch() (string, error) {
 	return "", fmt.Errorf("seccomp: no profile for %s", runtime.GOARCH)
 }
 
-func seccompProfile() (*ociSeccomp, error) {
+// SeccompProfile builds the seccomp profile of every OCI and Docker
+// sandbox on this architecture (see above).
+func SeccompProfile() (*Seccomp, error) {
 	arch, err := ociArch()
 	if err != nil {
 		return nil, err
 	}
 	errno := func(e unix.Errno) *uint { v := uint(e); return &v }
-	p := &ociSeccomp{DefaultAction: "SCMP_ACT_ALLOW", Architectures: []string{arch}}
+	p := &Seccomp{DefaultAction: "SCMP_ACT_ALLOW", Architectures: []string{arch}}
 
 	var eperm []string
 	for _, name := range seccomp.Denied() {
@@ -93,22 +103,22 @@ func seccompProfile() (*ociSeccomp, error) {
 		return nil, fmt.Errorf("seccomp: the deny list is empty on %s", runtime.GOARCH)
 	}
 	p.Syscalls = append(p.Syscalls,
-		ociSyscall{Names: eperm, Action: "SCMP_ACT_ERRNO", ErrnoRet: errno(unix.EPERM)},
-		ociSyscall{Names: []string{"clone3"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: errno(unix.ENOSYS)},
+		SeccompRule{Names: eperm, Action: "SCMP_ACT_ERRNO", ErrnoRet: errno(unix.EPERM)},
+		SeccompRule{Names: []string{"clone3"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: errno(unix.ENOSYS)},
 	)
-	masked := func(index uint, v uint64) []ociSeccompArg {
-		return []ociSeccompArg{{Index: index, Value: low32, ValueTwo: v, Op: "SCMP_CMP_MASKED_EQ"}}
+	masked := func(index uint, v uint64) []SeccompArg {
+		return []SeccompArg{{Index: index, Value: low32, ValueTwo: v, Op: "SCMP_CMP_MASKED_EQ"}}
 	}
 	for _, req := range []uint64{unix.TIOCSTI, unix.TIOCLINUX} {
-		p.Syscalls = append(p.Syscalls, ociSyscall{Names: []string{"ioctl"}, Action: "SCMP_ACT_ERRNO",
+		p.Syscalls = append(p.Syscalls, SeccompRule{Names: []string{"ioctl"}, Action: "SCMP_ACT_ERRNO",
 			ErrnoRet: errno(unix.EPERM), Args: masked(1, req)})
 	}
 	for _, flag := range namespaceFlags {
-		p.Syscalls = append(p.Syscalls, ociSyscall{Names: []string{"clone"}, Action: "SCMP_ACT_ERRNO",
-			ErrnoRet: errno(unix.EPERM), Args: []ociSeccompArg{{Index: cloneFlagsArg(), Value: flag, ValueTwo: flag, Op: "SCMP_CMP_MASKED_EQ"}}})
+		p.Syscalls = append(p.Syscalls, SeccompRule{Names: []string{"clone"}, Action: "SCMP_ACT_ERRNO",
+			ErrnoRet: errno(unix.EPERM), Args: []SeccompArg{{Index: cloneFlagsArg(), Value: flag, ValueTwo: flag, Op: "SCMP_CMP_MASKED_EQ"}}})
 	}
 	for _, proto := range []uint64{ipprotoMPTCP, ipprotoSCTP} {
-		p.Syscalls = append(p.Syscalls, ociSyscall{Names: []string{"socket"}, Action: "SCMP_ACT_ERRNO",
+		p.Syscalls = append(p.Syscalls, SeccompRule{Names: []string{"socket"}, Action: "SCMP_ACT_ERRNO",
 			ErrnoRet: errno(unix.EPROTONOSUPPORT), Args: masked(2, proto)})
 	}
 	return p, nil

@@ -11,7 +11,7 @@ import (
 // The OCI profile restates internal/seccomp's filter; these checks fail
 // when the two drift apart.
 func TestSeccompProfileMatchesNative(t *testing.T) {
-	p, err := seccompProfile()
+	p, err := SeccompProfile()
 	if err != nil {
 		t.Fatal(err)
 	}
