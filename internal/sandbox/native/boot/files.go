@@ -7,13 +7,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"sort"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/beneath"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
 	"golang.org/x/sys/unix"
 )
@@ -22,64 +21,6 @@ import (
 // landlock domain and view of the filesystem: whatever a path or symlink
 // says, it can only ever reach the sandbox's own files. On top of that,
 // resolution stays beneath /workspace or /tmp (openat2 RESOLVE_BENEATH).
-
-// splitBase returns the writable area p lies in and p relative to it.
-func splitBase(p string) (base, rel string, err error) {
-	if !path.IsAbs(p) || path.Clean(p) != p {
-		return "", "", fmt.Errorf("path %q must be a clean absolute path", p)
-	}
-	if p == sandbox.WorkspaceDir || p == sandbox.TmpDir {
-		return p, ".", nil
-	}
-	for _, b := range []string{sandbox.WorkspaceDir, sandbox.TmpDir} {
-		if r, ok := strings.CutPrefix(p, b+"/"); ok && r != "" {
-			return b, r, nil
-		}
-	}
-	return "", "", fmt.Errorf("path %q is not under %s or %s", p, sandbox.WorkspaceDir, sandbox.TmpDir)
-}
-
-const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
-
-// openBeneath opens rel beneath base; with create it first makes the
-// missing parent directories, each resolved beneath base too.
-func openBeneath(base, rel string, flags int, mode uint32, create bool) (*os.File, error) {
-	dfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(dfd)
-	if create {
-		parts := strings.Split(rel, "/")
-		for i := 1; i < len(parts); i++ {
-			dir := strings.Join(parts[:i], "/")
-			if err := unix.Mkdirat(dfd, dir, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-				return nil, err
-			}
-			// Confirm the component we created or found resolves beneath.
-			fd, err := openat2(dfd, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return nil, err
-			}
-			unix.Close(fd)
-		}
-	}
-	fd, err := openat2(dfd, rel, flags|unix.O_CLOEXEC, mode)
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), rel), nil
-}
-
-// openat2 falls back to a plain openat on kernels before 5.6; the sandbox's
-// own confinement still holds there.
-func openat2(dfd int, p string, flags int, mode uint32) (int, error) {
-	fd, err := unix.Openat2(dfd, p, &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: resolve})
-	if errors.Is(err, unix.ENOSYS) {
-		return unix.Openat(dfd, p, flags, mode)
-	}
-	return fd, err
-}
 
 func fileErrCode(err error) string {
 	switch {
@@ -110,7 +51,7 @@ func (a *agent) writeFile(req wire.Request, files []*os.File) {
 		a.fail(req.ID, "bad-request", 0, errors.New("write needs one descriptor"))
 		return
 	}
-	base, rel, err := splitBase(req.Path)
+	base, rel, err := beneath.Split(req.Path)
 	if err != nil {
 		a.fail(req.ID, "bad-request", 0, err)
 		return
@@ -119,7 +60,7 @@ func (a *agent) writeFile(req wire.Request, files []*os.File) {
 	if mode == 0 {
 		mode = 0o644
 	}
-	f, err := openBeneath(base, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, mode, true)
+	f, err := beneath.Open(base, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, mode, true)
 	if err != nil {
 		a.fileFail(req.ID, req.Path, err)
 		return
@@ -143,12 +84,12 @@ func (a *agent) readFile(req wire.Request, files []*os.File) {
 		a.fail(req.ID, "bad-request", 0, errors.New("read needs one descriptor"))
 		return
 	}
-	base, rel, err := splitBase(req.Path)
+	base, rel, err := beneath.Split(req.Path)
 	if err != nil {
 		a.fail(req.ID, "bad-request", 0, err)
 		return
 	}
-	f, err := openBeneath(base, rel, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0, false)
+	f, err := beneath.Open(base, rel, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0, false)
 	if err != nil {
 		a.fileFail(req.ID, req.Path, err)
 		return
@@ -181,12 +122,12 @@ func (a *agent) listDir(req wire.Request, files []*os.File) {
 		a.fail(req.ID, "bad-request", 0, errors.New("list needs one descriptor"))
 		return
 	}
-	base, rel, err := splitBase(req.Path)
+	base, rel, err := beneath.Split(req.Path)
 	if err != nil {
 		a.fail(req.ID, "bad-request", 0, err)
 		return
 	}
-	d, err := openBeneath(base, rel, unix.O_RDONLY|unix.O_DIRECTORY, 0, false)
+	d, err := beneath.Open(base, rel, unix.O_RDONLY|unix.O_DIRECTORY, 0, false)
 	if err != nil {
 		a.fileFail(req.ID, req.Path, err)
 		return
