@@ -71,13 +71,28 @@ func Open(base, rel string, flags int, mode uint32, create bool) (*os.File, erro
 // sentry has no openat2) lacks it, walkBeneath does the same walk in user
 // space, refusing every symlink on the way: stricter than RESOLVE_BENEATH,
 // which follows symlinks that stay beneath.
+//
+// The kernel answers EAGAIN when a ".." step raced with a mount or rename
+// anywhere on the host (it cannot then vouch for the walk); openat2(2) says
+// to retry, so we do, a bounded number of times.
 func Openat2(dfd int, p string, flags int, mode uint32) (int, error) {
-	fd, err := unix.Openat2(dfd, p, &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: resolve})
-	if errors.Is(err, unix.ENOSYS) {
-		return walkBeneath(dfd, p, flags, mode)
+	how := &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: resolve}
+	for range maxRetries {
+		fd, err := unix.Openat2(dfd, p, how)
+		switch {
+		case errors.Is(err, unix.ENOSYS):
+			return walkBeneath(dfd, p, flags, mode)
+		case errors.Is(err, unix.EAGAIN):
+			continue
+		}
+		return fd, err
 	}
-	return fd, err
+	return -1, unix.EAGAIN
 }
+
+// maxRetries bounds Openat2's retries after EAGAIN: enough for a host busy
+// mounting, small enough that a stuck walk cannot spin.
+const maxRetries = 64
 
 // walkBeneath opens each directory of p with O_NOFOLLOW from the one
 // before, then the last component with O_NOFOLLOW. p is clean and
