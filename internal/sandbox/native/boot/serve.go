@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path"
-	"strings"
 	"sync"
 	"syscall"
 
+	"github.com/ironclaw/ironclaw/internal/sandbox/execpath"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
 	"golang.org/x/sys/unix"
 )
@@ -88,7 +87,7 @@ func (a *agent) start(req wire.Request, files []*os.File) {
 		a.fail(req.ID, "bad-cwd", unix.ENOTDIR, fmt.Errorf("working directory %s does not exist", req.Dir))
 		return
 	}
-	prog, errno := lookPath(req.Argv[0], req.Env)
+	prog, errno := execpath.Look(req.Argv[0], req.Env)
 	if errno != 0 {
 		a.failStart(req.ID, req.Argv[0], errno)
 		return
@@ -183,54 +182,6 @@ func (a *agent) signal(req wire.Request) {
 	if ok {
 		_ = syscall.Kill(-pgid, syscall.Signal(req.Signal))
 	}
-}
-
-// lookPath resolves name the way execvp would, with the request's PATH.
-func lookPath(name string, env []string) (string, syscall.Errno) {
-	if strings.Contains(name, "/") {
-		return name, checkExecutable(name)
-	}
-	pathEnv := "/usr/local/bin:/usr/bin:/bin"
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			pathEnv = v
-		}
-	}
-	denied := syscall.Errno(0)
-	for _, dir := range strings.Split(pathEnv, ":") {
-		if dir == "" {
-			dir = "."
-		}
-		p := path.Join(dir, name)
-		switch errno := checkExecutable(p); errno {
-		case 0:
-			return p, 0
-		case unix.EACCES, unix.EISDIR:
-			denied = errno
-		}
-	}
-	if denied != 0 {
-		return "", denied
-	}
-	return "", unix.ENOENT
-}
-
-func checkExecutable(p string) syscall.Errno {
-	st, err := os.Stat(p)
-	if err != nil {
-		var en syscall.Errno
-		if errors.As(err, &en) {
-			return en
-		}
-		return unix.ENOENT
-	}
-	if st.IsDir() {
-		return unix.EISDIR
-	}
-	if err := unix.Access(p, unix.X_OK); err != nil {
-		return unix.EACCES
-	}
-	return 0
 }
 
 // openPTY allocates a terminal on the sandbox's own devpts instance.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"runtime"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/sandbox/execpath"
 	"golang.org/x/sys/unix"
 )
 
@@ -140,7 +140,7 @@ func execMain(args []string) int {
 		return fail(CodeBadCwd, errnoOf(err), fmt.Sprintf("working directory %s: %v", cwd, err))
 	}
 	env := os.Environ()
-	prog, errno := lookPath(argv[0], env)
+	prog, errno := execpath.Look(argv[0], env)
 	if errno != 0 {
 		return failStart(fail, argv[0], errno)
 	}
@@ -328,52 +328,4 @@ func errnoOf(err error) syscall.Errno {
 		return en
 	}
 	return unix.EINVAL
-}
-
-// lookPath resolves name the way execvp would, with the command's PATH.
-func lookPath(name string, env []string) (string, syscall.Errno) {
-	if strings.Contains(name, "/") {
-		return name, checkExecutable(name)
-	}
-	pathEnv := "/usr/local/bin:/usr/bin:/bin"
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			pathEnv = v
-		}
-	}
-	denied := syscall.Errno(0)
-	for _, dir := range strings.Split(pathEnv, ":") {
-		if dir == "" {
-			dir = "."
-		}
-		p := path.Join(dir, name)
-		switch errno := checkExecutable(p); errno {
-		case 0:
-			return p, 0
-		case unix.EACCES, unix.EISDIR:
-			denied = errno
-		}
-	}
-	if denied != 0 {
-		return "", denied
-	}
-	return "", unix.ENOENT
-}
-
-func checkExecutable(p string) syscall.Errno {
-	st, err := os.Stat(p)
-	if err != nil {
-		var en syscall.Errno
-		if errors.As(err, &en) {
-			return en
-		}
-		return unix.ENOENT
-	}
-	if st.IsDir() {
-		return unix.EISDIR
-	}
-	if err := unix.Access(p, unix.X_OK); err != nil {
-		return unix.EACCES
-	}
-	return 0
 }
