@@ -22,14 +22,10 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
-	"fmt"
 	"net/http"
 	"runtime/debug"
 	"strconv"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -62,6 +58,10 @@ type Config struct {
 	// as the decider of the approvals it decides. OperatorToken's name is
 	// "operator".
 	Operators []Operator
+	// Agents are further agent tokens, each a principal of its own
+	// ("agent:NAME"): it sees only the sandboxes and approvals it made, and
+	// has its own quotas and rate. AgentToken is the principal "agent".
+	Agents []Agent
 	// Gateway, if set, enables the approval routes and the privileged
 	// actions (tools, agents, widening), and Policy marks commands that
 	// need approval.
@@ -81,25 +81,23 @@ type Operator struct {
 	Name, Token string
 }
 
+// Agent is a named agent token.
+type Agent struct {
+	Name, Token string
+}
+
 // ModelProxy is what the API needs of the model proxy.
 type ModelProxy interface {
 	Handler() http.Handler
 	Mint(session string) (string, error)
 }
 
-// Roles, also the audit actor of a request.
-const (
-	roleAgent    = "agent"
-	roleOperator = "operator"
-)
-
 // Server is the HTTP API over one session.Manager and audit.Log.
 type Server struct {
 	cfg     Config
 	m       *session.Manager
 	log     *audit.Log
-	agent   [sha256.Size]byte // hashes of the tokens, compared in constant time
-	opers   []namedHash
+	tokens  []principalHash // hashes of every token, compared in constant time
 	limiter *limiter
 	metrics *metrics
 	gather  prometheus.Gatherer
@@ -115,22 +113,9 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 	if cfg.AgentToken == "" || cfg.OperatorToken == "" {
 		return nil, errors.New("api: the agent and operator tokens are required")
 	}
-	opers := []namedHash{{"operator", sha256.Sum256([]byte(cfg.OperatorToken))}}
-	seen := map[string]bool{cfg.AgentToken: true, cfg.OperatorToken: true}
-	if cfg.AgentToken == cfg.OperatorToken {
-		return nil, errors.New("api: the agent and operator tokens must differ")
-	}
-	for _, o := range cfg.Operators {
-		switch {
-		case !ValidOperatorName(o.Name):
-			return nil, fmt.Errorf("api: operator name %q: 1-64 letters, digits, '.', '_', '-', '@'", o.Name)
-		case len(o.Token) < 16:
-			return nil, fmt.Errorf("api: operator %s: token shorter than 16 characters", o.Name)
-		case seen[o.Token]:
-			return nil, fmt.Errorf("api: operator %s: token used twice", o.Name)
-		}
-		seen[o.Token] = true
-		opers = append(opers, namedHash{o.Name, sha256.Sum256([]byte(o.Token))})
+	tokens, err := hashTokens(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if m == nil || log == nil {
 		return nil, errors.New("api: a session manager and an audit log are required")
@@ -163,8 +148,7 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 	}
 	s := &Server{
 		cfg: cfg, m: m, log: log,
-		agent:   sha256.Sum256([]byte(cfg.AgentToken)),
-		opers:   opers,
+		tokens:  tokens,
 		limiter: newLimiter(cfg.RatePerSecond, cfg.RateBurst),
 		metrics: met,
 		gather:  gather,
@@ -183,8 +167,8 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) OnEnd(state, reason string) { s.metrics.ended(state, reason) }
 
 // handlerFunc is what every API handler is: it writes a success itself and
-// returns an error for writeError to render.
-type handlerFunc func(w http.ResponseWriter, r *http.Request, role string) error
+// returns an error for writeError to render. who is the caller.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, who principal) error
 
 func (s *Server) routes() {
 	agent := func(pattern string, h handlerFunc) { s.mux.Handle(pattern, s.authed(roleAgent, h)) }
@@ -286,76 +270,27 @@ func (s *Server) unmatched(w http.ResponseWriter, r *http.Request, h http.Handle
 // limit, runs h and renders its error.
 func (s *Server) authed(need string, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		role, name := s.role(r)
-		if role == "" {
+		who, ok := s.principal(r)
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ironclaw"`)
 			writeError(w, &apiError{http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"})
 			return
 		}
-		if need == roleOperator && role != roleOperator {
+		if need == roleOperator && who.Role != roleOperator {
 			writeError(w, &apiError{http.StatusForbidden, "forbidden", "this route needs the operator token"})
 			return
 		}
-		if ok, wait := s.limiter.allow(role); !ok {
+		if ok, wait := s.limiter.allow(who.Name); !ok {
 			secs := int((wait + 999_999_999) / 1_000_000_000)
 			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 			writeError(w, &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests for this token; retry later"})
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, name))
-		if err := h(w, r, role); err != nil {
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, who))
+		if err := h(w, r, who); err != nil {
 			s.fail(w, r, err)
 		}
 	})
-}
-
-// role returns the role of the request's bearer token, or "". Both tokens
-// are always compared, each in constant time over fixed-size hashes, so
-// neither the match nor the tokens' lengths show in the timing.
-func (s *Server) role(r *http.Request) (role, name string) {
-	h := r.Header.Get("Authorization")
-	const prefix = "bearer "
-	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return "", ""
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-	if subtle.ConstantTimeCompare(sum[:], s.agent[:]) == 1 {
-		role, name = roleAgent, roleAgent
-	}
-	for _, o := range s.opers {
-		if subtle.ConstantTimeCompare(sum[:], o.hash[:]) == 1 {
-			role, name = roleOperator, o.name
-		}
-	}
-	return role, name
-}
-
-type namedHash struct {
-	name string
-	hash [sha256.Size]byte
-}
-
-type identityKey struct{}
-
-// identity is the name behind the request's token: "agent", or the
-// operator's name. It is what approvals record as their decider.
-func identity(r *http.Request) string {
-	n, _ := r.Context().Value(identityKey{}).(string)
-	return n
-}
-
-// ValidOperatorName reports whether n may name an operator: 1-64 letters,
-// digits, '.', '_', '-' or '@'.
-func ValidOperatorName(n string) bool {
-	if n == "" || len(n) > 64 {
-		return false
-	}
-	for _, c := range n {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-@", c)) {
-			return false
-		}
-	}
-	return true
 }
 
 // fail renders err unless the response has begun (a stream), in which

@@ -549,13 +549,13 @@ func TestLimiterRefills(t *testing.T) {
 
 func TestPanicRecovered(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	e.srv.mux.Handle("GET /v1/panic", e.srv.authed(roleAgent, func(http.ResponseWriter, *http.Request, string) error { panic("boom") }))
+	e.srv.mux.Handle("GET /v1/panic", e.srv.authed(roleAgent, func(http.ResponseWriter, *http.Request, principal) error { panic("boom") }))
 	e.wantError(500, "internal", "GET", "/v1/panic", agentTok, nil)
 	e.must(200, "GET", "/healthz", "", nil, nil) // still serving
 	if !strings.Contains(e.logs.String(), "panic") {
 		t.Fatal("the panic was not logged")
 	}
-	e.srv.mux.Handle("GET /v1/err", e.srv.authed(roleAgent, func(http.ResponseWriter, *http.Request, string) error {
+	e.srv.mux.Handle("GET /v1/err", e.srv.authed(roleAgent, func(http.ResponseWriter, *http.Request, principal) error {
 		return fmt.Errorf("secret detail %s", "xyz")
 	}))
 	msg := e.wantError(500, "internal", "GET", "/v1/err", agentTok, nil)

@@ -38,18 +38,10 @@ type ToolLister interface {
 
 const maxApprovalWait = 5 * time.Minute
 
-// gatewayError renders the gateway's errors.
+// gatewayError renders the gateway's errors. Their classes render
+// themselves (classify); only a closed gateway gets its own words.
 func gatewayError(err error) error {
-	switch {
-	case errors.Is(err, gateway.ErrNotFound):
-		return &apiError{http.StatusNotFound, "not_found", err.Error()}
-	case errors.Is(err, gateway.ErrConflict), errors.Is(err, gateway.ErrNotUsable):
-		return &apiError{http.StatusConflict, "conflict", err.Error()}
-	case errors.Is(err, gateway.ErrInvalid):
-		return badRequest(err.Error())
-	case errors.Is(err, gateway.ErrTooMany):
-		return &apiError{http.StatusTooManyRequests, "limit_exceeded", err.Error()}
-	case errors.Is(err, gateway.ErrClosed):
+	if errors.Is(err, gateway.ErrClosed) {
 		return &apiError{http.StatusServiceUnavailable, "unavailable", "shutting down"}
 	}
 	return err
@@ -61,9 +53,10 @@ func pending(w http.ResponseWriter, a gateway.Approval) {
 	writeJSON(w, http.StatusAccepted, a)
 }
 
-// runningSandbox checks a request's sandbox exists and runs.
-func (s *Server) runningSandbox(ctx context.Context, id string) error {
-	info, err := s.m.Get(ctx, id)
+// runningSandbox checks a request's sandbox exists, is who's to use, and
+// runs.
+func (s *Server) runningSandbox(ctx context.Context, who principal, id string) error {
+	info, err := s.sandboxOf(ctx, who, id)
 	if err != nil {
 		return err
 	}
@@ -84,7 +77,7 @@ type fileBody struct {
 // fileApproval lets an agent file the kinds that have no route of their
 // own: egress.host, exec.command and tool.call. The others carry requests
 // that their routes validate.
-func (s *Server) fileApproval(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) fileApproval(w http.ResponseWriter, r *http.Request, who principal) error {
 	var b fileBody
 	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &b); err != nil {
 		if err == io.EOF {
@@ -142,11 +135,11 @@ func (s *Server) fileApproval(w http.ResponseWriter, r *http.Request, role strin
 		return badRequest(fmt.Sprintf("unknown kind %q", b.Kind))
 	}
 	if b.Session != "" {
-		if err := s.runningSandbox(r.Context(), b.Session); err != nil {
+		if err := s.runningSandbox(r.Context(), who, b.Session); err != nil {
 			return err
 		}
 	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: b.Kind, Session: b.Session, Summary: b.Summary, Data: data, By: role})
+	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: b.Kind, Session: b.Session, Summary: b.Summary, Data: data, By: who.Name})
 	if err != nil {
 		return gatewayError(err)
 	}
@@ -171,7 +164,7 @@ func strictData(raw json.RawMessage, v any) error {
 	return nil
 }
 
-func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, who principal) error {
 	q := r.URL.Query()
 	if v := q.Get("watch"); v == "1" || v == "true" {
 		return s.watchApprovals(w, r)
@@ -243,7 +236,7 @@ func (s *Server) watchApprovals(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-func (s *Server) getApproval(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) getApproval(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
 	var wait time.Duration
 	if v := r.URL.Query().Get("wait"); v != "" {
@@ -272,7 +265,7 @@ type decideBody struct {
 // decide approves or denies. The decider is the operator behind the token;
 // the body cannot name one (an unknown field is refused).
 func (s *Server) decide(approve bool) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, role string) error {
+	return func(w http.ResponseWriter, r *http.Request, who principal) error {
 		var b decideBody
 		if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &b); err != nil && err != io.EOF {
 			return err
@@ -292,45 +285,6 @@ func (s *Server) decide(approve bool) handlerFunc {
 	}
 }
 
-// gateExec files an exec.command request for a command the policy marks,
-// answering 202, or spends the approval the request names. gated reports
-// that the response was written.
-func (s *Server) gateExec(w http.ResponseWriter, r *http.Request, role, id string, call execCall) (gated bool, err error) {
-	if s.cfg.Gateway == nil || s.cfg.Policy == nil {
-		return false, nil
-	}
-	need, pattern := s.cfg.Policy.NeedsApproval(call.line)
-	if !need {
-		return false, nil
-	}
-	if err := s.runningSandbox(r.Context(), id); err != nil {
-		return true, err
-	}
-	if call.approval == "" {
-		a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindExecCommand, Session: id, By: role, Join: true,
-			Data: map[string]any{"command": call.line, "pattern": pattern}})
-		if err != nil {
-			return true, gatewayError(err)
-		}
-		w.Header().Set("Location", "/v1/approvals/"+a.ID)
-		writeJSON(w, http.StatusAccepted, map[string]any{"approval": a})
-		return true, nil
-	}
-	err = s.cfg.Gateway.Use(r.Context(), call.approval, id, func(data json.RawMessage) error {
-		var d struct {
-			Command string `json:"command"`
-		}
-		if err := json.Unmarshal(data, &d); err != nil || d.Command != call.line {
-			return errors.New("it was approved for a different command")
-		}
-		return nil
-	})
-	if err != nil {
-		return true, gatewayError(err)
-	}
-	return false, nil
-}
-
 // toolBody is POST /v1/tools.
 type toolBody struct {
 	Name        string          `json:"name"`
@@ -339,7 +293,7 @@ type toolBody struct {
 	Command     string          `json:"command"`
 }
 
-func (s *Server) registerTool(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) registerTool(w http.ResponseWriter, r *http.Request, who principal) error {
 	var b toolBody
 	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &b); err != nil {
 		if err == io.EOF {
@@ -351,7 +305,7 @@ func (s *Server) registerTool(w http.ResponseWriter, r *http.Request, role strin
 	if err := t.Validate(); err != nil {
 		return badRequest(err.Error())
 	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindToolRegister, By: role, Data: t,
+	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindToolRegister, By: who.Name, Data: t,
 		Summary: fmt.Sprintf("register the tool %q", t.Name)})
 	if err != nil {
 		return gatewayError(err)
@@ -360,7 +314,7 @@ func (s *Server) registerTool(w http.ResponseWriter, r *http.Request, role strin
 	return nil
 }
 
-func (s *Server) listTools(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request, who principal) error {
 	list := []tools.Tool{}
 	if s.cfg.Tools != nil {
 		var err error
@@ -372,7 +326,7 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request, role string) 
 	return nil
 }
 
-func (s *Server) spawnAgent(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) spawnAgent(w http.ResponseWriter, r *http.Request, who principal) error {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		return err
@@ -381,7 +335,7 @@ func (s *Server) spawnAgent(w http.ResponseWriter, r *http.Request, role string)
 	if err != nil {
 		return err
 	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindAgentSpawn, By: role, Data: b,
+	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindAgentSpawn, By: who.Name, Data: b,
 		Summary: "spawn an agent: " + truncate(spawnLine(b), 200)})
 	if err != nil {
 		return gatewayError(err)
@@ -390,7 +344,7 @@ func (s *Server) spawnAgent(w http.ResponseWriter, r *http.Request, role string)
 	return nil
 }
 
-func (s *Server) widenEgress(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) widenEgress(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
 	var b struct {
 		Allow []string `json:"allow"`
@@ -409,10 +363,10 @@ func (s *Server) widenEgress(w http.ResponseWriter, r *http.Request, role string
 			return badRequest(fmt.Sprintf("allow %q: %v", rule, err))
 		}
 	}
-	if err := s.runningSandbox(r.Context(), id); err != nil {
+	if err := s.runningSandbox(r.Context(), who, id); err != nil {
 		return err
 	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: id, By: role, Join: true,
+	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: id, By: who.Name, Join: true,
 		Data: map[string]any{"egress_allow": b.Allow}})
 	if err != nil {
 		return gatewayError(err)
@@ -421,7 +375,7 @@ func (s *Server) widenEgress(w http.ResponseWriter, r *http.Request, role string
 	return nil
 }
 
-func (s *Server) widenLimits(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) widenLimits(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
@@ -431,10 +385,10 @@ func (s *Server) widenLimits(w http.ResponseWriter, r *http.Request, role string
 	if err != nil {
 		return err
 	}
-	if err := s.runningSandbox(r.Context(), id); err != nil {
+	if err := s.runningSandbox(r.Context(), who, id); err != nil {
 		return err
 	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: id, By: role, Join: true,
+	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: id, By: who.Name, Join: true,
 		Data: map[string]any{"limits": b}})
 	if err != nil {
 		return gatewayError(err)

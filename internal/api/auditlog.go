@@ -29,7 +29,7 @@ func queryInt(r *http.Request, name string, def int64) (int64, error) {
 	return v, nil
 }
 
-func (s *Server) auditTail(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) auditTail(w http.ResponseWriter, r *http.Request, who principal) error {
 	after, err := queryInt(r, "after", 0)
 	if err != nil {
 		return err
@@ -82,7 +82,7 @@ func (s *Server) auditFollow(w http.ResponseWriter, r *http.Request, after int64
 	return nil
 }
 
-func (s *Server) auditVerify(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) auditVerify(w http.ResponseWriter, r *http.Request, who principal) error {
 	res, err := s.log.Verify(r.Context())
 	if err != nil {
 		return err
@@ -91,7 +91,7 @@ func (s *Server) auditVerify(w http.ResponseWriter, r *http.Request, role string
 	return nil
 }
 
-func (s *Server) auditExport(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) auditExport(w http.ResponseWriter, r *http.Request, who principal) error {
 	after, err := queryInt(r, "after", 0)
 	if err != nil {
 		return err

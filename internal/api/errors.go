@@ -6,8 +6,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/session"
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
 // apiError is an error with its HTTP rendering. Its message is shown to
@@ -26,9 +25,29 @@ func badRequest(msg string) error {
 	return &apiError{http.StatusBadRequest, "invalid_argument", msg}
 }
 
-// classify maps any error to its rendering. Errors of the session and
-// sandbox vocabularies carry messages written for the caller (ids, paths,
-// field names), which are passed on; anything else is internal.
+// statusOf renders each error class; it is the only place where errors
+// become HTTP statuses and codes. The codes are the API's contract
+// (docs/http-api.md).
+var statusOf = []struct {
+	class  error
+	status int
+	code   string
+}{
+	{errdefs.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
+	{errdefs.ErrNotFound, http.StatusNotFound, "not_found"},
+	{errdefs.ErrConflict, http.StatusConflict, "conflict"},
+	{errdefs.ErrForbidden, http.StatusForbidden, "forbidden"},
+	{errdefs.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
+	{errdefs.ErrLimitExceeded, http.StatusTooManyRequests, "limit_exceeded"},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	{errdefs.ErrUnsupported, http.StatusServiceUnavailable, "unavailable"},
+	{errdefs.ErrInsufficientStorage, http.StatusInsufficientStorage, "insufficient_storage"},
+}
+
+// classify maps any error to its rendering. Classified errors carry
+// messages written for the caller (ids, paths, field names), which are
+// passed on; anything else is internal. A full disk is reported as such
+// whatever layer met it, with a message that names no path.
 func classify(err error) *apiError {
 	var ae *apiError
 	var tooBig *http.MaxBytesError
@@ -37,22 +56,18 @@ func classify(err error) *apiError {
 		return ae
 	case errors.As(err, &tooBig):
 		return &apiError{http.StatusRequestEntityTooLarge, "too_large", "the request body is over the limit"}
-	case errors.Is(err, session.ErrNotFound):
-		return &apiError{http.StatusNotFound, "not_found", err.Error()}
-	case errors.Is(err, session.ErrLimit):
-		return &apiError{http.StatusTooManyRequests, "limit_exceeded", err.Error()}
-	case errors.Is(err, sandbox.ErrInvalidSpec), errors.Is(err, sandbox.ErrInvalidRequest):
-		return &apiError{http.StatusBadRequest, "invalid_argument", err.Error()}
-	case errors.Is(err, sandbox.ErrPermission):
-		return &apiError{http.StatusBadRequest, "invalid_argument", err.Error()}
-	case errors.Is(err, sandbox.ErrNotFound):
-		return &apiError{http.StatusNotFound, "not_found", err.Error()}
-	case errors.Is(err, sandbox.ErrClosed):
-		return &apiError{http.StatusConflict, "conflict", "the sandbox is not running"}
-	case errors.Is(err, sandbox.ErrUnsupported):
-		return &apiError{http.StatusServiceUnavailable, "unavailable", err.Error()}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &apiError{http.StatusServiceUnavailable, "unavailable", "the operation timed out"}
+	}
+	class := errdefs.Class(err)
+	if class == errdefs.ErrInsufficientStorage && !errors.Is(err, errdefs.ErrInsufficientStorage) {
+		// A raw ENOSPC or SQLITE_FULL: its text names files of the daemon.
+		return &apiError{http.StatusInsufficientStorage, "insufficient_storage", "the daemon's disk is full; nothing was changed (reads still work)"}
+	}
+	for _, c := range statusOf {
+		if c.class == class {
+			return &apiError{c.status, c.code, err.Error()}
+		}
 	}
 	return errInternal
 }

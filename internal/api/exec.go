@@ -31,26 +31,26 @@ func isStartFailure(err error) bool {
 	return errors.Is(err, sandbox.ErrCommandNotFound) || errors.Is(err, sandbox.ErrNotExecutable)
 }
 
-func (s *Server) exec(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) exec(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
 	call, err := decodeExec(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		return err
 	}
-	if gated, err := s.gateExec(w, r, role, id, call); gated || err != nil {
+	// An unknown, foreign or ended sandbox is a plain error response;
+	// after this check the status line goes out at once, so a client sees
+	// the stream begin even while a command is silent.
+	info, err := s.sandboxOf(r.Context(), who, id)
+	if err != nil {
+		return err
+	}
+	if gated, err := s.gateExec(w, r, who, id, call); gated || err != nil {
 		return err
 	}
 	req := call.req
 	wait := r.URL.Query().Get("wait")
 	if wait == "1" || wait == "true" {
-		return s.execWait(w, r, role, id, req)
-	}
-	// An unknown or ended sandbox is a plain error response; after this
-	// check the status line goes out at once, so a client sees the stream
-	// begin even while a command is silent.
-	info, err := s.m.Get(r.Context(), id)
-	if err != nil {
-		return err
+		return s.execWait(w, r, who, id, req)
 	}
 	if info.State != session.StateRunning {
 		return s.notRunning(r, id, fmt.Errorf("%w: %s", session.ErrNotFound, id))
@@ -61,7 +61,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, role string) error
 	_ = st.rc.SetWriteDeadline(time.Time{})
 	st.begin()
 	req.Stdout, req.Stderr = st.stream("stdout"), st.stream("stderr")
-	res, err := s.m.Exec(r.Context(), role, id, req)
+	res, err := s.m.Exec(r.Context(), who.Name, id, req)
 	st.finish()
 	fr := exitFrame{Exit: res.ExitCode, DurationMS: res.Duration.Milliseconds(), Truncated: res.Truncated, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
 	switch {
@@ -83,12 +83,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, role string) error
 	return nil
 }
 
-func (s *Server) execWait(w http.ResponseWriter, r *http.Request, role, id string, req sandbox.ExecRequest) error {
+func (s *Server) execWait(w http.ResponseWriter, r *http.Request, who principal, id string, req sandbox.ExecRequest) error {
 	var stdout, stderr bytes.Buffer
 	var mu sync.Mutex // the runtime may write both streams at once
 	req.Stdout = lockedWriter{&mu, &stdout}
 	req.Stderr = lockedWriter{&mu, &stderr}
-	res, err := s.m.Exec(r.Context(), role, id, req)
+	res, err := s.m.Exec(r.Context(), who.Name, id, req)
 	if err != nil && !isStartFailure(err) {
 		return s.notRunning(r, id, err)
 	}

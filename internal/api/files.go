@@ -47,10 +47,13 @@ func cleanPath(p string) error {
 	return nil
 }
 
-func (s *Server) putFile(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
 	p, err := filePath(r)
 	if err != nil {
+		return err
+	}
+	if _, err := s.sandboxOf(r.Context(), who, id); err != nil {
 		return err
 	}
 	mode := fs.FileMode(0o644)
@@ -65,7 +68,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, role string) er
 		return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the upload is over the %d-byte limit", s.cfg.MaxUploadBytes)}
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
-	if err := s.m.WriteFile(r.Context(), role, id, p, body, mode); err != nil {
+	if err := s.m.WriteFile(r.Context(), who.Name, id, p, body, mode); err != nil {
 		return s.notRunning(r, id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -80,10 +83,13 @@ type dirEntry struct {
 	MTime time.Time `json:"mtime"`
 }
 
-func (s *Server) getFile(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
 	p, err := filePath(r)
 	if err != nil {
+		return err
+	}
+	if _, err := s.sandboxOf(r.Context(), who, id); err != nil {
 		return err
 	}
 	if l := r.URL.Query().Get("list"); l == "1" || l == "true" {

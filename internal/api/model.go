@@ -10,7 +10,7 @@ import (
 // mintModelToken gives an agent on the host a model-proxy token of its own
 // API session: the provider key stays in the daemon, the agent's process
 // holds a token that is worthless anywhere but this proxy.
-func (s *Server) mintModelToken(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) mintModelToken(w http.ResponseWriter, r *http.Request, who principal) error {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return err

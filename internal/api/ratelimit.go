@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// limiter is one token bucket per key (a role, so one per token).
+// limiter is one token bucket per key (a principal, so one per token).
 type limiter struct {
 	rate  float64 // tokens per second
 	burst float64

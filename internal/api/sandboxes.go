@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -38,7 +40,7 @@ func view(in session.Info) sandboxView {
 		IdleTimeout: in.Idle.String(), LastUsedAt: utc(in.LastUsedAt), EndedAt: utc(in.EndedAt), EndReason: in.EndReason}
 }
 
-func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who principal) error {
 	req, err := decodeCreate(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		return err
@@ -64,14 +66,14 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, role stri
 		}
 		req.EgressAllow = covered
 	}
-	info, err := s.m.Create(r.Context(), role, req)
+	info, err := s.m.Create(r.Context(), who.Name, req)
 	s.metrics.created(err)
 	if err != nil {
 		return err
 	}
 	out := createdView{sandboxView: view(info)}
 	if len(extra) > 0 {
-		a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: info.ID, By: role,
+		a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: info.ID, By: who.Name,
 			Data: map[string]any{"egress_allow": extra}})
 		if err != nil {
 			// The sandbox exists either way; the caller learns the hosts
@@ -94,7 +96,7 @@ type createdView struct {
 	ApprovalError string             `json:"approval_error,omitempty"`
 }
 
-func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, who principal) error {
 	sel := map[string]string{}
 	for _, l := range r.URL.Query()["label"] {
 		k, v, ok := strings.Cut(l, "=")
@@ -103,7 +105,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, role stri
 		}
 		sel[k] = v
 	}
-	infos, err := s.m.List(r.Context(), sel)
+	infos, err := s.m.List(r.Context(), who.listScope(), sel)
 	if err != nil {
 		return err
 	}
@@ -115,8 +117,8 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, role stri
 	return nil
 }
 
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, role string) error {
-	info, err := s.m.Get(r.Context(), r.PathValue("id"))
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, who principal) error {
+	info, err := s.sandboxOf(r.Context(), who, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -124,9 +126,12 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, role string)
 	return nil
 }
 
-func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, role string) error {
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
-	derr := s.m.Destroy(r.Context(), role, id)
+	if _, err := s.sandboxOf(r.Context(), who, id); err != nil {
+		return err
+	}
+	derr := s.m.Destroy(r.Context(), who.Name, id)
 	if errors.Is(derr, session.ErrNotFound) {
 		return derr
 	}
@@ -144,6 +149,21 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, role stri
 	}
 	writeJSON(w, http.StatusOK, view(info))
 	return nil
+}
+
+// sandboxOf describes the sandbox id if who may use it: an operator may use
+// every sandbox, an agent only those it created. Another principal's
+// sandbox is not found, exactly like an id that never existed, so an agent
+// learns nothing of others' ids.
+func (s *Server) sandboxOf(ctx context.Context, who principal, id string) (session.Info, error) {
+	info, err := s.m.Get(ctx, id)
+	if err != nil {
+		return session.Info{}, err
+	}
+	if !who.operator() && info.Principal != who.Name {
+		return session.Info{}, fmt.Errorf("%w: %s", session.ErrNotFound, id)
+	}
+	return info, nil
 }
 
 // notRunning turns session.ErrNotFound for a sandbox that exists but has

@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"github.com/ironclaw/ironclaw/internal/errdefs"
+
 	"context"
 	"database/sql"
 	"encoding/hex"
@@ -15,7 +17,7 @@ import (
 )
 
 // ErrClosed is returned by Append after Close.
-var ErrClosed = errors.New("audit: log closed")
+var ErrClosed = errdefs.New(errdefs.ErrUnavailable, "audit: log closed")
 
 // Defaults for Options' zero values.
 const (

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
-	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/spf13/cobra"
 )
 
@@ -160,29 +159,5 @@ func newApprovalsDecideCmd(e *env, approve bool) *cobra.Command {
 		c.Flags().StringVar(&scope, "scope", "", "for egress.host: sandbox (this sandbox only, the default) or global (every sandbox, remembered)")
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why; recorded in the audit log")
-	return c
-}
-
-func newOperatorCmd(e *env) *cobra.Command {
-	c := &cobra.Command{
-		Use:   "operator",
-		Short: "Manage named operator tokens",
-	}
-	var dataDir string
-	add := &cobra.Command{
-		Use:   "add NAME",
-		Short: "Create a named operator token (operators/NAME.token in the data directory; the daemon reads them at start)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			p, err := daemon.AddOperator(dataDir, args[0])
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintln(e.stdout, p)
-			return err
-		},
-	}
-	add.Flags().StringVar(&dataDir, "data-dir", daemon.DefaultDataDir(), "the daemon's data directory")
-	c.AddCommand(add)
 	return c
 }

@@ -50,7 +50,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fmt.Errorf("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newRunCmd(e), newDoctorCmd(e), newVersionCmd(e), newServeCmd(e), newSandboxCmd(e), newAuditCmd(e), newApprovalsCmd(e), newOperatorCmd(e))
+	root.AddCommand(newRunCmd(e), newDoctorCmd(e), newVersionCmd(e), newServeCmd(e), newSandboxCmd(e), newAuditCmd(e), newApprovalsCmd(e), newOperatorCmd(e), newAgentCmd(e))
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
 	var code exitCode

@@ -192,6 +192,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	agents, err := loadAgents(dir)
+	if err != nil {
+		return err
+	}
 	pol := policy.Default()
 	if cfg.PolicyFile != "" {
 		if pol, err = policy.Load(cfg.PolicyFile); err != nil {
@@ -340,6 +344,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		AgentToken:     agentTok,
 		OperatorToken:  operTok,
 		Operators:      operators,
+		Agents:         agents,
 		Gateway:        gw,
 		Policy:         &pol.Exec,
 		EgressCovers:   covers,

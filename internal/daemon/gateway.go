@@ -5,10 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 
 	"github.com/ironclaw/ironclaw/internal/api"
@@ -21,9 +18,6 @@ import (
 
 // File names inside the data directory for the gateway.
 const (
-	// OperatorsDir holds further operator tokens, one NAME.token file each
-	// (mode 0600); NAME is what approvals they decide record as decider.
-	OperatorsDir = "operators"
 	// WebhookSecretFile signs webhook deliveries when the policy names no
 	// secret file; it is created on first use.
 	WebhookSecretFile = "webhook.secret"
@@ -181,50 +175,6 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 		c.b.Write(p[:min(room, len(p))])
 	}
 	return len(p), nil
-}
-
-// loadOperators reads dir/operators/NAME.token files.
-func loadOperators(dir string) ([]api.Operator, error) {
-	ents, err := os.ReadDir(filepath.Join(dir, OperatorsDir))
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("operators: %w", err)
-	}
-	var out []api.Operator
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".token")
-		if !ok {
-			continue
-		}
-		tok, err := readToken(filepath.Join(dir, OperatorsDir, e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, api.Operator{Name: name, Token: tok})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
-// AddOperator creates dir/operators/NAME.token with a new random token and
-// returns its path. The daemon reads these files when it starts.
-func AddOperator(dir, name string) (string, error) {
-	if !api.ValidOperatorName(name) || name == "operator" || name == "agent" || strings.HasPrefix(name, ".") {
-		return "", fmt.Errorf("operator name %q: 1-64 letters, digits, '.', '_', '-', '@', not starting with '.', not agent or operator", name)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, OperatorsDir), 0o700); err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, OperatorsDir, name+".token")
-	if _, err := os.Lstat(p); err == nil {
-		return "", fmt.Errorf("operator %s exists: %s", name, p)
-	}
-	if _, err := ensureToken(p); err != nil {
-		return "", err
-	}
-	return p, nil
 }
 
 // webhookSecret reads the policy's secret file, or the data dir's, made on

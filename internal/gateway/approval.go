@@ -1,8 +1,9 @@
 package gateway
 
 import (
+	"github.com/ironclaw/ironclaw/internal/errdefs"
+
 	"encoding/json"
-	"errors"
 	"time"
 )
 
@@ -46,13 +47,13 @@ const (
 
 // Errors; check them with errors.Is.
 var (
-	ErrNotFound   = errors.New("approval not found")
-	ErrConflict   = errors.New("approval already decided otherwise")
-	ErrInvalid    = errors.New("invalid approval request")
-	ErrTooMany    = errors.New("too many pending approval requests")
-	ErrNotUsable  = errors.New("approval not usable")
-	ErrClosed     = errors.New("gateway closed")
-	ErrNotPending = errors.New("approval is not pending")
+	ErrNotFound   = errdefs.New(errdefs.ErrNotFound, "approval not found")
+	ErrConflict   = errdefs.New(errdefs.ErrConflict, "approval already decided otherwise")
+	ErrInvalid    = errdefs.New(errdefs.ErrInvalidArgument, "invalid approval request")
+	ErrTooMany    = errdefs.New(errdefs.ErrLimitExceeded, "too many pending approval requests")
+	ErrNotUsable  = errdefs.New(errdefs.ErrConflict, "approval not usable")
+	ErrClosed     = errdefs.New(errdefs.ErrUnavailable, "gateway closed")
+	ErrNotPending = errdefs.New(errdefs.ErrConflict, "approval is not pending")
 )
 
 // Approval is one request and, once decided, its decision. Its JSON form is

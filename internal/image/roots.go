@@ -1,6 +1,8 @@
 package image
 
 import (
+	"github.com/ironclaw/ironclaw/internal/errdefs"
+
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +16,7 @@ import (
 )
 
 // ErrNotAllowed: the image is outside what the operator allows.
-var ErrNotAllowed = errors.New("image not allowed")
+var ErrNotAllowed = errdefs.New(errdefs.ErrForbidden, "image not allowed")
 
 // Roots turns the image a create request names into a sandbox root, under
 // the operator's rules. An agent must not be able to make a host directory

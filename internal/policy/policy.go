@@ -20,8 +20,9 @@
 package policy
 
 import (
+	"github.com/ironclaw/ironclaw/internal/errdefs"
+
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -41,7 +42,7 @@ const (
 )
 
 // ErrInvalid wraps every problem with a policy file.
-var ErrInvalid = errors.New("invalid policy")
+var ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid policy")
 
 // Policy is a parsed, validated policy.
 type Policy struct {

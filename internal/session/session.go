@@ -12,6 +12,8 @@
 package session
 
 import (
+	"github.com/ironclaw/ironclaw/internal/errdefs"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -36,8 +38,8 @@ import (
 // Errors callers branch on (errors.Is). Runtime errors pass through with
 // their own vocabulary (sandbox.ErrInvalidSpec, ...).
 var (
-	ErrNotFound = errors.New("sandbox not found")
-	ErrLimit    = errors.New("too many sandboxes")
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "sandbox not found")
+	ErrLimit    = errdefs.New(errdefs.ErrLimitExceeded, "too many sandboxes")
 )
 
 // States a sandbox row can be in.
@@ -46,6 +48,7 @@ const (
 	StateDestroyed = "destroyed"
 	StateReaped    = "reaped"
 	StateLost      = "lost"
+	StateCrashed   = "crashed" // its pid 1 died under it (a fork bomb, the OOM killer)
 )
 
 // Options configure a Manager. The zero value is usable.
@@ -152,8 +155,11 @@ type CreateRequest struct {
 
 // Info describes a sandbox, running or ended.
 type Info struct {
-	ID         string            `json:"id"`
-	State      string            `json:"state"`
+	ID    string `json:"id"`
+	State string `json:"state"`
+	// Principal created it ("agent", "agent:NAME", an operator's name);
+	// agent tokens see only their own sandboxes.
+	Principal  string            `json:"principal"`
 	Labels     map[string]string `json:"labels"`
 	CreatedAt  time.Time         `json:"created_at"`
 	ExpiresAt  time.Time         `json:"expires_at,omitzero"`
@@ -364,7 +370,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if idle == 0 {
 		idle = m.opts.DefaultIdle
 	}
-	info := Info{ID: sb.ID(), State: StateRunning, Labels: maps.Clone(req.Labels), CreatedAt: now, Idle: idle, LastUsedAt: now}
+	info := Info{ID: sb.ID(), State: StateRunning, Principal: actor, Labels: maps.Clone(req.Labels), CreatedAt: now, Idle: idle, LastUsedAt: now}
 	if info.Labels == nil {
 		info.Labels = map[string]string{}
 	}
@@ -381,9 +387,9 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	spec, _ := json.Marshal(recorded)
 	labels, _ := json.Marshal(info.Labels)
 	if _, err := m.db.DB().ExecContext(ctx, `INSERT INTO sandboxes
-		(id, owner, state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', '')`,
-		info.ID, m.opts.Owner, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(info.ExpiresAt), idle.Milliseconds(), fmtTime(now)); err != nil {
+		(id, owner, principal, state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '')`,
+		info.ID, m.opts.Owner, actor, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(info.ExpiresAt), idle.Milliseconds(), fmtTime(now)); err != nil {
 		_ = sb.Destroy(context.Background())
 		return Info{}, fmt.Errorf("session: record %s: %w", info.ID, err)
 	}
@@ -397,40 +403,6 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	m.live[info.ID] = &entry{sb: sb, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker}
 	m.mu.Unlock()
 	return info, nil
-}
-
-// attachModel mints the sandbox's proxy token and serves the proxy on the
-// sandbox's loopback. The token reaches commands through their environment
-// only; it is worthless outside the proxy and revoked when the sandbox ends.
-func (m *Manager) attachModel(sb sandbox.Sandbox) ([]string, *http.Server, error) {
-	port := m.opts.Model.Port()
-	l, ok := sb.Listener(port)
-	if !ok {
-		return nil, nil, fmt.Errorf("session: no listener for the model proxy port %d", port)
-	}
-	token, err := m.opts.Model.Mint(sb.ID())
-	if err != nil {
-		return nil, nil, fmt.Errorf("session: model proxy token: %w", err)
-	}
-	srv := &http.Server{Handler: m.opts.Model.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return modelEnv(port, token), srv, nil
-}
-
-// attachEgress serves the sandbox's egress broker on its loopback.
-func (m *Manager) attachEgress(sb sandbox.Sandbox, allow []string) (*http.Server, EgressBroker, error) {
-	port := m.opts.Egress.Port()
-	l, ok := sb.Listener(port)
-	if !ok {
-		return nil, nil, fmt.Errorf("session: no listener for the egress port %d", port)
-	}
-	b, err := m.opts.Egress.Broker(sb.ID(), allow)
-	if err != nil {
-		return nil, nil, fmt.Errorf("session: egress broker: %w", err)
-	}
-	srv := &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return srv, b, nil
 }
 
 // CheckEgress validates egress rules without using them.
@@ -499,8 +471,18 @@ func (m *Manager) extraEnv(id string) []string {
 	return nil
 }
 
-// Get describes a sandbox of any state.
+// Get describes a sandbox of any state. A running one is described from
+// memory, which spares the exec and file paths a store read.
 func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
+	m.mu.Lock()
+	if e := m.live[id]; e != nil {
+		in := e.info
+		in.LastUsedAt = e.lastUsed
+		in.Labels = maps.Clone(in.Labels)
+		m.mu.Unlock()
+		return in, nil
+	}
+	m.mu.Unlock()
 	infos, err := m.query(ctx, `WHERE id = ?`, id)
 	if err != nil {
 		return Info{}, err
@@ -512,9 +494,14 @@ func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
 }
 
 // List returns the running sandboxes whose labels include every pair of
-// selector, oldest first.
-func (m *Manager) List(ctx context.Context, selector map[string]string) ([]Info, error) {
-	all, err := m.query(ctx, `WHERE state = ? ORDER BY created_at, id`, StateRunning)
+// selector, oldest first; a non-empty principal keeps only that
+// principal's.
+func (m *Manager) List(ctx context.Context, principal string, selector map[string]string) ([]Info, error) {
+	where, args := `WHERE state = ? ORDER BY created_at, id`, []any{StateRunning}
+	if principal != "" {
+		where, args = `WHERE state = ? AND principal = ? ORDER BY created_at, id`, []any{StateRunning, principal}
+	}
+	all, err := m.query(ctx, where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -535,7 +522,7 @@ func (m *Manager) List(ctx context.Context, selector map[string]string) ([]Info,
 }
 
 func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info, error) {
-	rows, err := m.db.ReadDB().QueryContext(ctx, `SELECT id, state, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason FROM sandboxes `+where, args...)
+	rows, err := m.db.ReadDB().QueryContext(ctx, `SELECT id, state, principal, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason FROM sandboxes `+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("session: query: %w", err)
 	}
@@ -545,7 +532,7 @@ func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info,
 		var in Info
 		var labels, created, expires, lastUsed, ended string
 		var idleMS int64
-		if err := rows.Scan(&in.ID, &in.State, &labels, &created, &expires, &idleMS, &lastUsed, &ended, &in.EndReason); err != nil {
+		if err := rows.Scan(&in.ID, &in.State, &in.Principal, &labels, &created, &expires, &idleMS, &lastUsed, &ended, &in.EndReason); err != nil {
 			return nil, fmt.Errorf("session: query: %w", err)
 		}
 		_ = json.Unmarshal([]byte(labels), &in.Labels)

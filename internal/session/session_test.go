@@ -85,11 +85,11 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := m.List(ctx, map[string]string{"team": "a"})
+	list, err := m.List(ctx, "", map[string]string{"team": "a"})
 	if err != nil || len(list) != 1 || list[0].ID != info.ID {
 		t.Fatalf("List(team=a) = %+v, %v", list, err)
 	}
-	if all, _ := m.List(ctx, nil); len(all) != 2 {
+	if all, _ := m.List(ctx, "", nil); len(all) != 2 {
 		t.Fatalf("List() = %d sandboxes, want 2", len(all))
 	}
 	var out bytes.Buffer
@@ -234,7 +234,7 @@ func TestBadRequestLeavesNothing(t *testing.T) {
 			t.Errorf("Create(%+v) = %v, want ErrInvalidSpec", req, err)
 		}
 	}
-	if all, _ := m.List(ctx, nil); len(all) != 0 {
+	if all, _ := m.List(ctx, "", nil); len(all) != 0 {
 		t.Fatalf("bad requests left %d sandboxes", len(all))
 	}
 	recs, _ := f.log.Tail(ctx, 0, 100)

@@ -140,6 +140,37 @@ CREATE TABLE tools (
 ) STRICT;
 `,
 		},
+		{
+			Version: 4,
+			Name:    "sandbox principals and crashes",
+			SQL: `
+-- principal is who created the sandbox ("agent", "agent:NAME", an
+-- operator's name): agent tokens see only their own sandboxes, and quotas
+-- count per principal. 'crashed' is a sandbox whose pid 1 died under it;
+-- 'paused' a frozen one. SQLite cannot change a CHECK, so the table is
+-- rebuilt.
+CREATE TABLE sandboxes_new (
+	id              TEXT PRIMARY KEY,
+	owner           TEXT NOT NULL,
+	principal       TEXT NOT NULL DEFAULT '',
+	state           TEXT NOT NULL CHECK (state IN ('running', 'paused', 'destroyed', 'reaped', 'lost', 'crashed')),
+	spec            TEXT NOT NULL,
+	labels          TEXT NOT NULL,
+	created_at      TEXT NOT NULL,
+	expires_at      TEXT NOT NULL,
+	idle_timeout_ms INTEGER NOT NULL,
+	last_used_at    TEXT NOT NULL,
+	ended_at        TEXT NOT NULL,
+	end_reason      TEXT NOT NULL
+) STRICT;
+INSERT INTO sandboxes_new (id, owner, principal, state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason)
+	SELECT id, owner, 'agent', state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason FROM sandboxes;
+DROP TABLE sandboxes;
+ALTER TABLE sandboxes_new RENAME TO sandboxes;
+CREATE INDEX sandboxes_by_state ON sandboxes (state, owner);
+CREATE INDEX sandboxes_by_principal ON sandboxes (principal, state);
+`,
+		},
 	}
 }
 

@@ -5,9 +5,10 @@
 package tools
 
 import (
+	"github.com/ironclaw/ironclaw/internal/errdefs"
+
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -16,7 +17,7 @@ import (
 )
 
 // ErrInvalid wraps every problem with a tool definition.
-var ErrInvalid = errors.New("invalid tool definition")
+var ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid tool definition")
 
 // Tool is one definition.
 type Tool struct {

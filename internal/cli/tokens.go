@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ironclaw/ironclaw/internal/daemon"
+)
+
+func newOperatorCmd(e *env) *cobra.Command {
+	return newTokenCmd(e, "operator", "Manage named operator tokens",
+		"Create a named operator token (operators/NAME.token in the data directory; the daemon reads them at start)",
+		daemon.AddOperator)
+}
+
+func newAgentCmd(e *env) *cobra.Command {
+	return newTokenCmd(e, "agent", "Manage named agent tokens",
+		"Create a named agent token (agents/NAME.token in the data directory; the daemon reads them at start). "+
+			"Each named agent sees only its own sandboxes and approvals and has its own quotas and model budget",
+		daemon.AddAgent)
+}
+
+func newTokenCmd(e *env, use, short, addShort string, add func(dir, name string) (string, error)) *cobra.Command {
+	c := &cobra.Command{Use: use, Short: short}
+	var dataDir string
+	addCmd := &cobra.Command{
+		Use:   "add NAME",
+		Short: addShort,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			p, err := add(dataDir, args[0])
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(e.stdout, p)
+			return err
+		},
+	}
+	addCmd.Flags().StringVar(&dataDir, "data-dir", daemon.DefaultDataDir(), "the daemon's data directory")
+	c.AddCommand(addCmd)
+	return c
+}

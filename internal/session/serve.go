@@ -1,0 +1,48 @@
+package session
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+)
+
+// serveInside serves h on a listener inside a sandbox. Everything that
+// connects to it is the sandbox's code, and hostile.
+func serveInside(l net.Listener, h http.Handler) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return srv
+}
+
+// attachModel mints the sandbox's proxy token and serves the proxy on the
+// sandbox's loopback. The token reaches commands through their environment
+// only; it is worthless outside the proxy and revoked when the sandbox ends.
+func (m *Manager) attachModel(sb sandbox.Sandbox) ([]string, *http.Server, error) {
+	port := m.opts.Model.Port()
+	l, ok := sb.Listener(port)
+	if !ok {
+		return nil, nil, fmt.Errorf("session: no listener for the model proxy port %d", port)
+	}
+	token, err := m.opts.Model.Mint(sb.ID())
+	if err != nil {
+		return nil, nil, fmt.Errorf("session: model proxy token: %w", err)
+	}
+	return modelEnv(port, token), serveInside(l, m.opts.Model.Handler()), nil
+}
+
+// attachEgress serves the sandbox's egress broker on its loopback.
+func (m *Manager) attachEgress(sb sandbox.Sandbox, allow []string) (*http.Server, EgressBroker, error) {
+	port := m.opts.Egress.Port()
+	l, ok := sb.Listener(port)
+	if !ok {
+		return nil, nil, fmt.Errorf("session: no listener for the egress port %d", port)
+	}
+	b, err := m.opts.Egress.Broker(sb.ID(), allow)
+	if err != nil {
+		return nil, nil, fmt.Errorf("session: egress broker: %w", err)
+	}
+	return serveInside(l, b), b, nil
+}
