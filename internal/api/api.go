@@ -164,7 +164,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // OnEnd counts a sandbox's end; the daemon wires session.Options.OnEnd to
 // it.
-func (s *Server) OnEnd(state, reason string) { s.metrics.ended(state, reason) }
+func (s *Server) OnEnd(id, state, reason string) { s.metrics.ended(state, reason) }
 
 // handlerFunc is what every API handler is: it writes a success itself and
 // returns an error for writeError to render. who is the caller.

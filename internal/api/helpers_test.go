@@ -78,9 +78,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	st := stack.New(t, native.Options{PoolSize: o.poolSize})
 	rt, db, log := st.Runtime, st.Store, st.Log
 	var srvp atomic.Pointer[Server]
-	o.sess.OnEnd = func(state, reason string) {
+	o.sess.OnEnd = func(id, state, reason string) {
 		if s := srvp.Load(); s != nil {
-			s.OnEnd(state, reason)
+			s.OnEnd(id, state, reason)
 		}
 	}
 	m, err := session.New(context.Background(), rt, db, log, o.sess)

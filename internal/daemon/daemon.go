@@ -421,26 +421,26 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // endForwarder buffers sandbox ends until the API is there to count them.
 type endForwarder struct {
 	mu      sync.Mutex
-	fn      func(state, reason string)
-	pending [][2]string
+	fn      func(id, state, reason string)
+	pending [][3]string
 }
 
-func (f *endForwarder) onEnd(state, reason string) {
+func (f *endForwarder) onEnd(id, state, reason string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fn == nil {
-		f.pending = append(f.pending, [2]string{state, reason})
+		f.pending = append(f.pending, [3]string{id, state, reason})
 		return
 	}
-	f.fn(state, reason)
+	f.fn(id, state, reason)
 }
 
-func (f *endForwarder) set(fn func(state, reason string)) {
+func (f *endForwarder) set(fn func(id, state, reason string)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fn = fn
 	for _, p := range f.pending {
-		fn(p[0], p[1])
+		fn(p[0], p[1], p[2])
 	}
 	f.pending = nil
 }

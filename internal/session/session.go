@@ -68,7 +68,7 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// OnEnd, if set, is called once for every sandbox that ends (state is
 	// destroyed, reaped or lost; reason is e.g. "ttl", "idle"), for metrics.
-	OnEnd func(state, reason string)
+	OnEnd func(id, state, reason string)
 	// Model, if set, gives every sandbox the model proxy on its own
 	// loopback, with a per-sandbox token in its commands' environment.
 	Model ModelAccess
@@ -216,7 +216,7 @@ func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Lo
 		opts.Logf = func(string, ...any) {}
 	}
 	if opts.OnEnd == nil {
-		opts.OnEnd = func(string, string) {}
+		opts.OnEnd = func(string, string, string) {}
 	}
 	m := &Manager{rt: rt, db: db, log: log, opts: opts, live: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := m.markLost(ctx); err != nil {
@@ -263,7 +263,7 @@ func (m *Manager) markLost(ctx context.Context) error {
 		if err := m.end(ctx, id, StateLost, "its daemon run "+owners[i]+" ended"); err != nil {
 			return err
 		}
-		m.opts.OnEnd(StateLost, "daemon restart")
+		m.opts.OnEnd(id, StateLost, "daemon restart")
 		if _, err := m.log.Append(ctx, audit.Entry{Session: id, Actor: "daemon", Kind: audit.KindSandboxLost,
 			Data: map[string]any{"previous_owner": owners[i]}}); err != nil {
 			return fmt.Errorf("session: audit: %w", err)
@@ -460,6 +460,34 @@ func (m *Manager) UpdateLimits(ctx context.Context, id string, l sandbox.Limits)
 		return fmt.Errorf("%w: this runtime cannot change a running sandbox's limits", sandbox.ErrUnsupported)
 	}
 	return u.UpdateLimits(ctx, l)
+}
+
+// SetLifetime gives a running sandbox a new TTL (counted from its
+// creation) and idle timeout; a zero value leaves that one as it is. The
+// caller (the approval gateway) decides whether it may.
+func (m *Manager) SetLifetime(ctx context.Context, id string, ttl, idle time.Duration) error {
+	if ttl < 0 || idle < 0 {
+		return fmt.Errorf("%w: ttl and idle timeout must not be negative", sandbox.ErrInvalidRequest)
+	}
+	m.mu.Lock()
+	e := m.live[id]
+	if e == nil {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
+	}
+	if ttl > 0 {
+		e.info.ExpiresAt = e.info.CreatedAt.Add(ttl)
+	}
+	if idle > 0 {
+		e.info.Idle = idle
+	}
+	expires, idleNow := e.info.ExpiresAt, e.info.Idle
+	m.mu.Unlock()
+	if _, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET expires_at = ?, idle_timeout_ms = ? WHERE id = ?`,
+		fmtTime(expires), idleNow.Milliseconds(), id); err != nil {
+		return fmt.Errorf("session: record lifetime of %s: %w", id, err)
+	}
+	return nil
 }
 
 func (m *Manager) extraEnv(id string) []string {
@@ -705,7 +733,7 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	if state == StateDestroyed {
 		metricReason = "destroy" // the stored reason names the actor
 	}
-	m.opts.OnEnd(state, metricReason)
+	m.opts.OnEnd(id, state, metricReason)
 	data := map[string]any{"reason": reason}
 	if derr != nil {
 		data["error"] = derr.Error()

@@ -140,7 +140,7 @@ func TestReapTTLAndIdle(t *testing.T) {
 	f := newFixture(t)
 	var mu sync.Mutex
 	ends := map[string]int{}
-	m := f.manager(t, Options{ReapEvery: 20 * time.Millisecond, OnEnd: func(state, reason string) {
+	m := f.manager(t, Options{ReapEvery: 20 * time.Millisecond, OnEnd: func(id, state, reason string) {
 		mu.Lock()
 		ends[state+"/"+reason]++
 		mu.Unlock()
