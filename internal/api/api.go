@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -74,6 +75,16 @@ type Config struct {
 	Tools ToolLister
 	// Console, if set, is served at /ui/ (static files; data needs a token).
 	Console http.Handler
+	// Ceiling, if set, holds agents' creates to the operator's ceilings
+	// (policy limits.max); what they ask beyond is filed as a widening.
+	Ceiling *Ceiling
+	// WaitOutputBytes bounds the output an exec with ?wait=1 returns (it is
+	// held in the daemon's memory until the command ends); the rest is
+	// dropped and reported as truncated. 0 means 1 MiB.
+	WaitOutputBytes int64
+	// BodyTimeout bounds how long a JSON request body may take to arrive,
+	// and how long an upload may stall; 0 means 30 seconds.
+	BodyTimeout time.Duration
 }
 
 // Operator is a named operator token.
@@ -125,6 +136,12 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 	}
 	if cfg.MaxUploadBytes <= 0 {
 		cfg.MaxUploadBytes = 256 << 20
+	}
+	if cfg.WaitOutputBytes <= 0 {
+		cfg.WaitOutputBytes = 1 << 20
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 30 * time.Second
 	}
 	if cfg.RatePerSecond <= 0 {
 		cfg.RatePerSecond = 50

@@ -184,9 +184,27 @@ func TestExecWait(t *testing.T) {
 	if r.Stdout != "in" {
 		t.Fatalf("stdin: %+v", r)
 	}
+	// ?wait=1 holds the output in the daemon until the end: it keeps the
+	// first MiB and reports the rest as truncated, while a stream carries
+	// everything up to the sandbox's own output limit.
 	r = e.execWait(s.ID, map[string]any{"cmd": "head -c 3000000 /dev/zero | tr '\\0' x", "timeout": "20s"})
-	if len(r.Stdout) != 3000000 || r.Truncated {
-		t.Fatalf("3 MB of output: %d bytes, truncated %v", len(r.Stdout), r.Truncated)
+	if len(r.Stdout) != 1<<20 || !r.Truncated || strings.Trim(r.Stdout, "x") != "" {
+		t.Fatalf("3 MB of output with ?wait=1: %d bytes, truncated %v", len(r.Stdout), r.Truncated)
+	}
+	_, body = e.req("POST", "/v1/sandboxes/"+s.ID+"/exec", agentTok, map[string]any{"cmd": "head -c 3000000 /dev/zero | tr '\\0' x", "timeout": "20s"})
+	streamed := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		var fr struct {
+			Stdout    string `json:"stdout"`
+			Truncated bool   `json:"truncated"`
+		}
+		if err := json.Unmarshal([]byte(line), &fr); err != nil || fr.Truncated || len(fr.Stdout) > maxFrameText {
+			t.Fatalf("frame %.100s: %v (truncated %v, %d bytes)", line, err, fr.Truncated, len(fr.Stdout))
+		}
+		streamed += len(fr.Stdout)
+	}
+	if streamed != 3000000 {
+		t.Fatalf("3 MB of output streamed: %d bytes", streamed)
 	}
 }
 
@@ -272,7 +290,7 @@ func TestExecClientGone(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
-			if r.Kind == "sandbox.exec" && r.Session == s.ID {
+			if r.Kind == "sandbox.exec.end" && r.Session == s.ID {
 				var d struct {
 					Exit int `json:"exit"`
 				}
@@ -392,7 +410,7 @@ func TestAudit(t *testing.T) {
 			t.Fatalf("record %+v", r)
 		}
 	}
-	if got := strings.Join(kinds, " "); got != "sandbox.create/agent sandbox.exec/agent sandbox.destroy/operator" {
+	if got := strings.Join(kinds, " "); got != "sandbox.create/agent sandbox.exec/agent sandbox.exec.end/agent sandbox.destroy/operator" {
 		t.Fatalf("audit = %s", got)
 	}
 	e.must(200, "GET", "/v1/audit?after=1&limit=1", operTok, nil, &page)
@@ -412,12 +430,12 @@ func TestAudit(t *testing.T) {
 		LastSeq int64 `json:"last_seq"`
 	}
 	e.must(200, "GET", "/v1/audit/verify", operTok, nil, &v)
-	if !v.OK || v.Checked != 3 || v.LastSeq != 3 {
+	if !v.OK || v.Checked != 4 || v.LastSeq != 4 {
 		t.Fatalf("verify = %+v", v)
 	}
 	resp, b := e.req("GET", "/v1/audit/export", operTok, nil)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" || len(lines) != 3 {
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" || len(lines) != 4 {
 		t.Fatalf("export = %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
 	var r3 rec
@@ -428,7 +446,7 @@ func TestAudit(t *testing.T) {
 	// follow=1 streams what is appended later.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fresp, err := e.send(ctx, "GET", "/v1/audit?after=3&follow=1", operTok, nil)
+	fresp, err := e.send(ctx, "GET", "/v1/audit?after=4&follow=1", operTok, nil)
 	if err != nil || fresp.StatusCode != 200 || fresp.Header.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("follow: %v %v", fresp, err)
 	}
@@ -447,7 +465,7 @@ func TestAudit(t *testing.T) {
 	s2 := e.create(nil)
 	select {
 	case r := <-got:
-		if r.Seq != 4 || r.Kind != "sandbox.create" || r.Session != s2.ID {
+		if r.Seq != 5 || r.Kind != "sandbox.create" || r.Session != s2.ID {
 			t.Fatalf("followed record %+v", r)
 		}
 	case <-time.After(10 * time.Second):
@@ -667,7 +685,7 @@ func TestConcurrentExec(t *testing.T) {
 		t.Error(err)
 	}
 	res, err := e.log.Verify(context.Background())
-	if err != nil || !res.OK || res.Checked != boxes+execs {
+	if err != nil || !res.OK || res.Checked != boxes+2*execs {
 		t.Fatalf("audit after the burst: %+v %v", res, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/session"
+	"github.com/ironclaw/ironclaw/internal/textsafe"
 )
 
 // duration is a Go duration string in JSON ("30s", "1h30m").
@@ -98,7 +99,8 @@ func decodeJSON(r io.Reader, v any) error {
 
 func jsonErr(err error) error {
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
+	var ae *apiError
+	if errors.As(err, &tooBig) || errors.As(err, &ae) {
 		return err
 	}
 	if err == io.EOF {
@@ -176,10 +178,8 @@ func (b createBody) request() (session.CreateRequest, error) {
 	if b.Egress != nil {
 		req.EgressAllow = b.Egress.Allow // checked by the session layer
 	}
-	for k, v := range b.Labels {
-		if k == "" || len(k) > 63 || len(v) > 255 {
-			return req, badRequest(fmt.Sprintf("label %q: keys are 1-63 bytes, values at most 255", k))
-		}
+	if err := checkLabels(b.Labels); err != nil {
+		return req, err
 	}
 	req.Labels = b.Labels
 	req.TTL, req.Idle = time.Duration(b.TTL), time.Duration(b.Idle)
@@ -293,4 +293,38 @@ func cleanLocalRef(ref string) bool {
 		p = ref[:i]
 	}
 	return path.IsAbs(p) && path.Clean(p) == p
+}
+
+// Label rules. Labels are shown to operators (CLI, console) and select
+// sandboxes, so they are short, few and plain text; the ironclaw. prefix
+// is the daemon's own (ironclaw.agent marks a spawned agent's sandbox), so
+// no request can forge it.
+const (
+	maxLabels        = 32
+	maxLabelKey      = 63
+	maxLabelValue    = 255
+	reservedLabelPfx = "ironclaw."
+)
+
+func checkLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return badRequest(fmt.Sprintf("%d labels is more than the %d allowed", len(labels), maxLabels))
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > maxLabelKey || len(v) > maxLabelValue {
+			return badRequest(fmt.Sprintf("label %s: keys are 1-%d bytes, values at most %d", quote(k), maxLabelKey, maxLabelValue))
+		}
+		for i, c := range k {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || i > 0 && strings.ContainsRune("._/-", c)) {
+				return badRequest(fmt.Sprintf("label key %s: letters, digits and . _ / - only, starting with a letter or digit", quote(k)))
+			}
+		}
+		if strings.HasPrefix(strings.ToLower(k), reservedLabelPfx) {
+			return badRequest(fmt.Sprintf("label key %s: the %s prefix is reserved for the daemon", quote(k), reservedLabelPfx))
+		}
+		if err := textsafe.Check("label "+k, v); err != nil {
+			return badRequest(err.Error())
+		}
+	}
+	return nil
 }

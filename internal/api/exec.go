@@ -1,10 +1,12 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -33,7 +35,7 @@ func isStartFailure(err error) bool {
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
-	call, err := decodeExec(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	call, err := decodeExec(s.bodyOf(w, r))
 	if err != nil {
 		return err
 	}
@@ -83,37 +85,104 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, who principal) err
 	return nil
 }
 
+// execWait runs a command to its end and answers one JSON object with its
+// output. The output is held in memory until then, so it has a cap of its
+// own (WaitOutputBytes, below the sandbox's output limit when that is
+// larger): the rest is dropped and reported as truncated, as the stream
+// does past the sandbox's limit. The answer is encoded in chunks straight
+// to the connection, so the daemon holds little more than the output.
 func (s *Server) execWait(w http.ResponseWriter, r *http.Request, who principal, id string, req sandbox.ExecRequest) error {
-	var stdout, stderr bytes.Buffer
-	var mu sync.Mutex // the runtime may write both streams at once
-	req.Stdout = lockedWriter{&mu, &stdout}
-	req.Stderr = lockedWriter{&mu, &stderr}
+	limit := s.cfg.WaitOutputBytes
+	if req.OutputBytes > 0 && req.OutputBytes < limit {
+		limit = req.OutputBytes
+	}
+	req.OutputBytes = limit
+	out := &cappedOutput{max: limit}
+	req.Stdout, req.Stderr = out.stream(0), out.stream(1)
 	res, err := s.m.Exec(r.Context(), who.Name, id, req)
 	if err != nil && !isStartFailure(err) {
 		return s.notRunning(r, id, err)
 	}
 	s.metrics.exited(res.ExitCode, res.Duration)
-	mu.Lock()
-	out, errOut := stdout.String(), stderr.String()
-	mu.Unlock()
-	fr := exitFrame{Stdout: &out, Stderr: &errOut, Exit: res.ExitCode, DurationMS: res.Duration.Milliseconds(),
-		Truncated: res.Truncated, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
+	fr := exitFrame{Exit: res.ExitCode, DurationMS: res.Duration.Milliseconds(),
+		Truncated: res.Truncated || out.dropped, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
 	if err != nil {
 		fr.Error = err.Error()
 	}
-	writeJSON(w, http.StatusOK, fr)
-	return nil
+	tail, err := json.Marshal(fr)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	bw := bufio.NewWriterSize(w, 32<<10)
+	bw.WriteString(`{"stdout":`)
+	writeJSONString(bw, out.buf[0].Bytes())
+	bw.WriteString(`,"stderr":`)
+	writeJSONString(bw, out.buf[1].Bytes())
+	bw.WriteByte(',')
+	bw.Write(tail[1:])
+	bw.WriteByte('\n')
+	return bw.Flush()
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
+// cappedOutput keeps the first max bytes of two streams together, the
+// way the sandbox's own output limit does, and drops the rest.
+type cappedOutput struct {
+	mu      sync.Mutex // the runtime may write both streams at once
+	max     int64
+	kept    int64
+	dropped bool
+	buf     [2]bytes.Buffer
 }
 
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+func (c *cappedOutput) stream(i int) io.Writer { return cappedStream{c, i} }
+
+type cappedStream struct {
+	c *cappedOutput
+	i int
+}
+
+func (s cappedStream) Write(p []byte) (int, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keep := min(int64(len(p)), c.max-c.kept)
+	if keep < int64(len(p)) {
+		c.dropped = true
+	}
+	if keep > 0 {
+		c.buf[s.i].Write(p[:keep])
+		c.kept += keep
+	}
+	return len(p), nil
+}
+
+// maxFrameText bounds the text of one stdout or stderr frame, so that a
+// runtime handing over a large write does not make the daemon encode (and
+// hold, escaped up to six times larger) one huge frame.
+const maxFrameText = 32 << 10
+
+// writeJSONString writes b as a JSON string, encoding it in pieces cut at
+// rune boundaries; invalid UTF-8 becomes U+FFFD, as encoding/json does.
+func writeJSONString(w *bufio.Writer, b []byte) {
+	w.WriteByte('"')
+	for len(b) > 0 {
+		n := len(b)
+		if n > maxFrameText {
+			n = maxFrameText
+			if cut := incompleteTail(b[:n]); cut > 0 {
+				n = cut
+			}
+		}
+		enc, _ := json.Marshal(string(b[:n]))
+		w.Write(enc[1 : len(enc)-1])
+		b = b[n:]
+	}
+	w.WriteByte('"')
 }
 
 // frameStream writes NDJSON frames to the response, one at a time, and
@@ -218,11 +287,18 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 		s.carry = append([]byte(nil), buf[cut:]...)
 		buf = buf[:cut]
 	}
-	if len(buf) == 0 {
-		return len(p), nil
-	}
-	if err := f.writeLocked(map[string]string{s.name: string(buf)}); err != nil {
-		return 0, err
+	for len(buf) > 0 {
+		n := len(buf)
+		if n > maxFrameText {
+			n = maxFrameText
+			if cut := incompleteTail(buf[:n]); cut > 0 {
+				n = cut
+			}
+		}
+		if err := f.writeLocked(map[string]string{s.name: string(buf[:n])}); err != nil {
+			return 0, err
+		}
+		buf = buf[n:]
 	}
 	return len(p), nil
 }

@@ -67,7 +67,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, who principal) 
 	if r.ContentLength > s.cfg.MaxUploadBytes {
 		return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the upload is over the %d-byte limit", s.cfg.MaxUploadBytes)}
 	}
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
+	body := s.uploadOf(w, r)
 	if err := s.m.WriteFile(r.Context(), who.Name, id, p, body, mode); err != nil {
 		return s.notRunning(r, id, err)
 	}

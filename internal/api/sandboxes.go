@@ -41,12 +41,19 @@ func view(in session.Info) sandboxView {
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who principal) error {
-	req, err := decodeCreate(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	req, err := decodeCreate(s.bodyOf(w, r))
 	if err != nil {
 		return err
 	}
-	// Hosts beyond what every sandbox may reach are a widening: the
-	// sandbox starts without them and they wait for an operator.
+	// What an agent asks beyond the operator's ceilings and allowlist is a
+	// widening: the sandbox starts within them and the rest waits for an
+	// operator, as one sandbox.widen request.
+	var grow widening
+	if !who.operator() {
+		if grow, err = s.cfg.Ceiling.clamp(&req); err != nil {
+			return err
+		}
+	}
 	var extra []string
 	if s.cfg.Gateway != nil && s.cfg.EgressCovers != nil {
 		covered := req.EgressAllow[:0:0]
@@ -66,18 +73,27 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who princ
 		}
 		req.EgressAllow = covered
 	}
+	if s.cfg.Gateway == nil && !grow.empty() {
+		return badRequest("the limits asked for are above the operator's ceiling (policy limits.max), and this daemon has no approval gateway to ask")
+	}
 	info, err := s.m.Create(r.Context(), who.Name, req)
 	s.metrics.created(err)
 	if err != nil {
 		return err
 	}
 	out := createdView{sandboxView: view(info)}
-	if len(extra) > 0 {
-		a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: info.ID, By: who.Name,
-			Data: map[string]any{"egress_allow": extra}})
+	if len(extra) > 0 || !grow.empty() {
+		data := map[string]any{}
+		if len(extra) > 0 {
+			data["egress_allow"] = extra
+		}
+		if !grow.empty() {
+			data["limits"] = grow
+		}
+		a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: info.ID, By: who.Name, Data: data})
 		if err != nil {
-			// The sandbox exists either way; the caller learns the hosts
-			// were not filed.
+			// The sandbox exists either way; the caller learns the
+			// widening was not filed.
 			s.cfg.Logf("api: widen request for %s: %v", info.ID, err)
 			out.ApprovalError = gatewayError(err).Error()
 		} else {

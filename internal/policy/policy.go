@@ -15,6 +15,11 @@
 //	  webhook_secret_file: /etc/ironclaw/webhook.secret
 //	exec:
 //	  require_approval: ["^curl ", "rm -rf /"]
+//	limits:                   # see Limits
+//	  max: {memory: 1G, pids: 512, cpus: 2, timeout: 5m, ttl: 24h, idle: 2h}
+//	  overcommit: {memory: 1, cpus: 16, pids: 1}
+//	  per_agent: {sandboxes: 50, execs: 64}
+//	  per_sandbox: {execs: 32}
 //
 // Unknown keys are errors, so a typo cannot silently weaken the policy.
 package policy
@@ -49,6 +54,7 @@ type Policy struct {
 	Egress    Egress    `yaml:"egress"`
 	Approvals Approvals `yaml:"approvals"`
 	Exec      Exec      `yaml:"exec"`
+	Limits    Limits    `yaml:"limits"`
 }
 
 // Egress is the egress section.
@@ -163,6 +169,9 @@ func (p *Policy) validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("%w: approvals.webhooks %q must be an absolute http(s) URL", ErrInvalid, w)
 		}
+	}
+	if err := p.Limits.validate(); err != nil {
+		return err
 	}
 	p.Exec.patterns = nil
 	for _, s := range p.Exec.RequireApproval {

@@ -39,7 +39,7 @@ import (
 // their own vocabulary (sandbox.ErrInvalidSpec, ...).
 var (
 	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "sandbox not found")
-	ErrLimit    = errdefs.New(errdefs.ErrLimitExceeded, "too many sandboxes")
+	ErrLimit    = errdefs.New(errdefs.ErrLimitExceeded, "limit reached")
 )
 
 // States a sandbox row can be in.
@@ -78,6 +78,12 @@ type Options struct {
 	// Images, if set, resolves CreateRequest.Image; without it a create
 	// naming an image is refused.
 	Images ImageResolver
+	// Capacity bounds what all sandboxes together may commit (see
+	// HostCapacity); the zero value checks nothing.
+	Capacity Capacity
+	// Quotas bound what one principal and one sandbox may hold at once;
+	// the zero value checks nothing.
+	Quotas Quotas
 }
 
 // ImageResolver turns an image reference into a root, under the operator's
@@ -176,8 +182,21 @@ type Manager struct {
 	log  *audit.Log
 	opts Options
 
-	mu   sync.Mutex
-	live map[string]*entry // running sandboxes of this run
+	mu       sync.Mutex
+	live     map[string]*entry // running sandboxes of this run
+	starting int               // creates admitted and not yet running or failed
+	// committed is what live and starting sandboxes hold of Capacity, and
+	// perPrincipal how many of them each principal holds.
+	committed         commitment
+	perPrincipal      map[string]int
+	execsPerPrincipal map[string]int
+	// tearingDown holds sandboxes whose teardown failed; the reaper retries
+	// until it succeeds, and their commitment stays held until then.
+	tearingDown map[string]*entry
+	// unrecorded holds ends the store could not take (a full disk): Get
+	// answers from here, and the reaper retries the row's update, so an
+	// ended sandbox never shows as running.
+	unrecorded map[string]Info
 
 	stop chan struct{}
 	done chan struct{}
@@ -186,6 +205,8 @@ type Manager struct {
 
 type entry struct {
 	sb       sandbox.Sandbox
+	limits   sandbox.Limits // in force (defaults applied; widened by UpdateLimits)
+	commit   commitment     // what it holds of Options.Capacity
 	env      []string     // added to every exec: the model proxy's address and token
 	serving  *http.Server // the model proxy on the sandbox's loopback, or nil
 	egress   *http.Server // the egress broker on the sandbox's loopback, or nil
@@ -218,7 +239,10 @@ func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Lo
 	if opts.OnEnd == nil {
 		opts.OnEnd = func(string, string, string) {}
 	}
-	m := &Manager{rt: rt, db: db, log: log, opts: opts, live: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &Manager{rt: rt, db: db, log: log, opts: opts, live: map[string]*entry{},
+		perPrincipal: map[string]int{}, execsPerPrincipal: map[string]int{},
+		tearingDown: map[string]*entry{}, unrecorded: map[string]Info{},
+		stop: make(chan struct{}), done: make(chan struct{})}
 	if err := m.markLost(ctx); err != nil {
 		return nil, err
 	}
@@ -284,8 +308,16 @@ func (m *Manager) end(ctx context.Context, id, state, reason string) error {
 	return nil
 }
 
-// Create starts a sandbox. Nothing is left behind on error.
-func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (Info, error) {
+// rollbackTimeout bounds the undoing of a failed create and the teardown
+// of an ending sandbox: they run on a context of their own, so a client
+// that hangs up cannot stop them halfway.
+const rollbackTimeout = 30 * time.Second
+
+// Create starts a sandbox for actor, who becomes its principal. It is
+// admitted only within Options.Capacity and the principal's quota. Nothing
+// is left behind on error: every step that succeeded is undone, newest
+// first, under a deadline of its own.
+func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (info Info, err error) {
 	for k, v := range req.Labels {
 		if k == "" || len(k) > 63 || len(v) > 255 {
 			return Info{}, fmt.Errorf("%w: label %q: keys are 1-63 bytes, values at most 255", sandbox.ErrInvalidSpec, k)
@@ -312,20 +344,37 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		}
 		req.Spec.Root = root
 	}
-	m.mu.Lock()
-	if len(m.live) >= m.opts.MaxSandboxes {
-		m.mu.Unlock()
-		return Info{}, fmt.Errorf("%w: %d running, the maximum", ErrLimit, m.opts.MaxSandboxes)
+	limits := req.Spec.WithDefaults().Limits
+	if err := limits.Validate(); err != nil {
+		return Info{}, err
 	}
-	// Hold a slot while the sandbox starts, so concurrent creates cannot
-	// overshoot the maximum.
-	slot := fmt.Sprintf("pending-%p", &req)
-	m.live[slot] = nil
+	commit := commitmentOf(limits)
+	m.mu.Lock()
+	if err := m.admitLocked(actor, commit); err != nil {
+		m.mu.Unlock()
+		return Info{}, err
+	}
+	m.starting++
 	m.mu.Unlock()
+	running := false
 	defer func() {
 		m.mu.Lock()
-		delete(m.live, slot)
+		m.starting--
+		if !running {
+			m.releaseLocked(actor, commit)
+		}
 		m.mu.Unlock()
+	}()
+	var undo []func(context.Context)
+	defer func() {
+		if err == nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i](rctx)
+		}
 	}()
 
 	req.Spec.Network.ExposedTCP = slices.Clone(req.Spec.Network.ExposedTCP)
@@ -339,27 +388,27 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if err != nil {
 		return Info{}, err
 	}
+	undo = append(undo, func(c context.Context) {
+		if derr := sb.Destroy(c); derr != nil {
+			m.opts.Logf("session: undoing the create of %s: %v", sb.ID(), derr)
+		}
+	})
 	var extraEnv []string
 	var serving *http.Server
 	if m.opts.Model != nil {
+		undo = append(undo, func(context.Context) { m.opts.Model.Revoke(sb.ID()) })
 		if extraEnv, serving, err = m.attachModel(sb); err != nil {
-			_ = sb.Destroy(context.Background())
 			return Info{}, err
 		}
+		undo = append(undo, func(context.Context) { _ = serving.Close() })
 	}
 	var egressSrv *http.Server
 	var broker EgressBroker
 	if m.opts.Egress != nil {
 		if egressSrv, broker, err = m.attachEgress(sb, req.EgressAllow); err != nil {
-			if serving != nil {
-				serving.Close()
-			}
-			if m.opts.Model != nil {
-				m.opts.Model.Revoke(sb.ID())
-			}
-			_ = sb.Destroy(context.Background())
 			return Info{}, err
 		}
+		undo = append(undo, func(context.Context) { _ = egressSrv.Close(); _ = broker.Close() })
 		extraEnv = append(extraEnv, egressEnv(m.opts.Egress.Port())...)
 	}
 	now := m.opts.Now()
@@ -370,7 +419,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if idle == 0 {
 		idle = m.opts.DefaultIdle
 	}
-	info := Info{ID: sb.ID(), State: StateRunning, Principal: actor, Labels: maps.Clone(req.Labels), CreatedAt: now, Idle: idle, LastUsedAt: now}
+	info = Info{ID: sb.ID(), State: StateRunning, Principal: actor, Labels: maps.Clone(req.Labels), CreatedAt: now, Idle: idle, LastUsedAt: now}
 	if info.Labels == nil {
 		info.Labels = map[string]string{}
 	}
@@ -390,20 +439,65 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		(id, owner, principal, state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '')`,
 		info.ID, m.opts.Owner, actor, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(info.ExpiresAt), idle.Milliseconds(), fmtTime(now)); err != nil {
-		_ = sb.Destroy(context.Background())
 		return Info{}, fmt.Errorf("session: record %s: %w", info.ID, err)
 	}
+	undo = append(undo, func(c context.Context) {
+		if err := m.end(c, info.ID, StateDestroyed, "its create failed"); err != nil {
+			m.opts.Logf("session: undoing the create of %s: %v", info.ID, err)
+		}
+	})
 	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: map[string]any{
 		"labels": info.Labels, "ttl_ms": ttl.Milliseconds(), "idle_ms": idle.Milliseconds(), "spec": json.RawMessage(spec)}}); err != nil {
-		_ = sb.Destroy(context.Background())
-		_ = m.end(context.Background(), info.ID, StateDestroyed, "audit failed")
 		return Info{}, fmt.Errorf("session: audit: %w", err)
 	}
+	e := &entry{sb: sb, limits: limits, commit: commit, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker}
 	m.mu.Lock()
-	m.live[info.ID] = &entry{sb: sb, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker}
+	m.live[info.ID] = e
+	running = true
 	m.mu.Unlock()
+	go m.watch(info.ID, e)
 	return info, nil
 }
+
+// watch marks a sandbox crashed when it ends on its own (its pid 1 died:
+// a fork bomb, the OOM killer), so it frees its slot and its commitment
+// instead of showing as running while every exec fails.
+func (m *Manager) watch(id string, e *entry) {
+	select {
+	case <-e.sb.Done():
+	case <-m.stop:
+		return
+	}
+	m.mu.Lock()
+	ours := m.live[id] == e
+	m.mu.Unlock()
+	if !ours {
+		return // ended by finish, which closed Done
+	}
+	reason := "its pid 1 died"
+	if st, err := e.sb.Stats(context.Background()); err == nil && st.OOMKills > 0 {
+		reason += fmt.Sprintf(" (the memory limit's OOM killer ran %d time(s))", st.OOMKills)
+	}
+	m.opts.Logf("sandbox %s crashed: %s", id, reason)
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	if err := m.finish(ctx, "daemon", id, StateCrashed, reason, KindSandboxCrash); err != nil {
+		m.opts.Logf("session: recording the crash of %s: %v", id, err)
+	}
+}
+
+// Audit kinds of this package besides audit.KindSandbox*.
+const (
+	// KindSandboxExecEnd records how an exec ended; its sandbox.exec
+	// record was written before the command started.
+	KindSandboxExecEnd = "sandbox.exec.end"
+	// KindFileWrite is a file copy into a sandbox, recorded before it
+	// starts; KindFileWriteEnd records how it ended.
+	KindFileWrite    = "sandbox.file.write"
+	KindFileWriteEnd = "sandbox.file.write.end"
+	// KindSandboxCrash is a sandbox that ended on its own.
+	KindSandboxCrash = "sandbox.crash"
+)
 
 // CheckEgress validates egress rules without using them.
 func (m *Manager) CheckEgress(rules []string) error {
@@ -444,22 +538,60 @@ func (m *Manager) AllowEgress(ctx context.Context, id string, rules []string) er
 }
 
 // UpdateLimits changes a running sandbox's memory, pids, CPU, timeout and
-// output limits (zero fields stay as they are). The caller decides whether
-// it may.
+// output limits (zero fields stay as they are), if the host's capacity has
+// room for the new commitment. The caller decides whether it may.
 func (m *Manager) UpdateLimits(ctx context.Context, id string, l sandbox.Limits) error {
 	if l.WorkspaceBytes != 0 || l.TmpBytes != 0 || l.OpenFiles != 0 {
 		return fmt.Errorf("%w: workspace, tmp and open_files are fixed once a sandbox runs", sandbox.ErrInvalidRequest)
 	}
-	sb, done, err := m.use(id)
-	if err != nil {
-		return err
+	m.mu.Lock()
+	e := m.live[id]
+	if e == nil {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
 	}
-	defer done()
-	u, ok := sb.(limitUpdater)
+	u, ok := e.sb.(limitUpdater)
 	if !ok {
+		m.mu.Unlock()
 		return fmt.Errorf("%w: this runtime cannot change a running sandbox's limits", sandbox.ErrUnsupported)
 	}
-	return u.UpdateLimits(ctx, l)
+	next := e.limits
+	if l.MemoryBytes != 0 {
+		next.MemoryBytes = l.MemoryBytes
+	}
+	if l.Pids != 0 {
+		next.Pids = l.Pids
+	}
+	if l.CPUs != 0 {
+		next.CPUs = l.CPUs
+	}
+	if l.Timeout != 0 {
+		next.Timeout = l.Timeout
+	}
+	if l.OutputBytes != 0 {
+		next.OutputBytes = l.OutputBytes
+	}
+	if err := next.Validate(); err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	old, nc := e.commit, commitmentOf(next)
+	if err := m.recommitLocked(old, nc); err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	e.commit, e.limits = nc, next
+	m.mu.Unlock()
+	if err := u.UpdateLimits(ctx, l); err != nil {
+		m.mu.Lock()
+		if m.live[id] == e && e.commit == nc {
+			_ = m.recommitLocked(nc, old) // back down: always fits
+			e.commit = old
+		}
+		m.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // SetLifetime gives a running sandbox a new TTL (counted from its
@@ -507,6 +639,10 @@ func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
 		in := e.info
 		in.LastUsedAt = e.lastUsed
 		in.Labels = maps.Clone(in.Labels)
+		m.mu.Unlock()
+		return in, nil
+	}
+	if in, ok := m.unrecorded[id]; ok {
 		m.mu.Unlock()
 		return in, nil
 	}
@@ -578,7 +714,8 @@ func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info,
 	return out, rows.Err()
 }
 
-// use marks a sandbox busy for one operation; the returned func ends it.
+// use marks a sandbox busy for one operation, within the quotas; the
+// returned func ends it.
 func (m *Manager) use(id string) (sandbox.Sandbox, func(), error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -586,67 +723,96 @@ func (m *Manager) use(id string) (sandbox.Sandbox, func(), error) {
 	if e == nil {
 		return nil, nil, fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
 	}
-	e.busy++
+	if err := m.startUseLocked(id, e); err != nil {
+		return nil, nil, err
+	}
 	e.lastUsed = m.opts.Now()
 	return e.sb, func() {
 		m.mu.Lock()
-		e.busy--
+		m.endUseLocked(e)
 		e.lastUsed = m.opts.Now()
 		m.mu.Unlock()
 	}, nil
 }
 
-// Exec runs a command and audits it (argv, exit, duration, bytes,
-// truncation; never the output).
+// Exec runs a command. Its sandbox.exec record (argv, cwd, environment
+// names) is made durable before the command starts — if it cannot be, the
+// command does not run — and a sandbox.exec.end record (exit, duration,
+// bytes, truncation; never the output) follows.
 func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	sb, done, err := m.use(id)
 	if err != nil {
 		return sandbox.ExecResult{}, err
 	}
 	defer done()
+	start := map[string]any{"argv": req.Argv, "tty": req.TTY}
+	if req.Cwd != "" {
+		start["cwd"] = req.Cwd
+	}
+	if names := envNames(req.Env); len(names) > 0 {
+		start["env"] = names
+	}
+	if req.Timeout > 0 {
+		start["timeout_ms"] = req.Timeout.Milliseconds()
+	}
+	if _, err := m.log.Append(ctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: start}); err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
+	}
 	if env := m.extraEnv(id); len(env) > 0 {
 		// The daemon's values come last so a request cannot point the
 		// sandbox's model calls elsewhere or swap its token.
 		req.Env = append(slices.Clone(req.Env), env...)
 	}
 	res, execErr := sb.Exec(ctx, req)
-	data := map[string]any{"argv": req.Argv, "exit": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
+	data := map[string]any{"exit": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
 		"stdout_bytes": res.StdoutBytes, "stderr_bytes": res.StderrBytes, "truncated": res.Truncated,
 		"timed_out": res.TimedOut, "oom_killed": res.OOMKilled}
 	if execErr != nil {
 		data["error"] = execErr.Error()
 	}
-	// The audit record is the durable trace of the exec; last_used_at lives
-	// in memory and reaches the row when the sandbox ends, which spares
-	// every exec a second synchronous commit.
-	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: data}); err != nil {
-		return res, fmt.Errorf("session: audit: %w", err)
+	// The command ran whatever becomes of this record: its start is on
+	// record, so a failure here is the daemon's to report, not the caller's.
+	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: KindSandboxExecEnd, Data: data}); err != nil {
+		m.opts.Logf("session: audit of the end of an exec in %s: %v", id, err)
 	}
 	return res, execErr
 }
 
-// WriteFile copies into the sandbox (see sandbox.Sandbox.WriteFile) and
-// audits it (path, bytes, mode; never the content).
+// envNames lists the variable names of "KEY=VALUE" pairs: values may be
+// anyone's secrets and are never recorded.
+func envNames(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		out = append(out, k)
+	}
+	return out
+}
+
+// WriteFile copies into the sandbox (see sandbox.Sandbox.WriteFile). Its
+// record (path, mode) is made durable before the copy starts, and one with
+// the bytes written and any error follows; never the content.
 func (m *Manager) WriteFile(ctx context.Context, actor, id, path string, r io.Reader, mode fs.FileMode) error {
 	sb, done, err := m.use(id)
 	if err != nil {
 		return err
 	}
 	defer done()
+	perm := fmt.Sprintf("%#o", mode.Perm())
+	if _, err := m.log.Append(ctx, audit.Entry{Session: id, Actor: actor, Kind: KindFileWrite, Data: map[string]any{"path": path, "mode": perm}}); err != nil {
+		return fmt.Errorf("session: the file was not written, as its audit record could not be written: %w", err)
+	}
 	cr := &countingReader{r: r}
 	werr := sb.WriteFile(ctx, path, cr, mode)
-	data := map[string]any{"path": path, "bytes": cr.n, "mode": fmt.Sprintf("%#o", mode.Perm())}
+	data := map[string]any{"path": path, "bytes": cr.n}
 	if werr != nil {
 		data["error"] = werr.Error()
 	}
-	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: KindFileWrite, Data: data}); err != nil {
-		return fmt.Errorf("session: audit: %w", err)
+	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: KindFileWriteEnd, Data: data}); err != nil {
+		m.opts.Logf("session: audit of the end of a file write in %s: %v", id, err)
 	}
 	return werr
 }
-
-// KindFileWrite is the audit kind of a file copied into a sandbox.
-const KindFileWrite = "sandbox.file.write"
 
 type countingReader struct {
 	r io.Reader
@@ -679,17 +845,22 @@ func (m *Manager) ListDir(ctx context.Context, id, path string) ([]sandbox.FileI
 	return sb.ListDir(ctx, path)
 }
 
+// Limits returns the limits in force in a running sandbox.
+func (m *Manager) Limits(id string) (sandbox.Limits, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.live[id]
+	if e == nil {
+		return sandbox.Limits{}, fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
+	}
+	return e.limits, nil
+}
+
 // Running counts the running sandboxes of this run.
 func (m *Manager) Running() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := 0
-	for _, e := range m.live {
-		if e != nil {
-			n++
-		}
-	}
-	return n
+	return len(m.live)
 }
 
 // Destroy ends a running sandbox. Destroying an ended one is not an error;
@@ -698,6 +869,12 @@ func (m *Manager) Destroy(ctx context.Context, actor, id string) error {
 	return m.finish(ctx, actor, id, StateDestroyed, "destroyed by "+actor, audit.KindSandboxDestroy)
 }
 
+// finish ends a running sandbox: it stops serving it, tears it down and
+// records the end. The teardown runs on a context of its own: a client
+// that hangs up must not leave processes running behind an ended row. A
+// teardown that fails is retried by the reaper (its commitment stays held
+// until it succeeds); an end the store cannot take is kept in memory and
+// retried, so the sandbox never shows as running again.
 func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind string) error {
 	m.mu.Lock()
 	e := m.live[id]
@@ -721,13 +898,19 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 		_ = e.egress.Close()
 		_ = e.broker.Close()
 	}
-	derr := e.sb.Destroy(ctx)
+	derr := m.teardown(ctx, id, e)
 	m.mu.Lock()
 	lastUsed := e.lastUsed
 	m.mu.Unlock()
-	_, _ = m.db.DB().ExecContext(context.WithoutCancel(ctx), `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(lastUsed), id)
-	if err := m.end(context.WithoutCancel(ctx), id, state, reason); err != nil {
-		return err
+	ended := e.info
+	ended.State, ended.EndReason, ended.EndedAt, ended.LastUsedAt = state, reason, m.opts.Now(), lastUsed
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if err := m.recordEnd(wctx, ended); err != nil {
+		m.mu.Lock()
+		m.unrecorded[id] = ended
+		m.mu.Unlock()
+		m.opts.Logf("session: recording the end of %s (retried): %v", id, err)
 	}
 	metricReason := reason
 	if state == StateDestroyed {
@@ -738,10 +921,65 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	if derr != nil {
 		data["error"] = derr.Error()
 	}
-	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: kind, Data: data}); err != nil {
+	if _, err := m.log.Append(wctx, audit.Entry{Session: id, Actor: actor, Kind: kind, Data: data}); err != nil {
 		return fmt.Errorf("session: audit: %w", err)
 	}
 	return derr
+}
+
+// teardown destroys e's sandbox under a deadline of its own and, on
+// success, returns what it held of the capacity; on failure it is queued
+// for the reaper to retry.
+func (m *Manager) teardown(ctx context.Context, id string, e *entry) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	err := e.sb.Destroy(dctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.tearingDown[id] = e
+		return err
+	}
+	delete(m.tearingDown, id)
+	m.releaseLocked(e.info.Principal, e.commit)
+	return nil
+}
+
+// recordEnd writes a sandbox's end to its row.
+func (m *Manager) recordEnd(ctx context.Context, in Info) error {
+	if _, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(in.LastUsedAt), in.ID); err != nil {
+		return fmt.Errorf("session: end %s: %w", in.ID, err)
+	}
+	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state = ?`,
+		in.State, fmtTime(in.EndedAt), in.EndReason, in.ID, StateRunning)
+	if err != nil {
+		return fmt.Errorf("session: end %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+// retry finishes what finish could not: teardowns that failed and ends
+// the store did not take.
+func (m *Manager) retry() {
+	m.mu.Lock()
+	tear := maps.Clone(m.tearingDown)
+	ends := maps.Clone(m.unrecorded)
+	m.mu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(tear)) {
+		if err := m.teardown(context.Background(), id, tear[id]); err != nil {
+			m.opts.Logf("session: tearing down %s (retried): %v", id, err)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(ends)) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := m.recordEnd(ctx, ends[id])
+		cancel()
+		if err == nil {
+			m.mu.Lock()
+			delete(m.unrecorded, id)
+			m.mu.Unlock()
+		}
+	}
 }
 
 // reap ends sandboxes past their TTL or idle timeout.
@@ -755,13 +993,13 @@ func (m *Manager) reap() {
 			return
 		case <-t.C:
 		}
+		m.retry()
 		now := m.opts.Now()
 		type due struct{ id, why string }
 		var dues []due
 		m.mu.Lock()
 		for id, e := range m.live {
 			switch {
-			case e == nil: // a create in progress
 			case !e.info.ExpiresAt.IsZero() && now.After(e.info.ExpiresAt):
 				dues = append(dues, due{id, "ttl"})
 			case e.info.Idle > 0 && e.busy == 0 && now.Sub(e.lastUsed) > e.info.Idle:
@@ -794,5 +1032,11 @@ func (m *Manager) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	m.retry()
+	m.mu.Lock()
+	for id := range m.tearingDown {
+		errs = append(errs, fmt.Errorf("session: sandbox %s could not be torn down", id))
+	}
+	m.mu.Unlock()
 	return errors.Join(errs...)
 }

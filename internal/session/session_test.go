@@ -129,7 +129,7 @@ func TestLifecycle(t *testing.T) {
 	if err := m.Destroy(ctx, "agent", "sbx-unknown"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Destroy of an unknown id: %v", err)
 	}
-	if k := strings.Join(f.kinds(t, info.ID), " "); k != "sandbox.create sandbox.exec sandbox.file.write sandbox.destroy" {
+	if k := strings.Join(f.kinds(t, info.ID), " "); k != "sandbox.create sandbox.exec sandbox.exec.end sandbox.file.write sandbox.file.write.end sandbox.destroy" {
 		t.Fatalf("audit kinds = %q", k)
 	}
 	_ = other
@@ -216,7 +216,7 @@ func TestMaxSandboxes(t *testing.T) {
 	if ok != 2 || limited != 2 {
 		t.Fatalf("4 concurrent creates under a maximum of 2: %d made, %d refused", ok, limited)
 	}
-	if _, err := m.Create(ctx, "agent", CreateRequest{Spec: sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 1}}}); !errors.Is(err, ErrLimit) {
+	if _, err := m.Create(ctx, "agent", CreateRequest{Spec: sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20}}}); !errors.Is(err, ErrLimit) {
 		t.Fatalf("create at the maximum: %v", err)
 	}
 }
