@@ -207,9 +207,9 @@ type entry struct {
 	sb       sandbox.Sandbox
 	limits   sandbox.Limits // in force (defaults applied; widened by UpdateLimits)
 	commit   commitment     // what it holds of Options.Capacity
-	env      []string     // added to every exec: the model proxy's address and token
-	serving  *http.Server // the model proxy on the sandbox's loopback, or nil
-	egress   *http.Server // the egress broker on the sandbox's loopback, or nil
+	env      []string       // added to every exec: the model proxy's address and token
+	serving  *http.Server   // the model proxy on the sandbox's loopback, or nil
+	egress   *http.Server   // the egress broker on the sandbox's loopback, or nil
 	broker   EgressBroker
 	info     Info
 	lastUsed time.Time // guarded by Manager.mu
