@@ -1,7 +1,10 @@
 package api
 
 import (
+	"sort"
+
 	"fmt"
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 	"io/fs"
 	"net/http"
 	"strconv"
@@ -93,18 +96,43 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, who principal) 
 		return err
 	}
 	if l := r.URL.Query().Get("list"); l == "1" || l == "true" {
+		limit, after, err := pageParams(r)
+		if err != nil {
+			return err
+		}
 		infos, err := s.m.ListDir(r.Context(), id, p)
 		if err != nil {
 			return s.notRunning(r, id, err)
 		}
-		out := make([]dirEntry, 0, len(infos))
-		for _, fi := range infos {
+		// Entries come sorted by name: a page starts after the cursor's.
+		start := 0
+		if after != "" {
+			start = sort.Search(len(infos), func(i int) bool { return infos[i].Name > after })
+		}
+		page := infos[start:]
+		more := len(page) > limit
+		if more {
+			page = page[:limit]
+		}
+		out := make([]dirEntry, 0, len(page))
+		for _, fi := range page {
 			out = append(out, dirEntry{Name: fi.Name, Type: fi.Type, Size: fi.Size, Mode: fmt.Sprintf("%04o", fi.Mode.Perm()), MTime: fi.ModTime.UTC()})
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"entries": out})
+		body := map[string]any{"entries": out}
+		if more {
+			body["next"] = page[len(page)-1].Name
+		}
+		writeJSON(w, http.StatusOK, body)
 		return nil
 	}
-	dst := &lazyBody{w: w}
+	// A download is at most what the sandbox's writable areas can hold: a
+	// file that another command keeps growing cannot hold the connection
+	// and the daemon forever.
+	lim, err := s.m.Limits(id)
+	if err != nil {
+		return s.notRunning(r, id, err)
+	}
+	dst := &lazyBody{w: w, left: max(lim.WorkspaceBytes, lim.TmpBytes)}
 	if err := s.m.ReadFile(r.Context(), id, p, dst); err != nil {
 		if !dst.begun {
 			return s.notRunning(r, id, err)
@@ -124,7 +152,12 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, who principal) 
 type lazyBody struct {
 	w     http.ResponseWriter
 	begun bool
+	left  int64 // bytes it may still send
 }
+
+// errDownloadTooLarge ends a download larger than the sandbox's writable
+// areas.
+var errDownloadTooLarge = errdefs.New(errdefs.ErrTooLarge, "the file is larger than the sandbox's writable areas (it kept growing while it was read)")
 
 func (b *lazyBody) begin() {
 	b.begun = true
@@ -134,6 +167,10 @@ func (b *lazyBody) begin() {
 }
 
 func (b *lazyBody) Write(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		return 0, errDownloadTooLarge
+	}
+	b.left -= int64(len(p))
 	if !b.begun {
 		b.begin()
 	}

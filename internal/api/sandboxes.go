@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -112,16 +113,48 @@ type createdView struct {
 	ApprovalError string             `json:"approval_error,omitempty"`
 }
 
+// Listing pages: a page holds at most maxPage entries (default
+// defaultPage), and "next" continues it.
+const (
+	defaultPage = 1000
+	maxPage     = 1000
+)
+
+// pageParams reads ?limit= and ?after=.
+func pageParams(r *http.Request) (limit int, after string, err error) {
+	limit = defaultPage
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPage {
+			return 0, "", badRequest(fmt.Sprintf("limit %s must be a number from 1 to %d", quote(v), maxPage))
+		}
+		limit = n
+	}
+	after = r.URL.Query().Get("after")
+	if len(after) > 256 {
+		return 0, "", badRequest("after is not a cursor of this API")
+	}
+	return limit, after, nil
+}
+
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, who principal) error {
 	sel := map[string]string{}
-	for _, l := range r.URL.Query()["label"] {
+	q := r.URL.Query()["label"]
+	if len(q) > maxLabels {
+		return badRequest(fmt.Sprintf("at most %d label selectors", maxLabels))
+	}
+	for _, l := range q {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {
 			return badRequest("label selector " + quote(l) + " must be key=value")
 		}
 		sel[k] = v
 	}
-	infos, err := s.m.List(r.Context(), who.listScope(), sel)
+	limit, after, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	infos, more, err := s.m.List(r.Context(), session.ListPage{Principal: who.listScope(), Selector: sel, After: after, Limit: limit})
 	if err != nil {
 		return err
 	}
@@ -129,7 +162,11 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, who princ
 	for _, in := range infos {
 		out = append(out, view(in))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
+	body := map[string]any{"sandboxes": out}
+	if more {
+		body["next"] = infos[len(infos)-1].ID
+	}
+	writeJSON(w, http.StatusOK, body)
 	return nil
 }
 

@@ -242,7 +242,7 @@ func TestAuditCommands(t *testing.T) {
 			kinds = append(kinds, f[2]+":"+f[3])
 		}
 	}
-	if strings.Join(kinds, " ") != "agent:sandbox.create agent:sandbox.exec agent:sandbox.destroy" {
+	if strings.Join(kinds, " ") != "agent:sandbox.create agent:sandbox.exec agent:sandbox.exec.end agent:sandbox.destroy" {
 		t.Errorf("audit of %s: %v\n%s", id, kinds, out)
 	}
 	if _, out2, _ := run(t, "", "audit", "tail", "--after", "1"); strings.Count(out2, "\n") != len(lines)-1 {

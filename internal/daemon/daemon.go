@@ -27,6 +27,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/image"
 	"github.com/ironclaw/ironclaw/internal/policy"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 	"github.com/ironclaw/ironclaw/internal/session"
 	"github.com/ironclaw/ironclaw/internal/store"
@@ -178,6 +179,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer unlock()
 
+	// A data dir that has run before holds its tokens: there, a missing or
+	// empty database is lost state (and a lost audit trail), not a first
+	// start.
+	used := fileExists(filepath.Join(dir, AgentTokenFile)) || fileExists(filepath.Join(dir, OperatorTokenFile))
 	agentTok, err := ensureToken(filepath.Join(dir, AgentTokenFile))
 	if err != nil {
 		return err
@@ -221,7 +226,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}()
 
-	st, err := store.Open(ctx, filepath.Join(dir, DatabaseFile))
+	st, err := store.OpenWith(ctx, filepath.Join(dir, DatabaseFile), store.Options{MustExist: used})
 	if err != nil {
 		return err
 	}
@@ -276,6 +281,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The session manager reports ends to the API's metrics; ends before
 	// the API exists (sandboxes of a crashed run marked lost) are replayed.
 	ends := &endForwarder{}
+	lim := pol.Limits
+	capacity, err := session.HostCapacity(lim.Overcommit.Memory, lim.Overcommit.CPUs, lim.Overcommit.Pids)
+	if err != nil {
+		return err
+	}
+	logf("sandboxes may commit %s of memory, %g CPUs and %d processes in all (policy limits.overcommit)",
+		sandbox.FormatBytes(capacity.MemoryBytes), capacity.CPUs, capacity.Pids)
 	mgr, err := session.New(ctx, rt, st, alog, session.Options{
 		MaxSandboxes: cfg.MaxSandboxes,
 		DefaultTTL:   cfg.DefaultTTL,
@@ -285,6 +297,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Model:        model,
 		Egress:       eg,
 		Images:       images,
+		Capacity:     capacity,
+		Quotas: session.Quotas{SandboxesPerPrincipal: lim.PerAgent.Sandboxes, ExecsPerPrincipal: lim.PerAgent.Execs,
+			ExecsPerSandbox: lim.PerSandbox.Execs},
 	})
 	if err != nil {
 		return err
@@ -352,10 +367,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Console:        ui,
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes,
-		RatePerSecond:  cfg.RatePerSecond,
-		RateBurst:      cfg.RateBurst,
-		Logf:           logf,
-		Model:          proxy,
+		Ceiling: &api.Ceiling{
+			Limits: lim.Max.SandboxLimits(sandbox.DefaultLimits),
+			TTL:    ceilingOr(time.Duration(lim.Max.TTL), cfg.DefaultTTL), Idle: ceilingOr(time.Duration(lim.Max.Idle), cfg.DefaultIdle),
+			DefaultTTL: cfg.DefaultTTL, DefaultIdle: cfg.DefaultIdle,
+		},
+		RatePerSecond: cfg.RatePerSecond,
+		RateBurst:     cfg.RateBurst,
+		Logf:          logf,
+		Model:         proxy,
 	}, mgr, alog, nil)
 	if err != nil {
 		return err
@@ -418,6 +438,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	return nil
 }
 
+// ceilingOr is a lifetime ceiling: the policy's, else the default (zero,
+// none, when the default is none).
+func ceilingOr(policy, def time.Duration) time.Duration {
+	if policy > 0 {
+		return policy
+	}
+	return def
+}
+
 // endForwarder buffers sandbox ends until the API is there to count them.
 type endForwarder struct {
 	mu      sync.Mutex
@@ -455,6 +484,11 @@ func waitGroup(ctx context.Context, wg *sync.WaitGroup, max time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }
 
 // prepareDir creates the data directory (0700) or checks the existing one.

@@ -428,6 +428,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	}
 	// Environment values may be anyone's secrets: the record keeps names only.
 	recorded := req.Spec
+	recorded.Limits = limits // what it got, defaults and ceilings applied
 	recorded.Env = nil
 	for _, kv := range req.Spec.Env {
 		k, _, _ := strings.Cut(kv, "=")
@@ -657,32 +658,46 @@ func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
 	return infos[0], nil
 }
 
-// List returns the running sandboxes whose labels include every pair of
-// selector, oldest first; a non-empty principal keeps only that
-// principal's.
-func (m *Manager) List(ctx context.Context, principal string, selector map[string]string) ([]Info, error) {
-	where, args := `WHERE state = ? ORDER BY created_at, id`, []any{StateRunning}
-	if principal != "" {
-		where, args = `WHERE state = ? AND principal = ? ORDER BY created_at, id`, []any{StateRunning, principal}
+// ListPage selects running sandboxes for List.
+type ListPage struct {
+	// Principal, if set, keeps only that principal's sandboxes.
+	Principal string
+	// Selector keeps sandboxes whose labels include every pair.
+	Selector map[string]string
+	// After continues a listing after the sandbox with this id (the last
+	// of the previous page); Limit bounds the page (0: all).
+	After string
+	Limit int
+}
+
+// List returns running sandboxes, oldest first, a page at a time; more
+// reports that another page follows.
+func (m *Manager) List(ctx context.Context, p ListPage) (infos []Info, more bool, err error) {
+	where := []string{"state = ?"}
+	args := []any{StateRunning}
+	if p.Principal != "" {
+		where, args = append(where, "principal = ?"), append(args, p.Principal)
 	}
-	all, err := m.query(ctx, where, args...)
+	for _, k := range slices.Sorted(maps.Keys(p.Selector)) {
+		where = append(where, "json_extract(labels, ?) IS ?")
+		args = append(args, `$."`+strings.ReplaceAll(k, `"`, ``)+`"`, p.Selector[k])
+	}
+	if p.After != "" {
+		where = append(where, "(created_at, id) > (SELECT created_at, id FROM sandboxes WHERE id = ?)")
+		args = append(args, p.After)
+	}
+	q := "WHERE " + strings.Join(where, " AND ") + " ORDER BY created_at, id"
+	if p.Limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", p.Limit+1)
+	}
+	infos, err = m.query(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var out []Info
-	for _, in := range all {
-		match := true
-		for k, v := range selector {
-			if in.Labels[k] != v {
-				match = false
-				break
-			}
-		}
-		if match {
-			out = append(out, in)
-		}
+	if p.Limit > 0 && len(infos) > p.Limit {
+		return infos[:p.Limit], true, nil
 	}
-	return out, nil
+	return infos, false, nil
 }
 
 func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info, error) {

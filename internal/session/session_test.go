@@ -85,12 +85,24 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := m.List(ctx, "", map[string]string{"team": "a"})
+	list, _, err := m.List(ctx, ListPage{Selector: map[string]string{"team": "a"}})
 	if err != nil || len(list) != 1 || list[0].ID != info.ID {
 		t.Fatalf("List(team=a) = %+v, %v", list, err)
 	}
-	if all, _ := m.List(ctx, "", nil); len(all) != 2 {
+	if all, _, _ := m.List(ctx, ListPage{}); len(all) != 2 {
 		t.Fatalf("List() = %d sandboxes, want 2", len(all))
+	}
+	// Pages of one, continued by the last id, and a principal's own.
+	first, more, err := m.List(ctx, ListPage{Limit: 1})
+	if err != nil || len(first) != 1 || !more {
+		t.Fatalf("first page: %+v %v %v", first, more, err)
+	}
+	second, more, err := m.List(ctx, ListPage{Limit: 1, After: first[0].ID})
+	if err != nil || len(second) != 1 || more || second[0].ID == first[0].ID {
+		t.Fatalf("second page: %+v %v %v", second, more, err)
+	}
+	if mine, _, _ := m.List(ctx, ListPage{Principal: "agent:nobody"}); len(mine) != 0 {
+		t.Fatalf("another principal's listing shows %d sandboxes", len(mine))
 	}
 	var out bytes.Buffer
 	res, err := m.Exec(ctx, "agent", info.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo hi; exit 4"}, Stdout: &out})
@@ -234,7 +246,7 @@ func TestBadRequestLeavesNothing(t *testing.T) {
 			t.Errorf("Create(%+v) = %v, want ErrInvalidSpec", req, err)
 		}
 	}
-	if all, _ := m.List(ctx, "", nil); len(all) != 0 {
+	if all, _, _ := m.List(ctx, ListPage{}); len(all) != 0 {
 		t.Fatalf("bad requests left %d sandboxes", len(all))
 	}
 	recs, _ := f.log.Tail(ctx, 0, 100)

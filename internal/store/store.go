@@ -38,10 +38,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 
 	// The pure-Go SQLite driver, registered as "sqlite"; pure Go because the
 	// daemon is built with CGO_ENABLED=0 (see the README).
@@ -79,12 +83,37 @@ type Store struct {
 // not once per record, and an acknowledged audit record then survives power
 // loss as well as kill -9.
 func Open(ctx context.Context, path string) (*Store, error) {
+	return OpenWith(ctx, path, Options{})
+}
+
+// Options tune OpenWith.
+type Options struct {
+	// MustExist refuses a missing or empty file instead of starting a new
+	// database in it: the daemon sets it for a data directory that has run
+	// before, where a missing or 0-byte database means lost state and a lost
+	// audit trail, not a first start.
+	MustExist bool
+}
+
+// ErrDamaged is a database file that is not a whole, consistent SQLite
+// database (or, with Options.MustExist, is missing or empty). Nothing was
+// changed in it.
+var ErrDamaged = errdefs.New(errdefs.ErrUnavailable, "database damaged")
+
+// OpenWith is Open with options. An existing file is checked before use:
+// its header must be SQLite's and PRAGMA quick_check must pass, so a
+// truncated or corrupt file is refused instead of being taken as new.
+func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("store: empty database path")
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("store: resolve %q: %w", path, err)
+	}
+	existed, err := checkHeader(abs, opts.MustExist)
+	if err != nil {
+		return nil, err
 	}
 	if err := prepareFile(abs); err != nil {
 		return nil, err
@@ -107,10 +136,22 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s := &Store{path: abs, write: write}
 	if err := s.firstConnect(ctx); err != nil {
 		write.Close()
+		if corruption(err) {
+			return nil, fmt.Errorf("%w: %s: %v; restore it from a backup", ErrDamaged, abs, err)
+		}
 		return nil, err
+	}
+	if existed {
+		if err := quickCheck(ctx, write, abs); err != nil {
+			write.Close()
+			return nil, err
+		}
 	}
 	if err := migrate(ctx, write, migrations()); err != nil {
 		write.Close()
+		if corruption(err) {
+			return nil, fmt.Errorf("%w: %s: %v; restore it from a backup", ErrDamaged, abs, err)
+		}
 		return nil, err
 	}
 
@@ -128,6 +169,73 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	s.read = read
 	return s, nil
+}
+
+// sqliteHeader starts every SQLite 3 database file.
+const sqliteHeader = "SQLite format 3\x00"
+
+// checkHeader reports whether a database file exists with content, and
+// refuses one that is not SQLite's (or, with mustExist, one that is
+// missing or empty).
+func checkHeader(abs string, mustExist bool) (existed bool, err error) {
+	f, err := os.Open(abs)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if mustExist {
+			return false, fmt.Errorf("%w: %s is missing although this data directory has been used before; restore it from a backup, or move the data directory aside to start afresh", ErrDamaged, abs)
+		}
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	defer f.Close()
+	head := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, head)
+	switch {
+	case n == 0 && mustExist:
+		return false, fmt.Errorf("%w: %s is empty although this data directory has been used before; restore it from a backup, or move the data directory aside to start afresh", ErrDamaged, abs)
+	case n == 0:
+		return false, nil
+	case err != nil || string(head) != sqliteHeader:
+		return false, fmt.Errorf("%w: %s is not an SQLite database (its first bytes are not SQLite's header)", ErrDamaged, abs)
+	}
+	return true, nil
+}
+
+// corruption reports SQLite's SQLITE_CORRUPT (11) and SQLITE_NOTADB (26).
+func corruption(err error) bool {
+	var c interface{ Code() int }
+	if !errors.As(err, &c) {
+		return false
+	}
+	code := c.Code() & 0xff
+	return code == 11 || code == 26
+}
+
+// quickCheck runs SQLite's own consistency check of the file's pages.
+func quickCheck(ctx context.Context, db *sql.DB, abs string) error {
+	rows, err := db.QueryContext(ctx, `PRAGMA quick_check(5)`)
+	if err != nil {
+		return fmt.Errorf("%w: %s: quick_check: %v", ErrDamaged, abs, err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return fmt.Errorf("%w: %s: quick_check: %v", ErrDamaged, abs, err)
+		}
+		if line != "ok" {
+			problems = append(problems, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%w: %s: quick_check: %v", ErrDamaged, abs, err)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s fails SQLite's consistency check (%s); restore it from a backup", ErrDamaged, abs, strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // prepareFile creates the parent directory (0700) and the database file
