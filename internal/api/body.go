@@ -30,7 +30,7 @@ func (s *Server) bodyOf(w http.ResponseWriter, r *http.Request) io.Reader {
 // uploadOf returns an upload's body, bounded in size (MaxUploadBytes) and
 // in time: it may stall for at most BodyTimeout, and must arrive whole at
 // minUploadRate on average.
-func (s *Server) uploadOf(w http.ResponseWriter, r *http.Request) io.Reader {
+func (s *Server) uploadOf(w http.ResponseWriter, r *http.Request) *deadlineBody {
 	rc := http.NewResponseController(w)
 	size := r.ContentLength
 	if size < 0 {
@@ -51,6 +51,9 @@ type deadlineBody struct {
 	stall time.Duration
 	whole time.Time
 	done  bool
+	// failed is the body's own failure (a timeout, too large), which the
+	// handler reports instead of what its consumer made of it.
+	failed error
 }
 
 func (b *deadlineBody) extend() {
@@ -75,10 +78,14 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		// under it.
 		_ = b.rc.SetReadDeadline(time.Time{})
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return n, errBodyTimeout
-		}
-		if err == io.EOF {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			err = errBodyTimeout
+			b.failed = err
+		case errors.As(err, &tooBig):
+			b.failed = err
+		case err == io.EOF:
 			b.done = true
 		}
 	}

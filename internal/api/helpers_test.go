@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/session"
@@ -71,6 +72,8 @@ type envOpts struct {
 	cfg      Config
 	sess     session.Options
 	poolSize int
+	// gateway gives the server a real approval gateway on the same store.
+	gateway bool
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -95,6 +98,14 @@ func newEnv(t testing.TB, o envOpts) *env {
 		cfg.RatePerSecond, cfg.RateBurst = 1e6, 1e6
 	}
 	cfg.Logf = e.logs.logf
+	if o.gateway {
+		gw, err := gateway.New(context.Background(), gateway.Options{Store: db, Audit: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { gw.Close() })
+		cfg.Gateway = gw
+	}
 	e.srv, err = New(cfg, m, log, e.reg)
 	if err != nil {
 		t.Fatal(err)
