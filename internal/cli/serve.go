@@ -31,7 +31,7 @@ func newServeCmd(e *env) *cobra.Command {
 		cfg                daemon.Config
 		idle, ttl          time.Duration
 		pool               int
-		maxBody, maxUpload string
+		maxBody, maxUpload, waitOutput string
 	)
 	c := &cobra.Command{
 		Use:   "serve [flags]",
@@ -111,6 +111,9 @@ the data directory; approvals decided with it record NAME as the decider.`,
 			if cfg.MaxUploadBytes, err = optionalSize("max-upload", maxUpload); err != nil {
 				return err
 			}
+			if cfg.WaitOutputBytes, err = optionalSize("wait-output", waitOutput); err != nil {
+				return err
+			}
 			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "ironclaw: "+format+"\n", args...) }
 			ctx := c.Context()
 			if ctx == nil {
@@ -134,6 +137,7 @@ the data directory; approvals decided with it record NAME as the decider.`,
 	f.IntVar(&cfg.RateBurst, "rate-burst", 0, "burst of requests allowed per token (0: 100)")
 	f.StringVar(&maxBody, "max-body", "", "largest JSON request body (default 1M)")
 	f.StringVar(&maxUpload, "max-upload", "", "largest file upload (default 256M)")
+	f.StringVar(&waitOutput, "wait-output", "", "most output an exec with ?wait=1 returns (default 1M; held in memory until the command ends)")
 	f.StringVar(&cfg.Model.Provider, "provider", "", "model provider: empty uses a provider whose key is in the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY) and the offline mock for the rest; \"mock\" uses the mock for all")
 	f.StringVar(&cfg.Model.MockScript, "mock-script", "", "JSON file of scripted turns for the mock provider")
 	f.IntVar(&cfg.Model.Port, "model-port", daemon.DefaultModelPort, "port of the model proxy inside every sandbox (-1: none)")

@@ -99,6 +99,9 @@ type Config struct {
 	// MaxBodyBytes bounds JSON request bodies and MaxUploadBytes file
 	// uploads; 0 takes the API's defaults (1 MiB, 256 MiB).
 	MaxBodyBytes, MaxUploadBytes int64
+	// WaitOutputBytes bounds the output of an exec with ?wait=1 (0: the
+	// API's default, 1 MiB).
+	WaitOutputBytes int64
 	// At shutdown, requests in flight get ShutdownGrace to finish (0 means
 	// DefaultShutdownGrace); then the rest, typically exec and audit
 	// follow streams, are cancelled (killing their commands), and their
@@ -356,17 +359,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	srv, err := api.New(api.Config{
-		AgentToken:     agentTok,
-		OperatorToken:  operTok,
-		Operators:      operators,
-		Agents:         agents,
-		Gateway:        gw,
-		Policy:         &pol.Exec,
-		EgressCovers:   covers,
-		Tools:          toolReg,
-		Console:        ui,
-		MaxBodyBytes:   cfg.MaxBodyBytes,
-		MaxUploadBytes: cfg.MaxUploadBytes,
+		AgentToken:      agentTok,
+		OperatorToken:   operTok,
+		Operators:       operators,
+		Agents:          agents,
+		Gateway:         gw,
+		Policy:          &pol.Exec,
+		EgressCovers:    covers,
+		Tools:           toolReg,
+		Console:         ui,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxUploadBytes:  cfg.MaxUploadBytes,
+		WaitOutputBytes: cfg.WaitOutputBytes,
 		Ceiling: &api.Ceiling{
 			Limits: lim.Max.SandboxLimits(sandbox.DefaultLimits),
 			TTL:    ceilingOr(time.Duration(lim.Max.TTL), cfg.DefaultTTL), Idle: ceilingOr(time.Duration(lim.Max.Idle), cfg.DefaultIdle),
