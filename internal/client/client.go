@@ -346,11 +346,21 @@ func (c *Client) ListSandboxes(ctx context.Context, labels map[string]string) ([
 	for k, v := range labels {
 		q.Add("label", k+"="+v)
 	}
-	var out struct {
-		Sandboxes []Sandbox `json:"sandboxes"`
+	var all []Sandbox
+	for {
+		var out struct {
+			Sandboxes []Sandbox `json:"sandboxes"`
+			Next      string    `json:"next"`
+		}
+		if err := c.doJSON(ctx, agent, http.MethodGet, "/v1/sandboxes", q, nil, &out); err != nil {
+			return all, err
+		}
+		all = append(all, out.Sandboxes...)
+		if out.Next == "" {
+			return all, nil
+		}
+		q.Set("after", out.Next)
 	}
-	err := c.doJSON(ctx, agent, http.MethodGet, "/v1/sandboxes", q, nil, &out)
-	return out.Sandboxes, err
 }
 
 // GetSandbox describes a sandbox of any state.
@@ -516,11 +526,22 @@ type FileEntry struct {
 
 // ListFiles lists the directory at path inside the sandbox.
 func (c *Client) ListFiles(ctx context.Context, id, path string) ([]FileEntry, error) {
-	var out struct {
-		Entries []FileEntry `json:"entries"`
+	q := url.Values{"path": {path}, "list": {"1"}}
+	var all []FileEntry
+	for {
+		var out struct {
+			Entries []FileEntry `json:"entries"`
+			Next    string      `json:"next"`
+		}
+		if err := c.doJSON(ctx, agent, http.MethodGet, sandboxPath(id, "/files"), q, nil, &out); err != nil {
+			return all, err
+		}
+		all = append(all, out.Entries...)
+		if out.Next == "" {
+			return all, nil
+		}
+		q.Set("after", out.Next)
 	}
-	err := c.doJSON(ctx, agent, http.MethodGet, sandboxPath(id, "/files"), url.Values{"path": {path}, "list": {"1"}}, nil, &out)
-	return out.Entries, err
 }
 
 // ---- audit (operator) ----
