@@ -59,9 +59,15 @@ export class IronClawSandbox {
     const http = new Http(opts);
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(opts.labels ?? {})) q.append('label', `${k}=${v}`);
-    const qs = q.toString();
-    const body = await http.json<{ sandboxes: SandboxInfo[] }>('GET', `/v1/sandboxes${qs ? `?${qs}` : ''}`);
-    return body.sandboxes ?? [];
+    const all: SandboxInfo[] = [];
+    // The daemon answers a page at a time; `next` continues it.
+    for (;;) {
+      const qs = q.toString();
+      const body = await http.json<{ sandboxes: SandboxInfo[]; next?: string }>('GET', `/v1/sandboxes${qs ? `?${qs}` : ''}`);
+      all.push(...(body.sandboxes ?? []));
+      if (!body.next) return all;
+      q.set('after', body.next);
+    }
   }
 
   /** The daemon's id for this sandbox (`sbx-...`); undefined until engaged unless given. */
@@ -216,10 +222,17 @@ export class IronClawSandbox {
   /** Lists a directory. */
   async list(path = '/workspace'): Promise<FileEntry[]> {
     const id = await this.sid();
-    const body = await this.http.json<{ entries: FileEntry[] }>('GET', `/v1/sandboxes/${id}/files`, {
-      query: { path: resolvePath(path), list: '1' },
-    });
-    return body.entries ?? [];
+    const all: FileEntry[] = [];
+    let after: string | undefined;
+    // The daemon answers a page at a time; `next` continues it.
+    for (;;) {
+      const body = await this.http.json<{ entries: FileEntry[]; next?: string }>('GET', `/v1/sandboxes/${id}/files`, {
+        query: { path: resolvePath(path), list: '1', after },
+      });
+      all.push(...(body.entries ?? []));
+      if (!body.next) return all;
+      after = body.next;
+    }
   }
 
   /** Files a request for an operator's decision (`POST /v1/approvals`); returns it, pending. */
