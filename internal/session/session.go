@@ -123,10 +123,11 @@ func egressEnv(port uint16) []string {
 type ModelAccess interface {
 	// Port is where the proxy listens inside every sandbox.
 	Port() uint16
-	// Handler serves the proxy (paths /openai/v1/... and /anthropic/v1/...).
-	Handler() http.Handler
-	// Mint returns a proxy token bound to one sandbox; Revoke ends them.
-	Mint(session string) (string, error)
+	// Attach mints the token of sandbox session, spending the budgets of
+	// principal (its creator), and returns the handler to serve on that
+	// sandbox's loopback (paths /openai/v1/... and /anthropic/v1/...): it
+	// accepts that token and no other. Revoke ends the token.
+	Attach(session, principal string) (token string, h http.Handler, err error)
 	Revoke(session string)
 }
 
@@ -342,7 +343,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	var extraEnv []string
 	var serving *http.Server
 	if m.opts.Model != nil {
-		if extraEnv, serving, err = m.attachModel(sb); err != nil {
+		if extraEnv, serving, err = m.attachModel(sb, actor); err != nil {
 			_ = sb.Destroy(context.Background())
 			return Info{}, err
 		}
