@@ -95,9 +95,9 @@ type reservation struct {
 	amount    int64
 }
 
-// refusal says which budget refused a request.
+// refusal says which budget refused a request, and why.
 type refusal struct {
-	reason string // "budget_sandbox" | "budget_principal"
+	reason string // "budget_sandbox" | "budget_principal" (set by reserve)
 	msg    string
 }
 
@@ -133,15 +133,13 @@ func (p *Proxy) reserve(ctx context.Context, g *grant, plan func(left int64, lim
 		left, limited, which = pl.left(), true, "budget_principal"
 	}
 	amount, ref := plan(max(left, 0), limited)
-	if ref != nil {
-		if ref.reason == "" {
-			ref.reason = which
-		}
-		return nil, ref, nil
+	if ref == nil && limited && amount > left {
+		ref = &refusal{msg: fmt.Sprintf("this request may use up to %d tokens (input estimate plus its output bound)", amount)}
 	}
-	if limited && amount > left {
-		return nil, &refusal{which, fmt.Sprintf("token budget exhausted: this request may use up to %d tokens (input estimate plus its output bound), %d are left of %s",
-			amount, max(left, 0), budgetName(which, sl, pl))}, nil
+	if ref != nil {
+		ref.reason = which
+		ref.msg = fmt.Sprintf("token budget exhausted: %d tokens are left of %s; %s", max(left, 0), budgetName(which, sl, pl), ref.msg)
+		return nil, ref, nil
 	}
 	if sl != nil {
 		sl.reserved += amount

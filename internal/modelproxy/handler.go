@@ -466,8 +466,7 @@ func (pl *plan) reserve(def int64) func(left int64, limited bool) (int64, *refus
 		if limited && !pl.hasMax && pl.maxField != "" {
 			room := (left - pl.inEst) / pl.n
 			if room < 1 {
-				return 0, &refusal{msg: "token budget exhausted: " + strconv.FormatInt(left, 10) +
-					" tokens are left, not enough for this request's input estimate of " + strconv.FormatInt(pl.inEst, 10) + " and any output"}
+				return 0, &refusal{msg: "not enough for this request's input estimate of " + strconv.FormatInt(pl.inEst, 10) + " and any output"}
 			}
 			pl.given = min(room, def)
 			pl.outBound = pl.given * pl.n

@@ -713,3 +713,26 @@ func TestUsageStripper(t *testing.T) {
 		}
 	}
 }
+
+// A successful response that reports no usage (null, as a Responses
+// request run in the background answers, or none at all) is charged its
+// whole reservation.
+func TestHostileModelBudgetJSONWithoutUsage(t *testing.T) {
+	for _, answer := range []string{`{"id":"r","status":"queued","usage":null}`, `{"id":"r"}`, `not json`} {
+		e := setup(t, func(c *Config) { c.SandboxBudget = 1000 })
+		e.oa.handle = func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, answer)
+		}
+		tok, _ := e.p.MintSandbox("sb", "agent")
+		srv := httptest.NewServer(e.p.SandboxHandler("sb"))
+		body := `{"model":"m","background":true,"max_output_tokens":100,"input":"x"}`
+		if status, got := post(t, srv.URL+"/openai/v1/responses", tok, body); status != 200 {
+			t.Fatalf("%d %s", status, got)
+		}
+		if spent, want := sandboxSpent(t, e.p, "sb"), int64((len(body)+1)/2+100); spent != want {
+			t.Fatalf("answer %s: charged %d, want the reservation %d", answer, spent, want)
+		}
+		srv.Close()
+	}
+}

@@ -137,9 +137,9 @@ const (
 	// DefaultMaxOutput is the output bound given to a request that sets
 	// none while a budget applies: within every current model's limit
 	// (a larger bound than a model allows is the provider's 400).
-	DefaultMaxOutput int64 = 16384
-	DefaultBodyTimeout     = time.Minute
-	DefaultWriteTimeout    = time.Minute
+	DefaultMaxOutput    int64 = 16384
+	DefaultBodyTimeout        = time.Minute
+	DefaultWriteTimeout       = time.Minute
 	// InputBytesPerToken is the input estimate's ratio: prose, code and
 	// JSON tokenize at 3-4 bytes per token, so 2 errs high for them.
 	InputBytesPerToken = 2

@@ -169,8 +169,13 @@ func topLevelUsage(dec *json.Decoder) *usage {
 			return nil
 		}
 		if k == "usage" {
+			// null (a Responses request in the background) is no usage.
+			var raw json.RawMessage
+			if dec.Decode(&raw) != nil || string(raw) == "null" {
+				return nil
+			}
 			var u usage
-			if dec.Decode(&u) != nil {
+			if json.Unmarshal(raw, &u) != nil {
 				return nil
 			}
 			return &u
