@@ -135,8 +135,9 @@ const (
 	DefaultHostTokenTTL           = 24 * time.Hour
 	DefaultMaxHostTokens          = 32
 	// DefaultMaxOutput is the output bound given to a request that sets
-	// none while a budget applies: within every current model's limit
-	// (a larger bound than a model allows is the provider's 400).
+	// none while a budget applies: within the output limit of current
+	// OpenAI models (gpt-4o and later; a bound above a model's limit is
+	// the provider's 400, so for older models lower it).
 	DefaultMaxOutput    int64 = 16384
 	DefaultBodyTimeout        = time.Minute
 	DefaultWriteTimeout       = time.Minute
