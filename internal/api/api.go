@@ -51,9 +51,9 @@ type Config struct {
 	// Logf receives diagnostics (never a token); nil discards them.
 	Logf func(format string, args ...any)
 	// Model, if set, is the model proxy: mounted at /v1/model/ (prefix
-	// stripped; it authenticates its own per-session proxy tokens, never the
-	// API tokens), and POST /v1/model/tokens lets an agent mint one for a
-	// program that runs on the host.
+	// stripped; it authenticates its own host tokens, never the API
+	// tokens nor sandboxes' tokens), and POST /v1/model/tokens lets a
+	// principal mint one for a program that runs on the host (model.go).
 	Model ModelProxy
 	// Operators are further operator tokens, each with the name recorded
 	// as the decider of the approvals it decides. OperatorToken's name is
@@ -95,12 +95,6 @@ type Operator struct {
 // Agent is a named agent token.
 type Agent struct {
 	Name, Token string
-}
-
-// ModelProxy is what the API needs of the model proxy.
-type ModelProxy interface {
-	Handler() http.Handler
-	Mint(session string) (string, error)
 }
 
 // Server is the HTTP API over one session.Manager and audit.Log.
@@ -201,9 +195,7 @@ func (s *Server) routes() {
 	oper("GET /v1/audit/verify", s.auditVerify)
 	oper("GET /v1/audit/export", s.auditExport)
 	if s.cfg.Model != nil {
-		agent("POST /v1/model/tokens", s.mintModelToken)
-		s.mux.Handle("/v1/model/openai/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
-		s.mux.Handle("/v1/model/anthropic/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
+		s.modelRoutes(agent)
 	}
 	if s.cfg.Gateway != nil {
 		agent("POST /v1/approvals", s.fileApproval)

@@ -1,31 +1,57 @@
 package api
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"net/http"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/modelproxy"
 )
 
-// mintModelToken gives an agent on the host a model-proxy token of its own
-// API session: the provider key stays in the daemon, the agent's process
-// holds a token that is worthless anywhere but this proxy.
+// ModelProxy is what the API needs of the model proxy.
+type ModelProxy interface {
+	// Handler serves the host route /v1/model/...: host tokens only.
+	Handler() http.Handler
+	// MintHost mints a host token of principal (capped in number per
+	// principal; it expires); RevokeHost revokes one of principal's own.
+	MintHost(principal string) (modelproxy.HostToken, error)
+	RevokeHost(principal, session string) error
+}
+
+// modelRoutes mounts the model proxy and its token routes.
+func (s *Server) modelRoutes(agent func(pattern string, h handlerFunc)) {
+	agent("POST /v1/model/tokens", s.mintModelToken)
+	agent("DELETE /v1/model/tokens/{session}", s.revokeModelToken)
+	s.mux.Handle("/v1/model/openai/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
+	s.mux.Handle("/v1/model/anthropic/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
+}
+
+// mintModelToken gives a program on the host a model-proxy token of the
+// caller's own: the provider key stays in the daemon, the program holds a
+// token that works only on this daemon's /v1/model route, until it
+// expires, and that spends the caller's model budget. A principal's live
+// tokens are capped (429 limit_exceeded past the cap).
 func (s *Server) mintModelToken(w http.ResponseWriter, r *http.Request, who principal) error {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return err
-	}
-	session := "api-" + hex.EncodeToString(b[:])
-	tok, err := s.cfg.Model.Mint(session)
+	ht, err := s.cfg.Model.MintHost(who.Name)
 	if err != nil {
-		return fmt.Errorf("model proxy token: %w", err)
+		return err
 	}
 	base := "http://" + r.Host + "/v1/model"
 	writeJSON(w, http.StatusCreated, map[string]string{
-		"session":            session,
-		"token":              tok,
+		"session":            ht.Session,
+		"token":              ht.Token,
+		"expires_at":         ht.ExpiresAt.UTC().Format(time.RFC3339),
 		"openai_base_url":    base + "/openai/v1",
 		"anthropic_base_url": base + "/anthropic",
 	})
+	return nil
+}
+
+// revokeModelToken revokes one of the caller's own host tokens (another
+// principal's is 404, as an unknown one).
+func (s *Server) revokeModelToken(w http.ResponseWriter, r *http.Request, who principal) error {
+	if err := s.cfg.Model.RevokeHost(who.Name, r.PathValue("session")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -241,7 +241,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	closers = append(closers, func(context.Context) error { return alog.Close() })
-	proxy, err := newModelProxy(cfg.Model, alog, logf)
+	proxy, err := newModelProxy(cfg.Model, st, alog, logf)
 	if err != nil {
 		return err
 	}

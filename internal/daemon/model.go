@@ -1,14 +1,19 @@
 package daemon
 
 import (
+	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/modelproxy"
 	"github.com/ironclaw/ironclaw/internal/modelproxy/mock"
+	"github.com/ironclaw/ironclaw/internal/store"
 )
 
 // DefaultModelPort is where the model proxy answers inside every sandbox.
@@ -30,9 +35,27 @@ type ModelConfig struct {
 	Port int
 	// Models is an allowlist of model names (empty: any).
 	Models []string
-	// RequestsPerMinute and TokensPerSession are per-token budgets (0: none).
+	// RequestsPerMinute bounds each proxy token's requests (0: none).
 	RequestsPerMinute int
-	TokensPerSession  int64
+	// SandboxBudget bounds the input+output tokens each sandbox's model
+	// requests use (flag --model-budget-sandbox; 0: none). AgentBudget
+	// bounds those of each principal (an agent token, or an operator):
+	// its sandboxes' and its host tokens' requests together, kept in the
+	// store so a restart does not renew it (--model-budget-agent; 0:
+	// none). BudgetWindow renews AgentBudget every window, counted from
+	// the Unix epoch (--model-budget-window; 0: never).
+	SandboxBudget int64
+	AgentBudget   int64
+	BudgetWindow  time.Duration
+	// MaxOutput is the output bound the proxy gives a request that sets
+	// none while a budget applies (--model-max-output; 0 means
+	// modelproxy.DefaultMaxOutput, 16384); never above what is left.
+	MaxOutput int64
+	// TokenTTL is the lifetime of host tokens (POST /v1/model/tokens;
+	// --model-token-ttl; 0 means 24h) and MaxTokens how many live ones a
+	// principal may hold (--model-token-max; 0 means 32).
+	TokenTTL  time.Duration
+	MaxTokens int
 }
 
 // providerKeys reads the upstreams from the environment.
@@ -58,8 +81,9 @@ func providerKeys(getenv func(string) string) (openai, anthropic *modelproxy.Ups
 	return openai, anthropic
 }
 
-// newModelProxy builds the proxy and reports which upstream each provider uses.
-func newModelProxy(mc ModelConfig, log *audit.Log, logf func(string, ...any)) (*modelproxy.Proxy, error) {
+// newModelProxy builds the proxy and reports which upstream each provider
+// uses. Principal spend is kept in st.
+func newModelProxy(mc ModelConfig, st *store.Store, log *audit.Log, logf func(string, ...any)) (*modelproxy.Proxy, error) {
 	var script *mock.Script
 	if mc.MockScript != "" {
 		s, err := mock.LoadScript(mc.MockScript)
@@ -73,9 +97,17 @@ func newModelProxy(mc ModelConfig, log *audit.Log, logf func(string, ...any)) (*
 		Mock:              map[modelproxy.Provider]http.Handler{modelproxy.OpenAI: m.OpenAI(), modelproxy.Anthropic: m.Anthropic()},
 		Models:            mc.Models,
 		RequestsPerMinute: mc.RequestsPerMinute,
-		TokensPerSession:  mc.TokensPerSession,
+		SandboxBudget:     mc.SandboxBudget,
+		PrincipalBudget:   mc.AgentBudget,
+		BudgetWindow:      mc.BudgetWindow,
+		DefaultMaxOutput:  mc.MaxOutput,
+		HostTokenTTL:      mc.TokenTTL,
+		MaxHostTokens:     mc.MaxTokens,
 		Log:               log,
 		Logf:              logf,
+	}
+	if st != nil {
+		cfg.Spend = spendStore{st}
 	}
 	switch mc.Provider {
 	case "", "auto":
@@ -101,6 +133,48 @@ type modelAccess struct {
 }
 
 func (m modelAccess) Port() uint16 { return m.port }
+
+// Attach mints the sandbox's token and returns the handler that accepts
+// it, and only it, on the sandbox's loopback.
+func (m modelAccess) Attach(session, principal string) (string, http.Handler, error) {
+	tok, err := m.MintSandbox(session, principal)
+	if err != nil {
+		return "", nil, err
+	}
+	return tok, m.SandboxHandler(session), nil
+}
+
+// spendStore keeps principal model spend in the store's model_spend table.
+type spendStore struct{ st *store.Store }
+
+func (s spendStore) Spent(ctx context.Context, principal string, period int64) (int64, error) {
+	var n int64
+	err := s.st.ReadDB().QueryRowContext(ctx, `SELECT tokens FROM model_spend WHERE principal = ? AND period = ?`, principal, period).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return n, err
+}
+
+func (s spendStore) AddSpent(ctx context.Context, deltas []modelproxy.SpendDelta) error {
+	tx, err := s.st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	for _, d := range deltas {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO model_spend (principal, period, tokens, updated_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (principal, period) DO UPDATE SET tokens = tokens + excluded.tokens, updated_at = excluded.updated_at`,
+			d.Principal, d.Period, d.Tokens, now); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM model_spend WHERE principal = ? AND period < ?`, d.Principal, d.Period); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
 
 // secretsOf lists the provider keys, for the audit log's redactor.
 func secretsOf(getenv func(string) string) []string {

@@ -18,28 +18,45 @@ import (
 // relayBuf is the copy buffer size; every read is written and flushed at once.
 const relayBuf = 32 << 10
 
-// Handler returns the proxy's HTTP handler (see the package comment for routes).
-func (p *Proxy) Handler() http.Handler { return http.HandlerFunc(p.serve) }
+// Handler serves the daemon's host route (see the package comment for
+// routes): it accepts host tokens only.
+func (p *Proxy) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.serve(w, r, p.hostGrant)
+	})
+}
+
+// SandboxHandler serves the proxy on the loopback of sandbox session: it
+// accepts that sandbox's token only, and nothing once Revoke(session) ran.
+func (p *Proxy) SandboxHandler(session string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.serve(w, r, func(tok string) *grant { return p.sandboxGrant(session, tok) })
+	})
+}
 
 // exchange is what the audit record of one request says.
 type exchange struct {
 	provider   Provider
 	session    string
+	principal  string
 	model      string
 	path       string
 	status     int
 	inTok      int64
 	outTok     int64
+	usageFinal bool
+	reserved   int64
+	charged    int64
 	reqBytes   int64
 	respBytes  int64
 	upstream   string
 	truncated  bool
 	errCode    string
+	refused    string
 	start      time.Time
-	authorized bool
 }
 
-func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, auth func(tok string) *grant) {
 	start := time.Now()
 	path := r.URL.EscapedPath()
 	rt, ok := routes[path]
@@ -56,75 +73,93 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rt.provider, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
 		return
 	}
-	g := p.lookup(clientToken(r))
+	g := auth(clientToken(r))
 	if g == nil {
-		writeError(w, rt.provider, http.StatusUnauthorized, "unauthorized", "missing, unknown or revoked proxy token")
+		writeError(w, rt.provider, http.StatusUnauthorized, "unauthorized", "missing, unknown, expired or revoked proxy token")
 		return
 	}
-	x := &exchange{provider: rt.provider, session: g.session, path: path, start: start, authorized: true}
+	x := &exchange{provider: rt.provider, session: g.session, principal: g.principal, path: path, start: start}
 	tgt := p.targets[rt.provider]
 	x.upstream = tgt.upstream
 	defer p.record(r.Context(), x)
 
-	fail := func(status int, code, msg string) {
-		x.status, x.errCode = status, code
+	// refuse answers before anything went upstream; reason is the audit
+	// record's refusal reason.
+	refuse := func(status int, code, reason, msg string) {
+		x.status, x.errCode, x.refused = status, code, reason
 		writeError(w, rt.provider, status, code, msg)
 	}
 
-	if ok, wait := g.allow(start, p.cfg.RequestsPerMinute); !ok {
+	if ok, wait := g.allow(p.now(), p.cfg.RequestsPerMinute); !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
-		fail(http.StatusTooManyRequests, "rate_limited",
+		refuse(http.StatusTooManyRequests, "rate_limited", "rate_limited",
 			"requests-per-minute budget exhausted: at most "+strconv.Itoa(p.cfg.RequestsPerMinute)+" requests per minute per proxy token")
 		return
 	}
-	if lim := p.cfg.TokensPerSession; lim > 0 && g.tokensUsed() >= lim {
-		fail(http.StatusTooManyRequests, "limit_exceeded",
-			"token budget exhausted: "+strconv.FormatInt(lim, 10)+" input+output tokens per session used up")
-		return
-	}
 
+	rc := http.NewResponseController(w)
 	var body []byte
+	pl := &plan{n: 1}
 	if rt.method == http.MethodPost {
-		if r.ContentLength > p.cfg.MaxRequestBytes {
-			fail(http.StatusRequestEntityTooLarge, "too_large", "request body over "+strconv.FormatInt(p.cfg.MaxRequestBytes, 10)+" bytes")
-			return
-		}
-		var err error
-		body, err = io.ReadAll(io.LimitReader(r.Body, p.cfg.MaxRequestBytes+1))
+		var status int
+		var reason, msg string
+		body, status, reason, msg = p.readBody(r, rc)
 		x.reqBytes = int64(len(body))
+		if status != 0 {
+			code := "invalid_argument"
+			if status == http.StatusRequestEntityTooLarge {
+				code = "too_large"
+			}
+			refuse(status, code, reason, msg)
+			return
+		}
+		jb, err := parseBody(body)
+		if err == nil {
+			x.model, err = modelOf(jb)
+		}
+		if err == nil {
+			err = pl.read(rt, jb)
+		}
 		if err != nil {
-			fail(http.StatusBadRequest, "invalid_argument", "cannot read request body")
+			reason := "invalid_json"
+			var be *bodyError
+			if errors.As(err, &be) {
+				reason = be.reason
+			}
+			refuse(http.StatusBadRequest, "invalid_argument", reason, err.Error())
 			return
 		}
-		if int64(len(body)) > p.cfg.MaxRequestBytes {
-			fail(http.StatusRequestEntityTooLarge, "too_large", "request body over "+strconv.FormatInt(p.cfg.MaxRequestBytes, 10)+" bytes")
+		if p.models != nil && !p.models[x.model] {
+			refuse(http.StatusBadRequest, "invalid_argument", "model_not_allowed", "model not allowed by this proxy: "+strconv.Quote(x.model))
 			return
 		}
-		var m struct {
-			Model json.RawMessage `json:"model"`
-		}
-		jerr := json.Unmarshal(body, &m)
-		if jerr == nil && len(m.Model) > 0 {
-			var s string
-			if json.Unmarshal(m.Model, &s) == nil {
-				x.model = s
-			}
-		}
-		if p.models != nil {
-			if jerr != nil {
-				fail(http.StatusBadRequest, "invalid_argument", "request body is not a JSON object")
-				return
-			}
-			if !p.models[x.model] {
-				fail(http.StatusBadRequest, "invalid_argument", "model not allowed by this proxy: "+strconv.Quote(x.model))
-				return
-			}
-		}
+		pl.body = jb
 	}
 
 	if tgt.base == nil {
-		fail(http.StatusServiceUnavailable, "unavailable", "provider "+string(rt.provider)+" is not configured")
+		refuse(http.StatusServiceUnavailable, "unavailable", "provider_unavailable", "provider "+string(rt.provider)+" is not configured")
 		return
+	}
+
+	pl.inEst = (int64(len(body)) + InputBytesPerToken - 1) / InputBytesPerToken
+	res, ref, err := p.reserve(r.Context(), g, pl.reserve(p.cfg.DefaultMaxOutput))
+	if err != nil {
+		p.logf("%v", err)
+		refuse(http.StatusServiceUnavailable, "unavailable", "budget_unavailable", "the token budget cannot be read now; retry later")
+		return
+	}
+	if ref != nil {
+		refuse(http.StatusTooManyRequests, "limit_exceeded", ref.reason, ref.msg)
+		return
+	}
+	x.reserved = res.amount
+	// Until the request is known to have cost less, it costs its whole
+	// reservation: every way out below that does not set charged (a
+	// panic, a cut) is charged that.
+	x.charged = res.amount
+	defer func() { p.settle(res, x.charged) }()
+	if pl.body != nil {
+		body = pl.rewrite()
 	}
 
 	u := *tgt.base
@@ -138,15 +173,11 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	out, err := http.NewRequestWithContext(r.Context(), rt.method, u.String(), rd)
 	if err != nil {
 		p.logf("modelproxy: build upstream request: %v", err)
-		fail(http.StatusInternalServerError, "internal", "cannot build upstream request")
+		x.charged = 0
+		refuse(http.StatusInternalServerError, "internal", "internal", "cannot build upstream request")
 		return
 	}
-	out.Header = r.Header.Clone()
-	removeHop(out.Header)
-	for _, k := range clientOnly {
-		out.Header.Del(k)
-	}
-	out.Header.Set("Accept-Encoding", "identity")
+	out.Header = upstreamHeaders(rt.provider, r.Header)
 	switch rt.provider {
 	case OpenAI:
 		if tgt.key != "" {
@@ -164,38 +195,59 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	resp, err := tgt.rt.RoundTrip(out)
 	if err != nil {
 		if r.Context().Err() != nil {
+			// The request was sent: the provider may be generating (and
+			// billing) it. It keeps its whole reservation.
 			x.status, x.errCode = 499, "client_closed"
 			return
 		}
 		// The error names the URL, never the key (it is in a header).
 		p.logf("modelproxy: %s upstream: %v", rt.provider, err)
-		fail(http.StatusBadGateway, "bad_gateway", "upstream request failed")
+		x.charged = 0
+		x.status, x.errCode = http.StatusBadGateway, "bad_gateway"
+		writeError(w, rt.provider, http.StatusBadGateway, "bad_gateway", "upstream request failed")
 		return
 	}
 	defer resp.Body.Close()
 
 	x.status = resp.StatusCode
 	h := w.Header()
-	for k, vs := range resp.Header {
-		h[k] = vs
-	}
-	removeHop(h)
-	h.Del("Set-Cookie")
-	if resp.ContentLength < 0 || resp.ContentLength > p.cfg.MaxResponseBytes {
-		h.Del("Content-Length")
+	relayHeaders(h, resp.Header)
+	if cl := resp.ContentLength; cl >= 0 && cl <= p.cfg.MaxResponseBytes && !pl.strip {
+		h.Set("Content-Length", strconv.FormatInt(cl, 10))
 	}
 	w.WriteHeader(resp.StatusCode)
 
 	var usage usageSink
+	var sse *sseUsage
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
-		usage = &sseUsage{}
+		sse = &sseUsage{}
+		usage = sse
 	} else if ct == "application/json" && resp.StatusCode < 300 {
 		usage = newJSONUsage()
 	}
+	var strip *usageStripper
+	if pl.strip && sse != nil {
+		strip = &usageStripper{}
+	}
 
-	rc := http.NewResponseController(w)
 	buf := make([]byte, relayBuf)
 	limit := p.cfg.MaxResponseBytes
+	overran := false
+	write := func(b []byte) bool {
+		if len(b) == 0 {
+			return true
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+		wn, werr := w.Write(b)
+		x.respBytes += int64(wn)
+		if werr != nil {
+			return false // client gone or not reading
+		}
+		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
+		return true
+	}
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
@@ -207,15 +259,16 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 			if usage != nil {
 				usage.Write(chunk)
 			}
-			wn, werr := w.Write(chunk)
-			x.respBytes += int64(wn)
-			if werr != nil {
-				break // client gone
-			}
-			if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			if sse != nil && pl.outBound > 0 && sse.out > pl.outBound {
+				// The upstream went past the output bound it was given.
+				overran = true
 				break
 			}
-			if x.truncated {
+			rel := chunk
+			if strip != nil {
+				rel = strip.filter(chunk)
+			}
+			if !write(rel) || x.truncated {
 				break
 			}
 		}
@@ -223,21 +276,222 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 			if rerr != io.EOF {
 				p.logf("modelproxy: %s upstream body: %v", rt.provider, rerr)
 			}
+			if strip != nil {
+				write(strip.rest())
+			}
 			break
 		}
 	}
+	_ = rc.SetWriteDeadline(time.Time{})
+	final := false
 	if usage != nil {
 		x.inTok, x.outTok = usage.Usage()
-		if n := x.inTok + x.outTok; n > 0 {
-			g.addTokens(n)
-		}
+		final = usage.Final()
+	}
+	x.usageFinal = final
+	reported := x.inTok + x.outTok
+	switch {
+	case final && !overran && !x.truncated:
+		x.charged = reported
+	case resp.StatusCode >= 300:
+		// Refused upstream: charged what it reported, usually nothing.
+		x.charged = reported
+	default:
+		// Succeeded without final usage (cut, the client left, no usage
+		// reported): the whole reservation, or more if more was reported.
+		x.charged = max(res.amount, reported)
+	}
+	if overran {
+		x.truncated = true
+		p.logf("modelproxy: %s stream passed its output bound of %d tokens; cut", rt.provider, pl.outBound)
 	}
 	if x.truncated {
-		p.logf("modelproxy: %s response cut at %d bytes", rt.provider, limit)
-		// The deferred record runs while panicking. Abort the connection so the client sees a broken response, not a
-		// short one that looks complete.
+		if !overran {
+			p.logf("modelproxy: %s response cut at %d bytes", rt.provider, limit)
+		}
+		// The deferred settle and record run while panicking. Abort the
+		// connection so the client sees a broken response, not a short
+		// one that looks complete.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// readBody reads a POST body within the size and time bounds; a non-zero
+// status is a refusal.
+func (p *Proxy) readBody(r *http.Request, rc *http.ResponseController) (body []byte, status int, reason, msg string) {
+	max := p.cfg.MaxRequestBytes
+	tooBig := "request body over " + strconv.FormatInt(max, 10) + " bytes"
+	if r.ContentLength > max {
+		return nil, http.StatusRequestEntityTooLarge, "too_large", tooBig
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(p.cfg.BodyTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	size := 4 << 10
+	if r.ContentLength > 0 {
+		size = int(r.ContentLength) + 1
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	_, err := buf.ReadFrom(io.LimitReader(r.Body, max+1))
+	body = buf.Bytes()
+	switch {
+	case int64(len(body)) > max:
+		return body, http.StatusRequestEntityTooLarge, "too_large", tooBig
+	case err != nil:
+		return body, http.StatusBadRequest, "body_read", "cannot read the request body (it must arrive within " + p.cfg.BodyTimeout.String() + ")"
+	}
+	return body, 0, "", ""
+}
+
+// modelOf reads the "model" member ("" when absent or not a string).
+func modelOf(jb *jsonBody) (string, error) {
+	v, ok, err := jb.lookup("model")
+	if err != nil || !ok {
+		return "", err
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return "", nil
+	}
+	return s, nil
+}
+
+// plan is what the proxy does to one request's body for its budgets.
+type plan struct {
+	body     *jsonBody
+	inEst    int64  // input estimate
+	maxField string // the provider's output-bound member; "" for no output (embeddings)
+	hasMax   bool
+	clientMx int64 // the client's bound (per choice)
+	n        int64 // choices
+	outBound int64 // output bound of the whole request (0: none known)
+	given    int64 // bound the proxy sets, or 0
+	stream   bool
+	strip    bool   // the proxy asked for stream usage the client did not want
+	edits    []edit // to stream_options
+}
+
+// read reads the members the budgets need.
+func (pl *plan) read(rt route, jb *jsonBody) error {
+	v, ok, err := jb.lookup("stream")
+	if err != nil {
+		return err
+	}
+	pl.stream = ok && string(v) == "true"
+	var fields []string
+	switch rt.sub {
+	case "/chat/completions":
+		pl.maxField = "max_completion_tokens"
+		fields = []string{"max_completion_tokens", "max_tokens"}
+		n, ok, err := jb.readCount("n")
+		if err != nil {
+			return err
+		}
+		if ok && n > 1 {
+			pl.n = n
+		}
+	case "/responses":
+		pl.maxField, fields = "max_output_tokens", []string{"max_output_tokens"}
+	case "/messages":
+		pl.maxField, fields = "max_tokens", []string{"max_tokens"}
+	}
+	for _, f := range fields {
+		m, ok, err := jb.readCount(f)
+		if err != nil {
+			return err
+		}
+		if ok {
+			pl.hasMax, pl.clientMx = true, max(pl.clientMx, m)
+		}
+	}
+	if pl.hasMax {
+		pl.outBound = min(pl.clientMx*pl.n, maxCount)
+	}
+	if rt.sub == "/chat/completions" && pl.stream {
+		return pl.askStreamUsage(jb)
+	}
+	return nil
+}
+
+// askStreamUsage makes a chat stream report its usage
+// (stream_options.include_usage), noting whether the client asked.
+func (pl *plan) askStreamUsage(jb *jsonBody) error {
+	v, ok, err := jb.lookup("stream_options")
+	if err != nil {
+		return err
+	}
+	const want = `{"include_usage":true}`
+	if !ok {
+		pl.strip = true
+		return nil // inserted with the output bound, in rewrite
+	}
+	start, end, _ := jb.span("stream_options")
+	if string(v) == "null" {
+		pl.strip = true
+		pl.edits = append(pl.edits, edit{start, end, want})
+		return nil
+	}
+	if len(v) == 0 || v[0] != '{' {
+		return &bodyError{"invalid_field", "stream_options must be an object"}
+	}
+	so, err := parseBody(v)
+	if err != nil {
+		return err
+	}
+	iu, ok, err := so.lookup("include_usage")
+	if err != nil {
+		return err
+	}
+	if ok && string(iu) == "true" {
+		return nil
+	}
+	pl.strip = true
+	if ok {
+		s, e, _ := so.span("include_usage")
+		pl.edits = append(pl.edits, edit{start + s, start + e, "true"})
+	} else {
+		ed := insertMembers(v, so.open, `"include_usage":true`)
+		ed.start += start
+		ed.end += start
+		pl.edits = append(pl.edits, ed)
+	}
+	return nil
+}
+
+// reserve returns the reservation plan for Proxy.reserve: the input
+// estimate plus the output bound; a request without a bound gets one of
+// what the budgets have left (at most def) when a budget applies.
+func (pl *plan) reserve(def int64) func(left int64, limited bool) (int64, *refusal) {
+	return func(left int64, limited bool) (int64, *refusal) {
+		pl.given = 0
+		if limited && !pl.hasMax && pl.maxField != "" {
+			room := (left - pl.inEst) / pl.n
+			if room < 1 {
+				return 0, &refusal{msg: "not enough for this request's input estimate of " + strconv.FormatInt(pl.inEst, 10) + " and any output"}
+			}
+			pl.given = min(room, def)
+			pl.outBound = pl.given * pl.n
+		}
+		return pl.inEst + pl.outBound, nil
+	}
+}
+
+// rewrite returns the body to send upstream.
+func (pl *plan) rewrite() []byte {
+	jb := pl.body
+	var add []string
+	if pl.given > 0 {
+		add = append(add, strconv.Quote(pl.maxField)+":"+strconv.FormatInt(pl.given, 10))
+	}
+	if pl.strip {
+		if _, _, ok := jb.span("stream_options"); !ok {
+			add = append(add, `"stream_options":{"include_usage":true}`)
+		}
+	}
+	edits := pl.edits
+	if len(add) > 0 {
+		edits = append(edits, insertMembers(jb.raw, jb.open, add...))
+	}
+	return apply(jb.raw, edits)
 }
 
 // record appends x to the audit log (asynchronously: the response is
@@ -247,22 +501,29 @@ func (p *Proxy) record(ctx context.Context, x *exchange) {
 		return
 	}
 	data := map[string]any{
-		"provider":       string(x.provider),
-		"model":          x.model,
-		"path":           x.path,
-		"status":         x.status,
-		"input_tokens":   x.inTok,
-		"output_tokens":  x.outTok,
-		"latency_ms":     time.Since(x.start).Milliseconds(),
-		"request_bytes":  x.reqBytes,
-		"response_bytes": x.respBytes,
-		"upstream":       x.upstream,
+		"provider":        string(x.provider),
+		"principal":       x.principal,
+		"model":           x.model,
+		"path":            x.path,
+		"status":          x.status,
+		"input_tokens":    x.inTok,
+		"output_tokens":   x.outTok,
+		"usage_reported":  x.usageFinal,
+		"reserved_tokens": x.reserved,
+		"settled_tokens":  x.charged,
+		"latency_ms":      time.Since(x.start).Milliseconds(),
+		"request_bytes":   x.reqBytes,
+		"response_bytes":  x.respBytes,
+		"upstream":        x.upstream,
 	}
 	if x.truncated {
 		data["truncated"] = true
 	}
 	if x.errCode != "" {
 		data["error"] = x.errCode
+	}
+	if x.refused != "" {
+		data["refused"] = x.refused
 	}
 	e := audit.Entry{Session: x.session, Actor: Actor, Kind: audit.KindModelRequest, Data: data}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

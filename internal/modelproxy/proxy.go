@@ -1,12 +1,27 @@
-// Package modelproxy is the daemon's model-provider proxy: agents hold a
-// per-session proxy token ("icp_..."), the proxy swaps it for the real
-// provider key on the way upstream, so provider keys never leave the daemon.
+// Package modelproxy is the daemon's model-provider proxy: agents hold
+// proxy tokens ("icp_..."), the proxy swaps them for the real provider key
+// on the way upstream, so provider keys never leave the daemon.
+//
+// # Tokens and where they work
+//
+// A sandbox token (MintSandbox) belongs to one sandbox and to the
+// principal that created it; it is accepted only by SandboxHandler of that
+// sandbox, the proxy the daemon serves on that sandbox's own loopback. A
+// host token (MintHost, POST /v1/model/tokens) belongs to the principal
+// that minted it, expires (Config.HostTokenTTL) and is accepted only by
+// Handler, the daemon's /v1/model route. Any other token, including a
+// valid one of another sandbox or of the other kind, is 401 with the same
+// answer as an unknown one: the token is hashed and compared in constant
+// time against the one the handler accepts, so neither the answer nor its
+// timing says whether a token is valid somewhere else. A principal holds
+// at most Config.MaxHostTokens live host tokens; minting more is refused
+// until one expires or is revoked.
 //
 // # Routes
 //
-// Handler serves exactly these paths (relative to where it is mounted: the
-// daemon mounts it under /v1/model/ with the prefix stripped, sandboxes see
-// it at the root):
+// Both handlers serve exactly these paths (relative to where they are
+// mounted: the daemon mounts Handler under /v1/model/ with the prefix
+// stripped, sandboxes see theirs at the root):
 //
 //	POST /openai/v1/chat/completions
 //	POST /openai/v1/responses
@@ -31,31 +46,65 @@
 // same authentication, allowlist, budget, streaming and audit path; with no
 // mock either it answers 503.
 //
+// # Bodies
+//
+// Request bodies (at most Config.MaxRequestBytes, arriving within
+// Config.BodyTimeout) must be strict JSON objects (see jsonbody.go):
+// UTF-8, no lone surrogates, nothing after the object, and no two member
+// names in any object equal even ignoring case. The members the proxy
+// reads (model, stream, stream_options.include_usage, n, max_tokens,
+// max_completion_tokens, max_output_tokens) must be spelled exactly. Any
+// other body is 400 before anything goes upstream, so the proxy and the
+// provider cannot read a body differently. The model allowlist
+// (Config.Models) is checked against the one "model" member.
+//
 // # Headers
 //
-// The client's Authorization, X-Api-Key, Proxy-Authorization, Cookie,
-// OpenAI-Organization, OpenAI-Project, Forwarded/X-Forwarded-*, Host and all
-// hop-by-hop headers are dropped; the real key is set (OpenAI
-// "Authorization: Bearer KEY", Anthropic "x-api-key: KEY");
-// anthropic-version and anthropic-beta pass through (anthropic-version
-// defaults to 2023-06-01 when absent). Accept-Encoding is forced to identity
-// so usage can be read from the relayed bytes. Set-Cookie and hop-by-hop
-// headers of the response are dropped; status and body pass unchanged.
+// Both directions go by allowlist (headers.go): upstream get only
+// Content-Type, Accept, User-Agent and the provider's version and beta
+// headers (OpenAI-Beta; anthropic-version, defaulting to 2023-06-01, and
+// anthropic-beta), plus the real key (OpenAI "Authorization: Bearer KEY",
+// Anthropic "x-api-key: KEY") and Accept-Encoding: identity, so usage can
+// be read from the relayed bytes. Clients get back only Content-Type,
+// Content-Length, Cache-Control, Retry-After(-Ms), X-Should-Retry and the
+// request ids; status and body pass unchanged.
 //
 // # Budgets
 //
-// Per token: RequestsPerMinute is a sliding one-minute window; TokensPerSession
-// is checked before each request against the input+output tokens the provider
-// reported in earlier responses (non-streaming JSON "usage"; SSE: OpenAI
-// chat's final chunk usage, Responses' response.completed, Anthropic
-// message_start / message_delta). Requests in flight when the budget runs out
-// can overshoot it by their own usage.
+// Tokens (input+output, as the provider reports them) are budgeted per
+// sandbox (Config.SandboxBudget, in memory: sandboxes end with the daemon)
+// and per principal (Config.PrincipalBudget: everything its sandboxes and
+// its host tokens spend, kept in Config.Spend so it survives a restart,
+// optionally per Config.BudgetWindow). Before a request goes upstream the
+// proxy reserves on both budgets its input estimate (one token per
+// InputBytesPerToken body bytes) plus its output bound (max_tokens,
+// max_completion_tokens or max_output_tokens, times n); a request without
+// an output bound gets one, in the provider's field, of what the budgets
+// have left (at most Config.DefaultMaxOutput); a request the budgets
+// cannot hold is 429 limit_exceeded. Reservations are held while requests
+// run, so concurrent requests cannot together spend past a budget. When
+// the request ends its reservation is settled to the usage the provider
+// reported: in the JSON body's "usage", or, for streams, OpenAI chat's
+// final usage chunk (the proxy sets stream_options.include_usage, and
+// drops that chunk again if the client had not asked for it), the
+// Responses API's response.completed (or .incomplete, .failed), and
+// Anthropic's message_start and message_delta. A successful response or
+// stream that ends without final usage (cut, or the client left) is
+// charged its whole reservation; a stream whose output passes its bound
+// (an upstream ignoring it) is cut there. Input beyond the estimate (text
+// that tokenizes denser than the estimate assumes, images by URL) is
+// charged as reported, so a budget can be exceeded by at most that excess
+// of the requests in flight.
+//
+// RequestsPerMinute is a further per-token sliding one-minute window.
 package modelproxy
 
 import (
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +115,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
 // Provider names a model provider.
@@ -82,10 +132,28 @@ const (
 	DefaultMaxRequestBytes  int64 = 8 << 20
 	DefaultMaxResponseBytes int64 = 64 << 20
 	DefaultAnthropicVersion       = "2023-06-01"
+	DefaultHostTokenTTL           = 24 * time.Hour
+	DefaultMaxHostTokens          = 32
+	// DefaultMaxOutput is the output bound given to a request that sets
+	// none while a budget applies: within the output limit of current
+	// OpenAI models (gpt-4o and later; a bound above a model's limit is
+	// the provider's 400, so for older models lower it).
+	DefaultMaxOutput    int64 = 16384
+	DefaultBodyTimeout        = time.Minute
+	DefaultWriteTimeout       = time.Minute
+	// InputBytesPerToken is the input estimate's ratio: prose, code and
+	// JSON tokenize at 3-4 bytes per token, so 2 errs high for them.
+	InputBytesPerToken = 2
 	// TokenPrefix starts every proxy token.
 	TokenPrefix = "icp_"
 	// Actor is the audit actor of model requests.
 	Actor = "model-proxy"
+)
+
+// Errors of minting and revoking.
+var (
+	ErrTooManyTokens = errdefs.New(errdefs.ErrLimitExceeded, "too many live model-proxy tokens for this principal")
+	ErrUnknownToken  = errdefs.New(errdefs.ErrNotFound, "no such model-proxy token")
 )
 
 // Upstream is a real provider endpoint.
@@ -94,18 +162,42 @@ type Upstream struct {
 	APIKey  string
 }
 
-// Config configures a Proxy.
+// Config configures a Proxy. Zero values take the defaults above; a zero
+// budget is no limit.
 type Config struct {
 	OpenAI, Anthropic *Upstream                 // nil => Mock[provider] or 503
 	Mock              map[Provider]http.Handler // offline mock per provider
 	Models            []string                  // allowlist of model names (empty = any)
 	RequestsPerMinute int                       // per token; 0 = unlimited
-	TokensPerSession  int64                     // input+output tokens per token; 0 = unlimited
-	MaxRequestBytes   int64                     // default 8 MiB
-	MaxResponseBytes  int64                     // default 64 MiB
-	Log               *audit.Log                // may be nil
-	Logf              func(string, ...any)      // may be nil
-	Transport         http.RoundTripper         // nil => clone of http.DefaultTransport
+
+	// SandboxBudget bounds the input+output tokens of each sandbox (all
+	// requests with its token); PrincipalBudget those of each principal
+	// (its sandboxes' and its host tokens' requests together), per
+	// BudgetWindow (0: the budget never renews). Spend, if set, keeps
+	// principal spend across restarts; nil keeps it in memory.
+	SandboxBudget   int64
+	PrincipalBudget int64
+	BudgetWindow    time.Duration
+	Spend           SpendStore
+	// DefaultMaxOutput bounds the output of a request that sets no bound
+	// while a budget applies (default DefaultMaxOutput); the bound given is
+	// never above what the budgets have left.
+	DefaultMaxOutput int64
+
+	// HostTokenTTL is how long a host token lives (default 24h);
+	// MaxHostTokens how many live ones a principal may hold (default 32).
+	HostTokenTTL  time.Duration
+	MaxHostTokens int
+
+	MaxRequestBytes  int64         // default 8 MiB
+	MaxResponseBytes int64         // default 64 MiB
+	BodyTimeout      time.Duration // the request body must arrive within it; default 1m
+	WriteTimeout     time.Duration // each write to the client must finish within it; default 1m
+
+	Log       *audit.Log           // may be nil
+	Logf      func(string, ...any) // may be nil
+	Transport http.RoundTripper    // nil => clone of http.DefaultTransport
+	Now       func() time.Time     // nil => time.Now
 }
 
 // Proxy is the model proxy. It is safe for concurrent use.
@@ -114,10 +206,22 @@ type Proxy struct {
 	models  map[string]bool
 	targets map[Provider]*target
 	logf    func(string, ...any)
+	now     func() time.Time
 
-	mu       sync.Mutex
-	tokens   map[[32]byte]*grant
-	sessions map[string][][32]byte
+	mu         sync.Mutex
+	hostTokens map[[32]byte]*grant // host tokens by hash
+	sessions   map[string]*grant   // every token by session
+	byOwner    map[string][]*grant // host tokens by principal
+	principals map[string]*ledger  // principal budgets
+
+	// spendMu guards the write-behind queue of principal spend.
+	spendMu    sync.Mutex
+	dirty      map[spendKey]int64 // settled, not yet handed to the writer
+	writing    map[spendKey]int64 // being written
+	kick       chan struct{}
+	stop       chan struct{}
+	writerDone chan struct{}
+	closeOnce  sync.Once
 
 	auditWG sync.WaitGroup
 }
@@ -131,13 +235,18 @@ type target struct {
 	upstream string // "provider" | "mock"
 }
 
-// grant is the state of one proxy token.
+// grant is one proxy token (one per session: a sandbox, or one host
+// token).
 type grant struct {
-	session string
+	session   string
+	principal string
+	hash      [32]byte
+	host      bool      // a host token (else a sandbox's)
+	expires   time.Time // host tokens
+	sandbox   *ledger   // the sandbox's budget; nil for host tokens
 
 	mu     sync.Mutex
 	recent []time.Time // request times within the last minute, oldest first
-	used   int64       // tokens reported so far
 }
 
 type route struct {
@@ -155,7 +264,7 @@ var routes = map[string]route{
 	"/anthropic/v1/models":        {Anthropic, http.MethodGet, "/models"},
 }
 
-// New checks cfg and returns a Proxy.
+// New checks cfg and returns a Proxy. Close it when done.
 func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
@@ -163,8 +272,26 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
-	if cfg.RequestsPerMinute < 0 || cfg.TokensPerSession < 0 {
+	if cfg.HostTokenTTL <= 0 {
+		cfg.HostTokenTTL = DefaultHostTokenTTL
+	}
+	if cfg.MaxHostTokens <= 0 {
+		cfg.MaxHostTokens = DefaultMaxHostTokens
+	}
+	if cfg.DefaultMaxOutput <= 0 {
+		cfg.DefaultMaxOutput = DefaultMaxOutput
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.RequestsPerMinute < 0 || cfg.SandboxBudget < 0 || cfg.PrincipalBudget < 0 || cfg.BudgetWindow < 0 {
 		return nil, errors.New("modelproxy: negative budget")
+	}
+	if cfg.BudgetWindow > 0 && cfg.BudgetWindow < time.Second {
+		return nil, errors.New("modelproxy: budget window under a second")
 	}
 	rt := cfg.Transport
 	if rt == nil {
@@ -174,14 +301,25 @@ func New(cfg Config) (*Proxy, error) {
 		rt = t
 	}
 	p := &Proxy{
-		cfg:      cfg,
-		targets:  map[Provider]*target{},
-		logf:     cfg.Logf,
-		tokens:   map[[32]byte]*grant{},
-		sessions: map[string][][32]byte{},
+		cfg:        cfg,
+		targets:    map[Provider]*target{},
+		logf:       cfg.Logf,
+		now:        cfg.Now,
+		hostTokens: map[[32]byte]*grant{},
+		sessions:   map[string]*grant{},
+		byOwner:    map[string][]*grant{},
+		principals: map[string]*ledger{},
+		dirty:      map[spendKey]int64{},
+		writing:    map[spendKey]int64{},
+		kick:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		writerDone: make(chan struct{}),
 	}
 	if p.logf == nil {
 		p.logf = func(string, ...any) {}
+	}
+	if p.now == nil {
+		p.now = time.Now
 	}
 	if len(cfg.Models) > 0 {
 		p.models = make(map[string]bool, len(cfg.Models))
@@ -211,52 +349,181 @@ func New(cfg Config) (*Proxy, error) {
 		}
 		p.targets[prov] = t
 	}
+	if cfg.Spend != nil {
+		go p.writeSpend()
+	} else {
+		close(p.writerDone)
+	}
 	return p, nil
 }
 
-// Mint returns a new proxy token bound to session.
-func (p *Proxy) Mint(session string) (string, error) {
-	if session == "" {
-		return "", errors.New("modelproxy: mint: empty session")
-	}
+func newToken() (string, [32]byte, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("modelproxy: mint: %w", err)
+		return "", b, fmt.Errorf("modelproxy: mint: %w", err)
 	}
 	tok := TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	h := sha256.Sum256([]byte(tok))
+	return tok, sha256.Sum256([]byte(tok)), nil
+}
+
+// MintSandbox returns the token of sandbox session, owned by principal
+// (the sandbox's creator). It is accepted only by SandboxHandler(session);
+// Revoke(session) ends it.
+func (p *Proxy) MintSandbox(session, principal string) (string, error) {
+	if session == "" || principal == "" {
+		return "", errors.New("modelproxy: mint: empty session or principal")
+	}
+	tok, h, err := newToken()
+	if err != nil {
+		return "", err
+	}
+	g := &grant{session: session, principal: principal, hash: h, sandbox: &ledger{limit: p.cfg.SandboxBudget, loaded: true}}
 	p.mu.Lock()
-	p.tokens[h] = &grant{session: session}
-	p.sessions[session] = append(p.sessions[session], h)
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.sessions[session] != nil {
+		return "", fmt.Errorf("modelproxy: mint: session %s already has a token", session)
+	}
+	p.sessions[session] = g
 	return tok, nil
 }
 
-// Revoke revokes every token of session. Requests already in flight finish.
+// HostToken is a minted host token.
+type HostToken struct {
+	Token     string
+	Session   string // names the token (for the audit log and RevokeHost)
+	ExpiresAt time.Time
+}
+
+// MintHost returns a host token of principal: accepted only by Handler,
+// until it expires or is revoked, and spending principal's budget. A
+// principal holding MaxHostTokens live ones gets ErrTooManyTokens.
+func (p *Proxy) MintHost(principal string) (HostToken, error) {
+	if principal == "" {
+		return HostToken{}, errors.New("modelproxy: mint: empty principal")
+	}
+	tok, h, err := newToken()
+	if err != nil {
+		return HostToken{}, err
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return HostToken{}, fmt.Errorf("modelproxy: mint: %w", err)
+	}
+	now := p.now()
+	g := &grant{session: "api-" + hex.EncodeToString(id[:]), principal: principal, hash: h, host: true,
+		expires: now.Add(p.cfg.HostTokenTTL)}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	live := p.byOwner[principal][:0]
+	for _, o := range p.byOwner[principal] {
+		if now.Before(o.expires) {
+			live = append(live, o)
+		} else {
+			p.dropLocked(o)
+		}
+	}
+	if len(live) >= p.cfg.MaxHostTokens {
+		p.byOwner[principal] = live
+		return HostToken{}, fmt.Errorf("%w: %d live (each lives %v; the oldest expires at %s); revoke one with DELETE /v1/model/tokens/{session}",
+			ErrTooManyTokens, len(live), p.cfg.HostTokenTTL, live[0].expires.UTC().Format(time.RFC3339))
+	}
+	p.byOwner[principal] = append(live, g)
+	p.hostTokens[h] = g
+	p.sessions[g.session] = g
+	return HostToken{Token: tok, Session: g.session, ExpiresAt: g.expires}, nil
+}
+
+// RevokeHost revokes principal's host token named session; a session
+// that is not principal's own host token is ErrUnknownToken.
+func (p *Proxy) RevokeHost(principal, session string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g := p.sessions[session]
+	if g == nil || !g.host || g.principal != principal {
+		return ErrUnknownToken
+	}
+	p.dropLocked(g)
+	list := p.byOwner[principal]
+	for i, o := range list {
+		if o == g {
+			p.byOwner[principal] = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
+
+// dropLocked forgets g's token (not its place in byOwner).
+func (p *Proxy) dropLocked(g *grant) {
+	if p.sessions[g.session] == g {
+		delete(p.sessions, g.session)
+	}
+	if g.host && p.hostTokens[g.hash] == g {
+		delete(p.hostTokens, g.hash)
+	}
+}
+
+// Revoke revokes the token of session (a sandbox's, or a host token's).
+// Requests already in flight finish and are settled.
 func (p *Proxy) Revoke(session string) {
 	p.mu.Lock()
-	for _, h := range p.sessions[session] {
-		delete(p.tokens, h)
+	g := p.sessions[session]
+	p.mu.Unlock()
+	if g == nil {
+		return
 	}
-	delete(p.sessions, session)
+	if g.host {
+		_ = p.RevokeHost(g.principal, session)
+		return
+	}
+	p.mu.Lock()
+	p.dropLocked(g)
 	p.mu.Unlock()
 }
 
-// Close waits for pending audit appends. The handler must no longer be
-// serving.
+// Close writes the remaining principal spend and waits for pending audit
+// appends. The handlers must no longer be serving.
 func (p *Proxy) Close() error {
+	p.closeOnce.Do(func() { close(p.stop) })
+	<-p.writerDone
 	p.auditWG.Wait()
 	return nil
 }
 
-func (p *Proxy) lookup(tok string) *grant {
+// hostGrant returns the live host token tok, or nil.
+func (p *Proxy) hostGrant(tok string) *grant {
 	if !strings.HasPrefix(tok, TokenPrefix) {
 		return nil
 	}
+	// Keyed by the token's SHA-256: which bucket a lookup probes depends
+	// on a hash the caller cannot steer, so its timing tells nothing
+	// about other tokens.
 	h := sha256.Sum256([]byte(tok))
 	p.mu.Lock()
-	g := p.tokens[h]
+	g := p.hostTokens[h]
 	p.mu.Unlock()
+	if g == nil || !p.now().Before(g.expires) {
+		return nil
+	}
+	return g
+}
+
+// sandboxGrant returns session's token if tok is it, else nil. Only the
+// sandbox's own token is compared (in constant time), so another
+// sandbox's valid token and garbage take the same path.
+func (p *Proxy) sandboxGrant(session, tok string) *grant {
+	h := sha256.Sum256([]byte(tok))
+	p.mu.Lock()
+	g := p.sessions[session]
+	p.mu.Unlock()
+	if g == nil || g.host {
+		var zero [32]byte
+		subtle.ConstantTimeCompare(h[:], zero[:])
+		return nil
+	}
+	if subtle.ConstantTimeCompare(h[:], g.hash[:]) != 1 {
+		return nil
+	}
 	return g
 }
 
@@ -291,44 +558,6 @@ func (g *grant) allow(now time.Time, rpm int) (bool, time.Duration) {
 	}
 	g.recent = append(g.recent, now)
 	return true, 0
-}
-
-func (g *grant) tokensUsed() int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.used
-}
-
-func (g *grant) addTokens(n int64) {
-	g.mu.Lock()
-	g.used += n
-	g.mu.Unlock()
-}
-
-// hopHeaders are dropped in both directions.
-var hopHeaders = []string{
-	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-// clientOnly are request headers never forwarded upstream.
-var clientOnly = []string{
-	"Authorization", "X-Api-Key", "Cookie", "Host", "Content-Length", "Accept-Encoding",
-	"Openai-Organization", "Openai-Project", "Forwarded", "X-Forwarded-For",
-	"X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip",
-}
-
-func removeHop(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
 }
 
 // handlerTransport serves requests with an in-process handler, streaming its

@@ -116,13 +116,15 @@ func (e *env) do(t testing.TB, method, path string, hdr map[string]string, body 
 	return resp, string(b)
 }
 
-func mint(t testing.TB, p *Proxy, session string) string {
+// mint returns a host token of principal (the setup's server is the host
+// route).
+func mint(t testing.TB, p *Proxy, principal string) string {
 	t.Helper()
-	tok, err := p.Mint(session)
+	ht, err := p.MintHost(principal)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tok
+	return ht.Token
 }
 
 func bearer(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
@@ -133,8 +135,17 @@ func TestMintFormat(t *testing.T) {
 	if a == b || !strings.HasPrefix(a, "icp_") || len(a) != 4+43 {
 		t.Fatalf("tokens %q %q", a, b)
 	}
-	if _, err := e.p.Mint(""); err == nil {
+	if _, err := e.p.MintHost(""); err == nil {
+		t.Fatal("empty principal minted")
+	}
+	if _, err := e.p.MintSandbox("", "agent"); err == nil {
 		t.Fatal("empty session minted")
+	}
+	if _, err := e.p.MintSandbox("sb", "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.MintSandbox("sb", "agent"); err == nil {
+		t.Fatal("second token for one sandbox")
 	}
 }
 
@@ -171,15 +182,12 @@ func TestForwardOpenAI(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"X-Api-Key", "Cookie", "Openai-Organization", "X-Secret-Hop"} {
+	for _, k := range []string{"X-Api-Key", "Cookie", "Openai-Organization", "X-Secret-Hop", "X-Custom"} {
 		if h.Get(k) != "" {
 			t.Fatalf("%s forwarded: %q", k, h.Get(k))
 		}
 	}
-	if h.Get("X-Custom") != "kept" {
-		t.Fatal("custom header dropped")
-	}
-	waitTokens(t, e.p, tok, 7)
+	waitTokens(t, e.p, "s1", 7)
 
 	// GET models and embeddings are forwarded too.
 	if resp, _ := e.do(t, "GET", "/openai/v1/models", bearer(tok), ""); resp.StatusCode != 200 {
@@ -218,7 +226,7 @@ func TestForwardAnthropic(t *testing.T) {
 		h.Get("Anthropic-Version") != "2023-01-01" || h.Get("Anthropic-Beta") != "b1" {
 		t.Fatalf("path %q headers %v", path, h)
 	}
-	waitTokens(t, e.p, tok, 17)
+	waitTokens(t, e.p, "s1", 17)
 	// x-api-key client, default version.
 	resp, _ = e.do(t, "GET", "/anthropic/v1/models", map[string]string{"x-api-key": tok}, "")
 	if resp.StatusCode != 200 {
@@ -276,7 +284,7 @@ func TestAuth(t *testing.T) {
 			t.Fatalf("anthropic shape: %s", body)
 		}
 	}
-	e.p.Revoke("s1")
+	e.p.Revoke(e.p.hostGrant(tok).session)
 	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`); resp.StatusCode != 401 {
 		t.Fatalf("revoked: %d", resp.StatusCode)
 	}
@@ -347,19 +355,25 @@ func TestRequestsPerMinute(t *testing.T) {
 	}
 }
 
+// The principal budget: each request reserves its input estimate (13
+// bytes: 7 tokens) and an output bound of what is left; each settles at
+// the reported 7.
 func TestTokenBudget(t *testing.T) {
-	e := setup(t, func(c *Config) { c.TokensPerSession = 10 })
+	e := setup(t, func(c *Config) { c.PrincipalBudget = 20 })
 	tok := mint(t, e.p, "s")
 	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`); resp.StatusCode != 200 {
 		t.Fatal(resp.Status)
 	}
-	waitTokens(t, e.p, tok, 7)
-	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`); resp.StatusCode != 200 {
-		t.Fatal(resp.Status) // 7 < 10
+	if _, _, body := e.oa.last(); body != `{"max_completion_tokens":13,"model":"m"}` {
+		t.Fatalf("upstream body %s: want the output bound of what is left (20-7)", body)
 	}
-	waitTokens(t, e.p, tok, 14)
+	waitTokens(t, e.p, "s", 7)
+	if resp, _ := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`); resp.StatusCode != 200 {
+		t.Fatal(resp.Status) // 7 + 7 + 6 <= 20
+	}
+	waitTokens(t, e.p, "s", 14)
 	resp, body := e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"m"}`)
-	if resp.StatusCode != 429 || !strings.Contains(body, "token budget") {
+	if resp.StatusCode != 429 || !strings.Contains(body, "token budget") || !strings.Contains(body, "limit_exceeded") {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	if e.oa.count() != 2 {
@@ -486,7 +500,8 @@ func TestSSEStreamsUnbuffered(t *testing.T) {
 			if prov == "anthropic" {
 				path = "/anthropic/v1/messages"
 			}
-			req, _ := http.NewRequest("POST", e.srv.URL+path, strings.NewReader(`{"model":"m","stream":true}`))
+			// The client asks for stream usage, so the usage chunk is its own.
+			req, _ := http.NewRequest("POST", e.srv.URL+path, strings.NewReader(`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`))
 			req.Header.Set("Authorization", "Bearer "+tok)
 			resp, err := e.srv.Client().Do(req)
 			if err != nil {
@@ -507,7 +522,7 @@ func TestSSEStreamsUnbuffered(t *testing.T) {
 			}
 			io.Copy(io.Discard, br)
 			want := map[string]int64{"openai": 16, "anthropic": 29}[prov]
-			waitTokens(t, e.p, tok, want)
+			waitTokens(t, e.p, "s", want)
 		})
 	}
 }
@@ -571,7 +586,7 @@ func TestMockUpstream(t *testing.T) {
 	if seenPath != "/v1/chat/completions" || seen.Get("Authorization") != "" {
 		t.Fatalf("mock saw %q %v", seenPath, seen)
 	}
-	waitTokens(t, e.p, tok, 3)
+	waitTokens(t, e.p, "sess-mock", 3)
 	resp, body = e.do(t, "POST", "/anthropic/v1/messages", map[string]string{"x-api-key": tok}, `{"model":"mock-model"}`)
 	if resp.StatusCode != 418 || body != `{"path":"/v1/messages"}` {
 		t.Fatalf("%d %s", resp.StatusCode, body)
@@ -613,7 +628,8 @@ func openAudit(t testing.TB) (*store.Store, *audit.Log) {
 func TestAudit(t *testing.T) {
 	_, l := openAudit(t)
 	e := setup(t, func(c *Config) { c.Log = l; c.Models = []string{"gpt-4o"} })
-	tok := mint(t, e.p, "sess-1")
+	tok := mint(t, e.p, "agent:one")
+	sess := e.p.hostGrant(tok).session
 	e.do(t, "POST", "/openai/v1/chat/completions", map[string]string{"Authorization": "Bearer " + tok}, `{"model":"gpt-4o","messages":[{"content":"SECRET PROMPT"}]}`)
 	e.do(t, "POST", "/openai/v1/chat/completions", bearer(tok), `{"model":"nope"}`)
 	e.do(t, "POST", "/openai/v1/chat/completions", bearer("icp_unknown"), `{"model":"gpt-4o"}`)
@@ -636,7 +652,7 @@ func TestAudit(t *testing.T) {
 	// Appends are concurrent; find each by status.
 	var ok, refused map[string]any
 	for _, r := range recs {
-		if r.Session != "sess-1" || r.Actor != "model-proxy" || r.Kind != audit.KindModelRequest {
+		if r.Session != sess || r.Actor != "model-proxy" || r.Kind != audit.KindModelRequest {
 			t.Fatalf("record %+v", r)
 		}
 		var d map[string]any
@@ -648,7 +664,8 @@ func TestAudit(t *testing.T) {
 		}
 	}
 	want := map[string]any{"provider": "openai", "model": "gpt-4o", "path": "/openai/v1/chat/completions",
-		"input_tokens": float64(3), "output_tokens": float64(4), "upstream": "provider"}
+		"input_tokens": float64(3), "output_tokens": float64(4), "upstream": "provider", "principal": "agent:one",
+		"settled_tokens": float64(7), "usage_reported": true}
 	for k, v := range want {
 		if ok[k] != v {
 			t.Fatalf("%s = %v, want %v (%v)", k, ok[k], v, ok)
@@ -659,7 +676,7 @@ func TestAudit(t *testing.T) {
 			t.Fatalf("missing %s", k)
 		}
 	}
-	if refused["status"] != float64(400) || refused["model"] != "nope" {
+	if refused["status"] != float64(400) || refused["model"] != "nope" || refused["refused"] != "model_not_allowed" || refused["settled_tokens"] != float64(0) {
 		t.Fatalf("refused %v", refused)
 	}
 }
@@ -682,7 +699,7 @@ func TestLargeJSONUsage(t *testing.T) {
 	if resp.StatusCode != 200 || !json.Valid([]byte(body)) {
 		t.Fatal(resp.Status)
 	}
-	waitTokens(t, e.p, tok, 42)
+	waitTokens(t, e.p, "s", 42)
 }
 
 func TestSSEUsageParser(t *testing.T) {
@@ -715,15 +732,22 @@ func TestNewValidation(t *testing.T) {
 	}
 }
 
-// waitTokens waits for a token's usage to reach want: usage is added when the
-// handler has relayed the last byte, which the client may read first.
-func waitTokens(t *testing.T, p *Proxy, tok string, want int64) {
+// waitTokens waits for a principal's settled spend to reach want: usage
+// is settled when the handler has relayed the last byte, which the client
+// may read first.
+func waitTokens(t testing.TB, p *Proxy, principal string, want int64) {
 	t.Helper()
-	g := p.lookup(tok)
 	deadline := time.Now().Add(5 * time.Second)
-	for g.tokensUsed() != want {
+	for {
+		spent, reserved, err := p.Spent(context.Background(), principal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spent == want && reserved == 0 {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("tokens used %d, want %d", g.tokensUsed(), want)
+			t.Fatalf("tokens spent %d (%d reserved), want %d", spent, reserved, want)
 		}
 		time.Sleep(time.Millisecond)
 	}

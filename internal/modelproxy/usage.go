@@ -11,6 +11,9 @@ import (
 type usageSink interface {
 	Write(p []byte)
 	Usage() (input, output int64)
+	// Final reports whether the response carried its final usage (call
+	// after Usage).
+	Final() bool
 }
 
 // usage is the union of the providers' usage objects.
@@ -37,13 +40,17 @@ func (u *usage) split() (in, out int64) {
 const maxSSELine = 1 << 20
 
 // sseUsage parses "data:" lines of an event stream. OpenAI chat sends usage
-// in the final chunk; the Responses API in response.completed's response;
-// Anthropic in message_start's message and, cumulatively, message_delta.
-// Per field the largest value seen wins, which is right for all three.
+// in the final chunk; the Responses API in response.completed's (or
+// .incomplete's, .failed's) response; Anthropic in message_start's message
+// and, cumulatively, message_delta. Per field the largest value seen wins,
+// which is right for all three. The usage is final once a top-level usage
+// (OpenAI chat's last chunk, Anthropic's message_delta) or a response's
+// usage (Responses) was seen; message_start's is only the start.
 type sseUsage struct {
 	line     []byte
 	skipping bool
 	in, out  int64
+	final    bool
 }
 
 func (s *sseUsage) Write(p []byte) {
@@ -92,6 +99,9 @@ func (s *sseUsage) parse(line []byte) {
 		in, out := u.split()
 		s.in, s.out = max(s.in, in), max(s.out, out)
 	}
+	if ev.Usage != nil || respUsage(ev.Response) != nil {
+		s.final = true
+	}
 }
 
 func msgUsage(m *struct {
@@ -106,6 +116,8 @@ func msgUsage(m *struct {
 var respUsage = msgUsage
 
 func (s *sseUsage) Usage() (int64, int64) { return s.in, s.out }
+
+func (s *sseUsage) Final() bool { return s.final }
 
 // jsonUsage reads the top-level "usage" member of a JSON response with a
 // streaming decoder fed through a pipe, so a large response (embeddings) is
@@ -144,6 +156,8 @@ func (j *jsonUsage) Usage() (int64, int64) {
 	return j.u.split()
 }
 
+func (j *jsonUsage) Final() bool { return j.u != nil }
+
 // topLevelUsage walks one JSON object and decodes its "usage" member.
 func topLevelUsage(dec *json.Decoder) *usage {
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -155,8 +169,13 @@ func topLevelUsage(dec *json.Decoder) *usage {
 			return nil
 		}
 		if k == "usage" {
+			// null (a Responses request in the background) is no usage.
+			var raw json.RawMessage
+			if dec.Decode(&raw) != nil || string(raw) == "null" {
+				return nil
+			}
 			var u usage
-			if dec.Decode(&u) != nil {
+			if json.Unmarshal(raw, &u) != nil {
 				return nil
 			}
 			return &u
@@ -187,4 +206,80 @@ func skipValue(dec *json.Decoder) error {
 			return nil
 		}
 	}
+}
+
+// usageStripper drops, from an OpenAI chat stream, the usage chunk the
+// proxy asked for on a client's behalf ({"choices":[],"usage":{...}}, and
+// the blank line ending its event), so a client that did not ask for it
+// sees the stream it asked for. It passes whole lines and holds only a
+// partial last line until its end arrives (a line past maxSSELine is
+// passed on unfiltered): events end with a blank line, so no complete
+// event is ever held back.
+type usageStripper struct {
+	held      []byte
+	passing   bool // the held line is too long to filter: pass it through
+	dropBlank bool // the next line, if blank, ends a dropped event
+	out       []byte
+}
+
+// filter returns the bytes of p to relay now.
+func (u *usageStripper) filter(p []byte) []byte {
+	u.out = u.out[:0]
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if u.passing || len(u.held)+len(p) > maxSSELine {
+				u.out = append(append(u.out, u.held...), p...)
+				u.held, u.passing = u.held[:0], true
+			} else {
+				u.held = append(u.held, p...)
+			}
+			return u.out
+		}
+		line := p[:i+1]
+		p = p[i+1:]
+		if u.passing {
+			u.out = append(u.out, line...)
+			u.passing = false
+			continue
+		}
+		full := line
+		if len(u.held) > 0 {
+			full = append(u.held, line...)
+		}
+		u.held = u.held[:0]
+		if u.dropBlank {
+			u.dropBlank = false
+			if len(bytes.TrimRight(full, "\r\n")) == 0 {
+				continue
+			}
+		}
+		if isUsageChunk(full) {
+			u.dropBlank = true
+			continue
+		}
+		u.out = append(u.out, full...)
+	}
+	return u.out
+}
+
+// rest returns what is held at the end of the stream.
+func (u *usageStripper) rest() []byte {
+	out := u.held
+	u.held = nil
+	return out
+}
+
+// isUsageChunk reports whether line is the data line of a usage-only chat
+// chunk.
+func isUsageChunk(line []byte) bool {
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+		return false
+	}
+	var ev struct {
+		Choices []json.RawMessage `json:"choices"`
+		Usage   *usage            `json:"usage"`
+	}
+	return json.Unmarshal(bytes.TrimSpace(data), &ev) == nil && ev.Usage != nil && len(ev.Choices) == 0
 }

@@ -17,20 +17,22 @@ func serveInside(l net.Listener, h http.Handler) *http.Server {
 	return srv
 }
 
-// attachModel mints the sandbox's proxy token and serves the proxy on the
-// sandbox's loopback. The token reaches commands through their environment
-// only; it is worthless outside the proxy and revoked when the sandbox ends.
-func (m *Manager) attachModel(sb sandbox.Sandbox) ([]string, *http.Server, error) {
+// attachModel mints the sandbox's proxy token, spending the budgets of
+// principal (the sandbox's creator), and serves the proxy on the sandbox's
+// loopback with a handler that accepts that token only. The token reaches
+// commands through their environment only; it is worthless outside this
+// sandbox's proxy and revoked when the sandbox ends.
+func (m *Manager) attachModel(sb sandbox.Sandbox, principal string) ([]string, *http.Server, error) {
 	port := m.opts.Model.Port()
 	l, ok := sb.Listener(port)
 	if !ok {
 		return nil, nil, fmt.Errorf("session: no listener for the model proxy port %d", port)
 	}
-	token, err := m.opts.Model.Mint(sb.ID())
+	token, h, err := m.opts.Model.Attach(sb.ID(), principal)
 	if err != nil {
 		return nil, nil, fmt.Errorf("session: model proxy token: %w", err)
 	}
-	return modelEnv(port, token), serveInside(l, m.opts.Model.Handler()), nil
+	return modelEnv(port, token), serveInside(l, h), nil
 }
 
 // attachEgress serves the sandbox's egress broker on its loopback.

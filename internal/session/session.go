@@ -129,10 +129,11 @@ func egressEnv(port uint16) []string {
 type ModelAccess interface {
 	// Port is where the proxy listens inside every sandbox.
 	Port() uint16
-	// Handler serves the proxy (paths /openai/v1/... and /anthropic/v1/...).
-	Handler() http.Handler
-	// Mint returns a proxy token bound to one sandbox; Revoke ends them.
-	Mint(session string) (string, error)
+	// Attach mints the token of sandbox session, spending the budgets of
+	// principal (its creator), and returns the handler to serve on that
+	// sandbox's loopback (paths /openai/v1/... and /anthropic/v1/...): it
+	// accepts that token and no other. Revoke ends the token.
+	Attach(session, principal string) (token string, h http.Handler, err error)
 	Revoke(session string)
 }
 
@@ -397,7 +398,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	var serving *http.Server
 	if m.opts.Model != nil {
 		undo = append(undo, func(context.Context) { m.opts.Model.Revoke(sb.ID()) })
-		if extraEnv, serving, err = m.attachModel(sb); err != nil {
+		if extraEnv, serving, err = m.attachModel(sb, actor); err != nil {
 			return Info{}, err
 		}
 		undo = append(undo, func(context.Context) { _ = serving.Close() })

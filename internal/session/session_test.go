@@ -338,12 +338,12 @@ type fakeModel struct {
 
 func (f *fakeModel) Port() uint16 { return 4000 }
 
-func (f *fakeModel) Mint(session string) (string, error) {
+func (f *fakeModel) Attach(session, principal string) (string, http.Handler, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	tok := "icp_test_" + session
 	f.tokens[tok] = session
-	return tok, nil
+	return tok, f.Handler(), nil
 }
 
 func (f *fakeModel) Revoke(session string) {

@@ -171,6 +171,23 @@ CREATE INDEX sandboxes_by_state ON sandboxes (state, owner);
 CREATE INDEX sandboxes_by_principal ON sandboxes (principal, state);
 `,
 		},
+		{
+			Version: 5,
+			Name:    "model spend",
+			SQL: `
+-- Settled model-proxy tokens (input+output) per principal and budget
+-- window (period: the window's start, Unix seconds; 0 when budgets have
+-- no window), so per-principal budgets survive a restart. Only the
+-- newest window of each principal is kept.
+CREATE TABLE model_spend (
+	principal  TEXT NOT NULL,
+	period     INTEGER NOT NULL,
+	tokens     INTEGER NOT NULL CHECK (tokens >= 0),
+	updated_at TEXT NOT NULL,
+	PRIMARY KEY (principal, period)
+) STRICT;
+`,
+		},
 	}
 }
 
