@@ -44,10 +44,12 @@ type Approval struct {
 }
 
 // ApprovalField is one decisive field of an approval: what the operator
-// must read to decide, in full.
+// must read to decide, in full. Format "json" marks a Value that is JSON
+// text (an argv, a tool's arguments).
 type ApprovalField struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Format string `json:"format,omitempty"`
 }
 
 // ApprovalRequiredError is returned by Exec for a command the daemon's

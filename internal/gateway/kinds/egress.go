@@ -62,7 +62,7 @@ func (p *EgressHost) Fields(t Target) []Field {
 	case ScopeGlobal:
 		scope = "global: every sandbox, remembered across restarts"
 	}
-	return []Field{{"host:port", p.Rule()}, {"scope", scope}, {"sandbox", sandboxName(t.Session)}}
+	return []Field{{Name: "host:port", Value: p.Rule()}, {Name: "scope", Value: scope}, {Name: "sandbox", Value: sandboxName(t.Session)}}
 }
 
 func (p *EgressHost) Apply(ctx context.Context, env Env, t Target) (map[string]any, error) {

@@ -70,20 +70,20 @@ func (p *ExecCommand) Summary(t Target) string {
 }
 
 func (p *ExecCommand) Fields(t Target) []Field {
-	out := []Field{{"sandbox", sandboxName(t.Session)}}
+	out := []Field{{Name: "sandbox", Value: sandboxName(t.Session)}}
 	if len(p.Argv) > 0 {
-		out = append(out, Field{"argv", jsonText(p.Argv)})
+		out = append(out, Field{Name: "argv", Value: jsonText(p.Argv), Format: FormatJSON})
 	}
 	if p.Mode != "" {
-		out = append(out, Field{"mode", p.Mode})
+		out = append(out, Field{Name: "mode", Value: p.Mode})
 	}
 	if p.Command != "" {
-		out = append(out, Field{"command", p.Command})
+		out = append(out, Field{Name: "command", Value: p.Command})
 	}
 	if p.Pattern != "" {
-		out = append(out, Field{"policy pattern", p.Pattern})
+		out = append(out, Field{Name: "policy pattern", Value: p.Pattern})
 	}
-	out = append(out, Field{"use", "once, in this sandbox"})
+	out = append(out, Field{Name: "use", Value: "once, in this sandbox"})
 	return out
 }
 

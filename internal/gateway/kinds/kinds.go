@@ -76,11 +76,18 @@ type Payload interface {
 }
 
 // Field is one decisive field: what an operator must read to decide.
-// Value is exact; escape it for the medium it is printed on.
+// Value is exact; escape it for the medium it is printed on. With Format
+// "json" it is JSON text (an argv, a tool's arguments): print characters
+// that must be escaped as JSON \u escapes there, which keeps it valid and
+// exact.
 type Field struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Format string `json:"format,omitempty"`
 }
+
+// FormatJSON marks a Field whose Value is JSON text.
+const FormatJSON = "json"
 
 // Target is what a payload's display and action need besides the payload:
 // the request it belongs to.
@@ -411,7 +418,7 @@ func sandboxName(id string) string {
 }
 
 func bytesField(name string, n int64) Field {
-	return Field{name, fmt.Sprintf("%s (%d bytes)", sandbox.FormatBytes(n), n)}
+	return Field{Name: name, Value: fmt.Sprintf("%s (%d bytes)", sandbox.FormatBytes(n), n)}
 }
 
 // limitFields shows the limits that are set, one field each.
@@ -421,13 +428,13 @@ func limitFields(l sandbox.Limits, ttl, idle time.Duration) []Field {
 		out = append(out, bytesField("memory", l.MemoryBytes))
 	}
 	if l.Pids != 0 {
-		out = append(out, Field{"pids", fmt.Sprint(l.Pids)})
+		out = append(out, Field{Name: "pids", Value: fmt.Sprint(l.Pids)})
 	}
 	if l.CPUs != 0 {
-		out = append(out, Field{"cpus", fmt.Sprint(l.CPUs)})
+		out = append(out, Field{Name: "cpus", Value: fmt.Sprint(l.CPUs)})
 	}
 	if l.Timeout != 0 {
-		out = append(out, Field{"timeout", l.Timeout.String() + " per command"})
+		out = append(out, Field{Name: "timeout", Value: l.Timeout.String() + " per command"})
 	}
 	if l.OutputBytes != 0 {
 		out = append(out, bytesField("output", l.OutputBytes))
@@ -439,13 +446,13 @@ func limitFields(l sandbox.Limits, ttl, idle time.Duration) []Field {
 		out = append(out, bytesField("tmp", l.TmpBytes))
 	}
 	if l.OpenFiles != 0 {
-		out = append(out, Field{"open files", fmt.Sprint(l.OpenFiles)})
+		out = append(out, Field{Name: "open files", Value: fmt.Sprint(l.OpenFiles)})
 	}
 	if ttl != 0 {
-		out = append(out, Field{"ttl", ttl.String() + " from the sandbox's creation"})
+		out = append(out, Field{Name: "ttl", Value: ttl.String() + " from the sandbox's creation"})
 	}
 	if idle != 0 {
-		out = append(out, Field{"idle", idle.String() + " without use"})
+		out = append(out, Field{Name: "idle", Value: idle.String() + " without use"})
 	}
 	return out
 }

@@ -159,31 +159,31 @@ func (p *AgentSpawn) Summary(Target) string {
 }
 
 func (p *AgentSpawn) Fields(Target) []Field {
-	out := []Field{{"image", p.image()}, {"argv", jsonText(p.ArgvToRun())}}
+	out := []Field{{Name: "image", Value: p.image()}, {Name: "argv", Value: jsonText(p.ArgvToRun()), Format: FormatJSON}}
 	if p.Cmd != nil {
-		out = append(out, Field{"cmd", *p.Cmd + " (run by /bin/sh -c)"})
+		out = append(out, Field{Name: "cmd", Value: *p.Cmd + " (run by /bin/sh -c)"})
 	}
 	req := p.Request()
 	// The limits that will apply: the requested ones over the defaults.
 	out = append(out, limitFields(req.Spec.WithDefaults().Limits, req.TTL, req.Idle)...)
 	if req.TTL == 0 {
-		out = append(out, Field{"ttl", "the daemon's default"})
+		out = append(out, Field{Name: "ttl", Value: "the daemon's default"})
 	}
 	if req.Idle == 0 {
-		out = append(out, Field{"idle", "the daemon's default"})
+		out = append(out, Field{Name: "idle", Value: "the daemon's default"})
 	}
 	if len(p.Env) == 0 {
-		out = append(out, Field{"env", "(none)"})
+		out = append(out, Field{Name: "env", Value: "(none)"})
 	} else {
-		out = append(out, Field{"env", fmt.Sprintf("%s (%d values set, not shown)", strings.Join(sortedKeys(p.Env), ", "), len(p.Env))})
+		out = append(out, Field{Name: "env", Value: fmt.Sprintf("%s (%d values set, not shown)", strings.Join(sortedKeys(p.Env), ", "), len(p.Env))})
 	}
 	if p.Egress != nil {
 		for _, r := range p.Egress.Allow {
-			out = append(out, Field{"egress allow", r})
+			out = append(out, Field{Name: "egress allow", Value: r})
 		}
 	}
 	for _, k := range sortedKeys(p.Labels) {
-		out = append(out, Field{"label", k + "=" + p.Labels[k]})
+		out = append(out, Field{Name: "label", Value: k + "=" + p.Labels[k]})
 	}
 	return out
 }

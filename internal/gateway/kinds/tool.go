@@ -43,12 +43,12 @@ func (p *ToolRegister) Summary(Target) string {
 }
 
 func (p *ToolRegister) Fields(Target) []Field {
-	out := []Field{{"name", p.Name}, {"description", p.Description}}
+	out := []Field{{Name: "name", Value: p.Name}, {Name: "description", Value: p.Description}}
 	if p.Command != "" {
-		out = append(out, Field{"command", p.Command})
+		out = append(out, Field{Name: "command", Value: p.Command})
 	}
 	if len(p.InputSchema) > 0 {
-		out = append(out, Field{"input schema", compactJSON(p.InputSchema)})
+		out = append(out, Field{Name: "input schema", Value: compactJSON(p.InputSchema), Format: FormatJSON})
 	}
 	return out
 }
@@ -90,14 +90,14 @@ func (p *ToolCall) check() error {
 func (p *ToolCall) Summary(Target) string { return summary("call the tool", esc(p.Tool)) }
 
 func (p *ToolCall) Fields(t Target) []Field {
-	out := []Field{{"tool", p.Tool}}
+	out := []Field{{Name: "tool", Value: p.Tool}}
 	if len(p.Input) > 0 {
-		out = append(out, Field{"arguments", compactJSON(p.Input)})
+		out = append(out, Field{Name: "arguments", Value: compactJSON(p.Input), Format: FormatJSON})
 	} else {
-		out = append(out, Field{"arguments", "(none)"})
+		out = append(out, Field{Name: "arguments", Value: "(none)"})
 	}
 	if t.Session != "" {
-		out = append(out, Field{"sandbox", t.Session})
+		out = append(out, Field{Name: "sandbox", Value: t.Session})
 	}
 	return out
 }

@@ -134,9 +134,9 @@ func (p *SandboxWiden) Summary(t Target) string {
 }
 
 func (p *SandboxWiden) Fields(t Target) []Field {
-	out := []Field{{"sandbox", sandboxName(t.Session)}}
+	out := []Field{{Name: "sandbox", Value: sandboxName(t.Session)}}
 	for _, r := range p.EgressAllow {
-		out = append(out, Field{"egress allow", r})
+		out = append(out, Field{Name: "egress allow", Value: r})
 	}
 	if p.Limits != nil {
 		out = append(out, p.Limits.fields()...)
