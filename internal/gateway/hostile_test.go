@@ -429,36 +429,49 @@ func TestHostileApprovalWebhookSurvivesRestart(t *testing.T) {
 	})
 }
 
-// A URL's queue is bounded: past the bound the oldest deliveries are
-// dropped, and each drop is audited.
+// A URL's queue is bounded: past the bound the deliveries of whoever has
+// the most waiting are dropped first (oldest first), each drop audited,
+// so a flood costs the flooder's notifications, not the others'.
 func TestHostileApprovalWebhookQueueBounded(t *testing.T) {
 	rig := &hookRig{status: http.StatusServiceUnavailable}
 	srv := httptest.NewServer(rig)
 	defer srv.Close()
 	f := openFixture(t, filepath.Join(t.TempDir(), "db"))
 	hooks, err := NewWebhooks(WebhookOptions{URLs: []string{srv.URL}, Secret: testSecret, Store: f.st, Audit: f.log,
-		Backoff: time.Hour, MaxQueued: 3})
+		Backoff: time.Hour, MaxQueued: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hooks.Close(context.Background())
 	g := newGateway(t, f, Options{Notify: hooks.Notify})
-	var ids []string
-	for i := range 5 {
-		a, err := g.File(context.Background(), Request{Kind: KindToolCall, By: "agent", Data: map[string]any{"tool": fmt.Sprintf("t%d", i)}})
+	ctx := context.Background()
+	real, err := g.File(ctx, Request{Kind: KindToolCall, By: "agent:real", Data: map[string]any{"tool": "deploy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var junk []string
+	for i := range 10 {
+		a, err := g.File(ctx, Request{Kind: KindToolCall, By: "agent:junk", Data: map[string]any{"tool": fmt.Sprintf("t%d", i)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, a.ID)
+		junk = append(junk, a.ID)
 	}
-	var left int
-	f.st.DB().QueryRow(`SELECT count(*) FROM webhook_deliveries`).Scan(&left)
-	if left != 3 || countAudit(t, f.log, KindWebhookDrop) != 2 {
-		t.Fatalf("%d queued, %d drops audited", left, countAudit(t, f.log, KindWebhookDrop))
+	queued := map[string]bool{}
+	rows, err := f.st.DB().Query(`SELECT approval FROM webhook_deliveries`)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var newest string
-	f.st.DB().QueryRow(`SELECT approval FROM webhook_deliveries ORDER BY seq DESC LIMIT 1`).Scan(&newest)
-	if newest != ids[4] {
-		t.Fatalf("the newest delivery was dropped")
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		queued[id] = true
+	}
+	rows.Close()
+	if len(queued) != 4 || !queued[real.ID] || !queued[junk[9]] || queued[junk[0]] {
+		t.Fatalf("queued %v", queued)
+	}
+	if n := countAudit(t, f.log, KindWebhookDrop); n != 7 {
+		t.Fatalf("%d drops audited, want 7", n)
 	}
 }

@@ -82,8 +82,10 @@ type WebhookOptions struct {
 	Attempts            int
 	Backoff, MaxBackoff time.Duration
 	// MaxQueued and MaxQueuedBytes bound the deliveries waiting for one
-	// URL (default 1000 and 32 MiB). At the bound the oldest is dropped,
-	// and that is audited (KindWebhookDrop).
+	// URL (default 1000 and 32 MiB). At the bound the oldest delivery of
+	// the principal with the most waiting is dropped, so one agent's flood
+	// costs that agent's notifications first; each drop is audited
+	// (KindWebhookDrop).
 	MaxQueued      int
 	MaxQueuedBytes int64
 	Logf           func(format string, args ...any)
@@ -196,7 +198,7 @@ func (w *Webhooks) Notify(event string, a Approval) {
 			w.opts.Logf("webhook: encode %s: %v", a.ID, err)
 			return
 		}
-		if err := w.enqueue(u, id, event, a.ID, body, now); err != nil {
+		if err := w.enqueue(u, id, event, a.ID, a.RequestedBy, body, now); err != nil {
 			w.opts.Logf("webhook: store %s of %s for %s: %v", event, a.ID, redactURL(u), err)
 			continue
 		}
@@ -207,13 +209,14 @@ func (w *Webhooks) Notify(event string, a Approval) {
 	}
 }
 
-func (w *Webhooks) enqueue(u, id, event, approval string, body []byte, now time.Time) error {
+func (w *Webhooks) enqueue(u, id, event, approval, principal string, body []byte, now time.Time) error {
 	ctx := context.Background()
-	if _, err := w.db.DB().ExecContext(ctx, `INSERT INTO webhook_deliveries (id, url, event, approval, body, created_at, attempts, next_at, last_error)
-	VALUES (?, ?, ?, ?, ?, ?, 0, ?, '')`, id, u, event, approval, string(body), formatTime(now), formatTime(now)); err != nil {
+	if _, err := w.db.DB().ExecContext(ctx, `INSERT INTO webhook_deliveries (id, url, event, approval, principal, body, created_at, attempts, next_at, last_error)
+	VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, '')`, id, u, event, approval, principal, string(body), formatTime(now), formatTime(now)); err != nil {
 		return err
 	}
-	// Make room: the oldest go first, each one audited.
+	// Make room: the oldest of whoever has the most waiting goes first,
+	// each one audited.
 	for {
 		var n int
 		var size int64
@@ -223,7 +226,7 @@ func (w *Webhooks) enqueue(u, id, event, approval string, body []byte, now time.
 		if n <= w.opts.MaxQueued && size <= w.opts.MaxQueuedBytes || n <= 1 {
 			return nil
 		}
-		d, ok, err := w.oldest(ctx, u)
+		d, ok, err := w.dropCandidate(ctx, u)
 		if err != nil || !ok {
 			return err
 		}
@@ -248,18 +251,18 @@ func (w *Webhooks) Close(ctx context.Context) {
 
 // pendingDelivery is one stored row.
 type pendingDelivery struct {
-	seq                  int64
-	id, url, event, appr string
-	body                 []byte
-	attempts             int
-	nextAt               time.Time
+	seq                             int64
+	id, url, event, appr, principal string
+	body                            []byte
+	attempts                        int
+	nextAt                          time.Time
 }
 
 func (w *Webhooks) scanOne(ctx context.Context, where string, args ...any) (pendingDelivery, bool, error) {
 	var d pendingDelivery
 	var body, next string
-	err := w.db.DB().QueryRowContext(ctx, `SELECT seq, id, url, event, approval, body, attempts, next_at FROM webhook_deliveries `+where, args...).
-		Scan(&d.seq, &d.id, &d.url, &d.event, &d.appr, &body, &d.attempts, &next)
+	err := w.db.DB().QueryRowContext(ctx, `SELECT seq, id, url, event, approval, principal, body, attempts, next_at FROM webhook_deliveries `+where, args...).
+		Scan(&d.seq, &d.id, &d.url, &d.event, &d.appr, &d.principal, &body, &d.attempts, &next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, false, nil
 	}
@@ -276,8 +279,11 @@ func (w *Webhooks) next(ctx context.Context, u string) (pendingDelivery, bool, e
 	return w.scanOne(ctx, `WHERE url = ? ORDER BY next_at, seq LIMIT 1`, u)
 }
 
-func (w *Webhooks) oldest(ctx context.Context, u string) (pendingDelivery, bool, error) {
-	return w.scanOne(ctx, `WHERE url = ? ORDER BY seq LIMIT 1`, u)
+// dropCandidate is the oldest delivery of u's principal with the most
+// deliveries waiting.
+func (w *Webhooks) dropCandidate(ctx context.Context, u string) (pendingDelivery, bool, error) {
+	return w.scanOne(ctx, `WHERE url = ? AND principal = (SELECT principal FROM webhook_deliveries WHERE url = ?
+	GROUP BY principal ORDER BY count(*) DESC, min(seq) LIMIT 1) ORDER BY seq LIMIT 1`, u, u)
 }
 
 // drop audits a delivery that will not be made, then deletes it.
@@ -287,7 +293,7 @@ func (w *Webhooks) drop(ctx context.Context, d pendingDelivery, why string) {
 
 func (w *Webhooks) forget(ctx context.Context, d pendingDelivery, kind, why string) {
 	data := map[string]any{"delivery": d.id, "url": redactURL(d.url), "event": d.event, "approval": d.appr,
-		"attempts": d.attempts, "reason": why}
+		"requested_by": d.principal, "attempts": d.attempts, "reason": why}
 	if _, err := w.opts.Audit.Append(ctx, audit.Entry{Actor: "gateway", Kind: kind, Data: data}); err != nil {
 		w.opts.Logf("webhook: audit %s of %s: %v", kind, d.id, err)
 	}

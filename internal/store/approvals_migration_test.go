@@ -47,8 +47,8 @@ func TestMigrationApprovalNotesAndWebhooks(t *testing.T) {
 	if err := s.DB().QueryRowContext(ctx, `SELECT note, via FROM approvals WHERE id = 'apr-old'`).Scan(&note, &via); err != nil || note != "" || via != "" {
 		t.Fatalf("old row after migration: note %q via %q %v", note, via, err)
 	}
-	if _, err := s.DB().ExecContext(ctx, `INSERT INTO webhook_deliveries (id, url, event, approval, body, created_at, attempts, next_at, last_error)
-	VALUES ('whd-1', 'https://h.example/x', 'approval.request', 'apr-old', '{}', 't', 0, 't', '')`); err != nil {
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO webhook_deliveries (id, url, event, approval, principal, body, created_at, attempts, next_at, last_error)
+	VALUES ('whd-1', 'https://h.example/x', 'approval.request', 'apr-old', 'agent', '{}', 't', 0, 't', '')`); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -184,13 +184,16 @@ ALTER TABLE approvals ADD COLUMN via TEXT NOT NULL DEFAULT '';
 CREATE INDEX approvals_by_requester ON approvals (requested_by, state);
 
 -- Webhook deliveries not yet made (package gateway): one row per event and
--- URL, deleted once delivered or given up (both audited). seq orders them.
+-- URL, deleted once delivered or given up (both audited). seq orders them;
+-- principal (who filed the approval) decides whose delivery a full queue
+-- drops first.
 CREATE TABLE webhook_deliveries (
 	seq        INTEGER PRIMARY KEY,
 	id         TEXT NOT NULL UNIQUE,
 	url        TEXT NOT NULL,
 	event      TEXT NOT NULL,
 	approval   TEXT NOT NULL,
+	principal  TEXT NOT NULL,
 	body       TEXT NOT NULL,
 	created_at TEXT NOT NULL,
 	attempts   INTEGER NOT NULL,
