@@ -210,7 +210,7 @@ func newApprovalsShowCmd(e *env) *cobra.Command {
 		Short: "Print one approval request: what it will apply, the agent's note apart, and its decision",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			a, err := newClient().GetApproval(ctxOf(c), args[0], wait)
+			a, err := newClient().ShowApproval(ctxOf(c), args[0], wait)
 			if err != nil {
 				return err
 			}

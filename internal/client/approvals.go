@@ -118,8 +118,8 @@ func (c *Client) ListApprovalsPage(ctx context.Context, f ApprovalFilter, cursor
 	return out.Approvals, out.Next, err
 }
 
-// GetApproval returns one approval; with wait > 0 it long-polls until the
-// request is decided or wait passes.
+// GetApproval returns one approval (agent token: only its own); with
+// wait > 0 it long-polls until the request is decided or wait passes.
 func (c *Client) GetApproval(ctx context.Context, id string, wait time.Duration) (Approval, error) {
 	q := url.Values{}
 	if wait > 0 {
@@ -127,6 +127,18 @@ func (c *Client) GetApproval(ctx context.Context, id string, wait time.Duration)
 	}
 	var a Approval
 	err := c.doJSON(ctx, agent, http.MethodGet, approvalPath(id, ""), q, nil, &a)
+	return a, err
+}
+
+// ShowApproval is GetApproval with the operator token, which sees every
+// principal's approvals (an agent token sees only its own).
+func (c *Client) ShowApproval(ctx context.Context, id string, wait time.Duration) (Approval, error) {
+	q := url.Values{}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	var a Approval
+	err := c.doJSON(ctx, operator, http.MethodGet, approvalPath(id, ""), q, nil, &a)
 	return a, err
 }
 

@@ -22,6 +22,11 @@
 // (MaxPendingTotal). A sandbox's pending requests are withdrawn when it
 // ends (Withdraw): they expire with a reason naming the end, waiters wake,
 // and the egress broker's held connections are refused.
+//
+// Webhooks (webhook.go) tell operator-configured URLs about every request
+// and decision. Deliveries are written to the store first, one per URL,
+// retried with backoff across restarts, bounded per URL, never sent
+// through a redirect, and audited when dropped or given up.
 package gateway
 
 import (
