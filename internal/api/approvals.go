@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
-	"github.com/ironclaw/ironclaw/internal/egress"
 	"github.com/ironclaw/ironclaw/internal/gateway"
+	"github.com/ironclaw/ironclaw/internal/gateway/kinds"
 	"github.com/ironclaw/ironclaw/internal/session"
+	"github.com/ironclaw/ironclaw/internal/textsafe"
 	"github.com/ironclaw/ironclaw/internal/tools"
 )
 
@@ -19,7 +21,7 @@ import (
 type Gateway interface {
 	File(ctx context.Context, r gateway.Request) (gateway.Approval, error)
 	Get(ctx context.Context, id string) (gateway.Approval, error)
-	List(ctx context.Context, f gateway.Filter) ([]gateway.Approval, error)
+	List(ctx context.Context, f gateway.Filter) (gateway.Page, error)
 	Decide(ctx context.Context, id string, d gateway.Decision) (gateway.Approval, error)
 	Wait(ctx context.Context, id string, d time.Duration) (gateway.Approval, error)
 	Subscribe() (<-chan gateway.Approval, func())
@@ -66,10 +68,13 @@ func (s *Server) runningSandbox(ctx context.Context, who principal, id string) e
 	return nil
 }
 
-// fileBody is POST /v1/approvals.
+// fileBody is POST /v1/approvals. Note is the agent's own text about the
+// request; Summary is its older name (the summary shown is always derived
+// from data).
 type fileBody struct {
 	Kind    string          `json:"kind"`
 	Session string          `json:"session"`
+	Note    string          `json:"note"`
 	Summary string          `json:"summary"`
 	Data    json.RawMessage `json:"data"`
 }
@@ -85,46 +90,8 @@ func (s *Server) fileApproval(w http.ResponseWriter, r *http.Request, who princi
 		}
 		return err
 	}
-	var data any
 	switch b.Kind {
-	case gateway.KindEgressHost:
-		var d struct {
-			Host string `json:"host"`
-			Port int    `json:"port"`
-		}
-		if err := strictData(b.Data, &d); err != nil {
-			return err
-		}
-		if d.Port < 1 || d.Port > 65535 {
-			return badRequest("data.port must be 1-65535")
-		}
-		if _, err := egress.ParseRule(fmt.Sprintf("%s:%d", d.Host, d.Port)); err != nil {
-			return badRequest("data.host: " + err.Error())
-		}
-		data = d
-	case gateway.KindExecCommand:
-		var d struct {
-			Command string `json:"command"`
-		}
-		if err := strictData(b.Data, &d); err != nil {
-			return err
-		}
-		if d.Command == "" {
-			return badRequest("data.command is required")
-		}
-		data = d
-	case gateway.KindToolCall:
-		var d struct {
-			Tool  string          `json:"tool"`
-			Input json.RawMessage `json:"input,omitempty"`
-		}
-		if err := strictData(b.Data, &d); err != nil {
-			return err
-		}
-		if d.Tool == "" {
-			return badRequest("data.tool is required")
-		}
-		data = d
+	case gateway.KindEgressHost, gateway.KindExecCommand, gateway.KindToolCall:
 	case gateway.KindToolRegister:
 		return badRequest("file tool.register requests with POST /v1/tools")
 	case gateway.KindAgentSpawn:
@@ -134,12 +101,32 @@ func (s *Server) fileApproval(w http.ResponseWriter, r *http.Request, who princi
 	default:
 		return badRequest(fmt.Sprintf("unknown kind %q", b.Kind))
 	}
+	if len(b.Data) == 0 {
+		return badRequest("data is required")
+	}
+	if b.Note != "" && b.Summary != "" {
+		return badRequest("give note or summary (its older name), not both")
+	}
+	note := b.Note + b.Summary
+	if len(note) > gateway.MaxNote {
+		return badRequest(fmt.Sprintf("note: %d bytes, at most %d", len(note), gateway.MaxNote))
+	}
+	if err := textsafe.Check("note", note); err != nil {
+		return badRequest(err.Error())
+	}
+	p, err := kinds.Decode(b.Kind, b.Data)
+	if err != nil {
+		return err
+	}
+	if e, ok := p.(*kinds.ExecCommand); ok && e.Pattern != "" {
+		return badRequest("data.pattern is the daemon's: the policy pattern a command matched")
+	}
 	if b.Session != "" {
 		if err := s.runningSandbox(r.Context(), who, b.Session); err != nil {
 			return err
 		}
 	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: b.Kind, Session: b.Session, Summary: b.Summary, Data: data, By: who.Name})
+	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: b.Kind, Session: b.Session, Note: note, Data: p, By: who.Name})
 	if err != nil {
 		return gatewayError(err)
 	}
@@ -147,52 +134,55 @@ func (s *Server) fileApproval(w http.ResponseWriter, r *http.Request, who princi
 	return nil
 }
 
-func strictData(raw json.RawMessage, v any) error {
-	if len(raw) == 0 {
-		return badRequest("data is required")
-	}
-	if err := decodeJSON(bytesReader(raw), v); err != nil {
-		if err == io.EOF {
-			return badRequest("data is required")
-		}
-		var ae *apiError
-		if errors.As(err, &ae) {
-			return badRequest("data: " + ae.message)
-		}
-		return err
-	}
-	return nil
-}
-
+// listApprovals is GET /v1/approvals: one page, newest first, of what the
+// caller may see; ?watch=1 streams instead.
 func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, who principal) error {
 	q := r.URL.Query()
 	if v := q.Get("watch"); v == "1" || v == "true" {
-		return s.watchApprovals(w, r)
+		return s.watchApprovals(w, r, who)
 	}
-	f := gateway.Filter{State: q.Get("state"), Session: q.Get("session"), Kind: q.Get("kind")}
+	f := gateway.Filter{State: q.Get("state"), Session: q.Get("session"), Kind: q.Get("kind"), Cursor: q.Get("cursor"),
+		RequestedBy: who.listScope()}
 	switch f.State {
 	case "", gateway.StatePending, gateway.StateApproved, gateway.StateDenied, gateway.StateExpired:
 	default:
 		return badRequest(fmt.Sprintf("state %q: want pending, approved, denied or expired", f.State))
 	}
-	list, err := s.cfg.Gateway.List(r.Context(), f)
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > gateway.MaxListLimit {
+			return badRequest(fmt.Sprintf("limit %q: want 1-%d", v, gateway.MaxListLimit))
+		}
+		f.Limit = n
+	}
+	page, err := s.cfg.Gateway.List(r.Context(), f)
 	if err != nil {
 		return gatewayError(err)
 	}
-	if list == nil {
-		list = []gateway.Approval{}
+	if page.Approvals == nil {
+		page.Approvals = []gateway.Approval{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"approvals": list})
+	out := map[string]any{"approvals": page.Approvals}
+	if page.Next != "" {
+		out["next"] = page.Next
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
-// watchApprovals streams every pending approval, then every change.
-func (s *Server) watchApprovals(w http.ResponseWriter, r *http.Request) error {
+// watchReplayPage is how many pending approvals a watch reads at a time
+// while it replays them.
+const watchReplayPage = 200
+
+// watchApprovals streams every pending approval the caller may see (all
+// of them, oldest first, read page by page), then every change.
+func (s *Server) watchApprovals(w http.ResponseWriter, r *http.Request, who principal) error {
 	// Subscribe before listing, so nothing filed in between is missed (it
 	// may come twice; clients upsert by id).
 	ch, cancel := s.cfg.Gateway.Subscribe()
 	defer cancel()
-	list, err := s.cfg.Gateway.List(r.Context(), gateway.Filter{State: gateway.StatePending})
+	f := gateway.Filter{State: gateway.StatePending, RequestedBy: who.listScope(), OldestFirst: true, Limit: watchReplayPage}
+	page, err := s.cfg.Gateway.List(r.Context(), f)
 	if err != nil {
 		return gatewayError(err)
 	}
@@ -202,9 +192,19 @@ func (s *Server) watchApprovals(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
-	for i := len(list) - 1; i >= 0; i-- { // oldest first
-		if err := enc.Encode(list[i]); err != nil {
-			return nil
+	for {
+		for _, a := range page.Approvals {
+			if err := enc.Encode(a); err != nil {
+				return nil
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		f.Cursor = page.Next
+		if page, err = s.cfg.Gateway.List(r.Context(), f); err != nil {
+			s.cfg.Logf("api: approvals watch replay: %v", err)
+			return nil // the client reconnects and replays again
 		}
 	}
 	if err := rc.Flush(); err != nil {
@@ -217,6 +217,9 @@ func (s *Server) watchApprovals(w http.ResponseWriter, r *http.Request) error {
 		case a, ok := <-ch:
 			if !ok {
 				return nil // dropped as too slow, or shutting down: the client reconnects
+			}
+			if !approvalVisible(who, a) {
+				continue
 			}
 			if err := enc.Encode(a); err != nil {
 				return nil
@@ -236,6 +239,8 @@ func (s *Server) watchApprovals(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
+// getApproval is GET /v1/approvals/{id}[?wait=D]. An agent principal gets
+// 404 for another principal's approval, before any waiting.
 func (s *Server) getApproval(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
 	var wait time.Duration
@@ -246,12 +251,20 @@ func (s *Server) getApproval(w http.ResponseWriter, r *http.Request, who princip
 		}
 		wait = min(d, maxApprovalWait)
 	}
-	a, err := s.cfg.Gateway.Wait(r.Context(), id, wait)
+	a, err := s.cfg.Gateway.Get(r.Context(), id)
 	if err != nil {
-		if r.Context().Err() != nil {
-			return nil
-		}
 		return gatewayError(err)
+	}
+	if !approvalVisible(who, a) {
+		return fmt.Errorf("%w: %q", gateway.ErrNotFound, id)
+	}
+	if wait > 0 && a.Pending() {
+		if a, err = s.cfg.Gateway.Wait(r.Context(), id, wait); err != nil {
+			if r.Context().Err() != nil {
+				return nil
+			}
+			return gatewayError(err)
+		}
 	}
 	writeJSON(w, http.StatusOK, a)
 	return nil
@@ -285,35 +298,6 @@ func (s *Server) decide(approve bool) handlerFunc {
 	}
 }
 
-// toolBody is POST /v1/tools.
-type toolBody struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
-	Command     string          `json:"command"`
-}
-
-func (s *Server) registerTool(w http.ResponseWriter, r *http.Request, who principal) error {
-	var b toolBody
-	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &b); err != nil {
-		if err == io.EOF {
-			return badRequest("empty body: a tool definition is required")
-		}
-		return err
-	}
-	t := tools.Tool{Name: b.Name, Description: b.Description, InputSchema: b.InputSchema, Command: b.Command}
-	if err := t.Validate(); err != nil {
-		return badRequest(err.Error())
-	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindToolRegister, By: who.Name, Data: t,
-		Summary: fmt.Sprintf("register the tool %q", t.Name)})
-	if err != nil {
-		return gatewayError(err)
-	}
-	pending(w, a)
-	return nil
-}
-
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request, who principal) error {
 	list := []tools.Tool{}
 	if s.cfg.Tools != nil {
@@ -324,82 +308,4 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request, who principal
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tools": list})
 	return nil
-}
-
-func (s *Server) spawnAgent(w http.ResponseWriter, r *http.Request, who principal) error {
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		return err
-	}
-	b, _, _, err := decodeSpawn(raw)
-	if err != nil {
-		return err
-	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindAgentSpawn, By: who.Name, Data: b,
-		Summary: "spawn an agent: " + truncate(spawnLine(b), 200)})
-	if err != nil {
-		return gatewayError(err)
-	}
-	pending(w, a)
-	return nil
-}
-
-func (s *Server) widenEgress(w http.ResponseWriter, r *http.Request, who principal) error {
-	id := r.PathValue("id")
-	var b struct {
-		Allow []string `json:"allow"`
-	}
-	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &b); err != nil {
-		if err == io.EOF {
-			return badRequest(`empty body: {"allow": [...]} is required`)
-		}
-		return err
-	}
-	if len(b.Allow) == 0 || len(b.Allow) > 64 {
-		return badRequest("allow must list 1-64 rules")
-	}
-	for _, rule := range b.Allow {
-		if _, err := egress.ParseRule(rule); err != nil {
-			return badRequest(fmt.Sprintf("allow %q: %v", rule, err))
-		}
-	}
-	if err := s.runningSandbox(r.Context(), who, id); err != nil {
-		return err
-	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: id, By: who.Name, Join: true,
-		Data: map[string]any{"egress_allow": b.Allow}})
-	if err != nil {
-		return gatewayError(err)
-	}
-	pending(w, a)
-	return nil
-}
-
-func (s *Server) widenLimits(w http.ResponseWriter, r *http.Request, who principal) error {
-	id := r.PathValue("id")
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		return err
-	}
-	b, _, err := decodeWidenLimits(raw)
-	if err != nil {
-		return err
-	}
-	if err := s.runningSandbox(r.Context(), who, id); err != nil {
-		return err
-	}
-	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindSandboxWiden, Session: id, By: who.Name, Join: true,
-		Data: map[string]any{"limits": b}})
-	if err != nil {
-		return gatewayError(err)
-	}
-	pending(w, a)
-	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

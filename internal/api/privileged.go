@@ -1,138 +1,105 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
-	"math"
-	"strings"
-	"time"
+	"net/http"
 
-	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/session"
+	"github.com/ironclaw/ironclaw/internal/gateway"
+	"github.com/ironclaw/ironclaw/internal/gateway/kinds"
 )
 
-// The bodies of privileged requests are validated when they are filed and
-// stored as the approval's data; the daemon's actions decode that data
-// again with the exported functions below, so what runs is exactly what the
-// operator saw.
+// The privileged routes file requests of the kinds that have a route of
+// their own. Their bodies are decoded and validated by package kinds, and
+// the gateway stores the validated payload; the daemon's action decodes
+// that stored payload again, so what runs is exactly what the operator
+// was shown.
 
-// spawnBody is POST /v1/agents: a create request plus the command.
-type spawnBody struct {
-	createBody
-	Cmd  *string  `json:"cmd,omitempty"`
-	Argv []string `json:"argv,omitempty"`
+// readBody reads a privileged request's JSON body, bounded.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 }
 
-func decodeSpawn(raw []byte) (spawnBody, session.CreateRequest, []string, error) {
-	var b spawnBody
-	if err := decodeJSON(bytesReader(raw), &b); err != nil {
-		if err == io.EOF {
-			return b, session.CreateRequest{}, nil, badRequest("empty body: a command (cmd or argv) is required")
-		}
-		return b, session.CreateRequest{}, nil, err
-	}
-	argv, _, err := commandArgv(b.Cmd, b.Argv)
+// fileKind files a request of kind for data and answers 202.
+func (s *Server) fileKind(w http.ResponseWriter, r *http.Request, who principal, kind, session string, data []byte) error {
+	p, err := kinds.Decode(kind, data)
 	if err != nil {
-		return b, session.CreateRequest{}, nil, err
+		return err
 	}
-	req, err := b.request()
+	if session != "" {
+		if err := s.runningSandbox(r.Context(), who, session); err != nil {
+			return err
+		}
+	}
+	a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: kind, Session: session, By: who.Name, Data: p,
+		Join: kind == gateway.KindSandboxWiden})
 	if err != nil {
-		return b, req, nil, err
+		return gatewayError(err)
 	}
-	return b, req, argv, nil
+	pending(w, a)
+	return nil
 }
 
-// DecodeSpawn reads an agent.spawn approval's data: the sandbox to create
-// and the command to run in it.
-func DecodeSpawn(data []byte) (session.CreateRequest, []string, error) {
-	_, req, argv, err := decodeSpawn(data)
-	return req, argv, err
-}
-
-func spawnLine(b spawnBody) string {
-	if b.Cmd != nil {
-		return *b.Cmd
+// registerTool is POST /v1/tools: a tool.register request.
+func (s *Server) registerTool(w http.ResponseWriter, r *http.Request, who principal) error {
+	raw, err := s.readBody(w, r)
+	if err != nil {
+		return err
 	}
-	return strings.Join(b.Argv, " ")
+	return s.fileKind(w, r, who, gateway.KindToolRegister, "", raw)
 }
 
-// widenLimitsBody is POST /v1/sandboxes/{id}/limits: the limits a running
-// sandbox can change.
-type widenLimitsBody struct {
-	Memory  size     `json:"memory,omitempty"`
-	Pids    int64    `json:"pids,omitempty"`
-	CPUs    float64  `json:"cpus,omitempty"`
-	Timeout duration `json:"timeout,omitempty"`
-	Output  size     `json:"output,omitempty"`
+// spawnAgent is POST /v1/agents: an agent.spawn request.
+func (s *Server) spawnAgent(w http.ResponseWriter, r *http.Request, who principal) error {
+	raw, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return s.fileKind(w, r, who, gateway.KindAgentSpawn, "", raw)
 }
 
-func decodeWidenLimits(raw []byte) (widenLimitsBody, sandbox.Limits, error) {
-	var b widenLimitsBody
-	if err := decodeJSON(bytesReader(raw), &b); err != nil {
+// widenEgress is POST /v1/sandboxes/{id}/egress {"allow": [...]}: a
+// sandbox.widen request for more egress rules.
+func (s *Server) widenEgress(w http.ResponseWriter, r *http.Request, who principal) error {
+	var b struct {
+		Allow []string `json:"allow"`
+	}
+	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &b); err != nil {
 		if err == io.EOF {
-			return b, sandbox.Limits{}, badRequest("empty body: give memory, pids, cpus, timeout or output")
+			return badRequest(`empty body: {"allow": [...]} is required`)
 		}
-		return b, sandbox.Limits{}, err
+		return err
 	}
-	if b.Pids < 0 || b.CPUs < 0 || math.IsNaN(b.CPUs) {
-		return b, sandbox.Limits{}, badRequest("limits must not be negative")
+	if len(b.Allow) == 0 || len(b.Allow) > kinds.MaxWidenRules {
+		return badRequest("allow must list 1-64 rules")
 	}
-	l := sandbox.Limits{MemoryBytes: int64(b.Memory), Pids: b.Pids, CPUs: b.CPUs, Timeout: time.Duration(b.Timeout), OutputBytes: int64(b.Output)}
-	if l == (sandbox.Limits{}) {
-		return b, l, badRequest("give at least one of memory, pids, cpus, timeout, output")
+	data, err := json.Marshal(kinds.SandboxWiden{EgressAllow: b.Allow})
+	if err != nil {
+		return err
 	}
-	// Check each given limit against the maxima by validating a full set
-	// in which the others take their defaults.
-	check := sandbox.DefaultLimits
-	for _, f := range []struct {
-		v   bool
-		set func()
-	}{
-		{l.MemoryBytes != 0, func() { check.MemoryBytes = l.MemoryBytes }},
-		{l.Pids != 0, func() { check.Pids = l.Pids }},
-		{l.CPUs != 0, func() { check.CPUs = l.CPUs }},
-		{l.Timeout != 0, func() { check.Timeout = l.Timeout }},
-		{l.OutputBytes != 0, func() { check.OutputBytes = l.OutputBytes }},
-	} {
-		if f.v {
-			f.set()
-		}
-	}
-	if err := check.Validate(); err != nil {
-		return b, l, badRequest(strings.TrimPrefix(err.Error(), sandbox.ErrInvalidSpec.Error()+": "))
-	}
-	return b, l, nil
+	return s.fileKind(w, r, who, gateway.KindSandboxWiden, r.PathValue("id"), data)
 }
 
-// DecodeWidenLimits reads the limits of a sandbox.widen approval's data.
-func DecodeWidenLimits(data []byte) (sandbox.Limits, error) {
-	_, l, err := decodeWidenLimits(data)
-	return l, err
-}
-
-// WidenData is a sandbox.widen approval's data: more egress rules or new
-// limits.
-type WidenData struct {
-	EgressAllow []string        `json:"egress_allow,omitempty"`
-	Limits      json.RawMessage `json:"limits,omitempty"`
-}
-
-// DecodeWiden reads a sandbox.widen approval's data.
-func DecodeWiden(data []byte) (rules []string, limits *sandbox.Limits, err error) {
-	var d WidenData
-	if err := decodeJSON(bytesReader(data), &d); err != nil {
-		return nil, nil, fmt.Errorf("sandbox.widen data: %w", err)
+// widenLimits is POST /v1/sandboxes/{id}/limits: a sandbox.widen request
+// for larger limits or a longer life (kinds.WidenLimits).
+func (s *Server) widenLimits(w http.ResponseWriter, r *http.Request, who principal) error {
+	raw, err := s.readBody(w, r)
+	if err != nil {
+		return err
 	}
-	if len(d.Limits) > 0 {
-		l, err := DecodeWidenLimits(d.Limits)
-		if err != nil {
-			return nil, nil, err
-		}
-		limits = &l
+	l, err := kinds.DecodeWidenLimits(raw)
+	if err != nil {
+		return err
 	}
-	return d.EgressAllow, limits, nil
+	data, err := json.Marshal(kinds.SandboxWiden{Limits: l})
+	if err != nil {
+		return err
+	}
+	return s.fileKind(w, r, who, gateway.KindSandboxWiden, r.PathValue("id"), data)
 }
 
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+// approvalVisible reports whether who may see a: operators see every
+// approval, an agent principal only those it filed.
+func approvalVisible(who principal, a gateway.Approval) bool {
+	return who.operator() || a.RequestedBy == who.Name
+}

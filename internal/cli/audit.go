@@ -25,17 +25,18 @@ file in the default data directory. IRONCLAW_ADDR names the daemon.`,
 	return c
 }
 
-// auditLine is one record as "seq time actor kind session data".
+// auditLine is one record as "seq time actor kind session data", every
+// field escaped (records hold what agents wrote).
 func auditLine(r client.AuditRecord) string {
 	session := r.Session
 	if session == "" {
 		session = "-"
 	}
-	data := string(r.Data)
+	data := string(escapeJSONText(r.Data))
 	if data == "" {
 		data = "{}"
 	}
-	return fmt.Sprintf("%d %s %s %s %s %s", r.Seq, r.Time, r.Actor, r.Kind, session, data)
+	return fmt.Sprintf("%d %s %s %s %s %s", r.Seq, safe(r.Time), safe(r.Actor), safe(r.Kind), safe(session), data)
 }
 
 func newAuditTailCmd(e *env) *cobra.Command {

@@ -60,13 +60,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case errors.As(err, &code):
 		return int(code)
 	case errors.Is(err, sandbox.ErrCommandNotFound):
-		fmt.Fprintf(stderr, "ironclaw: %v\n", err)
+		fmt.Fprintf(stderr, "ironclaw: %s\n", safe(err.Error()))
 		return ExitNotFound
 	case errors.Is(err, sandbox.ErrNotExecutable):
-		fmt.Fprintf(stderr, "ironclaw: %v\n", err)
+		fmt.Fprintf(stderr, "ironclaw: %s\n", safe(err.Error()))
 		return ExitNotExecutable
 	}
-	fmt.Fprintf(stderr, "ironclaw: %v\n", err)
+	fmt.Fprintf(stderr, "ironclaw: %s\n", safe(err.Error())) // the daemon's messages may quote an agent's text
 	return ExitIronClaw
 }
 

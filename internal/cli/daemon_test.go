@@ -397,7 +397,7 @@ func TestApprovalsCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, a.ID) || !strings.Contains(out, "deploy to prod") || !strings.Contains(out, "STATE") {
 		t.Fatalf("ls: %d %q %q", code, out, stderr)
 	}
-	code, out, _ = run(t, "", "approvals", "show", a.ID)
+	code, out, _ = run(t, "", "approvals", "show", a.ID, "--json")
 	if code != 0 || !strings.Contains(out, `"kind": "tool.call"`) {
 		t.Fatalf("show: %d %q", code, out)
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
@@ -84,7 +83,7 @@ func newSandboxCreateCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(e.stdout, sb.ID)
+			fmt.Fprintln(e.stdout, safe(sb.ID))
 			return nil
 		},
 	}
@@ -122,13 +121,13 @@ func newSandboxLsCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tLABELS")
+			// Labels are the agent's text: the table escapes every cell.
+			t := newTable(e.stdout, "ID", "STATE", "AGE", "LABELS")
 			now := time.Now()
 			for _, sb := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", sb.ID, sb.State, age(now.Sub(sb.CreatedAt)), formatLabels(sb.Labels))
+				t.row(sb.ID, sb.State, age(now.Sub(sb.CreatedAt)), formatLabels(sb.Labels))
 			}
-			return tw.Flush()
+			return t.flush()
 		},
 	}
 	c.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label KEY=VALUE (repeatable: all must match)")
@@ -171,12 +170,12 @@ func newSandboxRmCmd(e *env) *cobra.Command {
 			for _, id := range ids {
 				if _, err := cl.DeleteSandbox(ctxOf(c), id); err != nil {
 					if failed != nil {
-						fmt.Fprintf(e.stderr, "ironclaw: %v\n", failed)
+						fmt.Fprintf(e.stderr, "ironclaw: %s\n", safe(failed.Error()))
 					}
 					failed = fmt.Errorf("%s: %w", id, err)
 					continue
 				}
-				fmt.Fprintln(e.stdout, id)
+				fmt.Fprintln(e.stdout, safe(id))
 			}
 			return failed
 		},
@@ -255,7 +254,7 @@ first).`,
 				return err
 			}
 			if res.Error != "" {
-				fmt.Fprintf(e.stderr, "ironclaw: %s\n", res.Error)
+				fmt.Fprintf(e.stderr, "ironclaw: %s\n", safe(res.Error))
 			}
 			if res.Truncated {
 				fmt.Fprintln(e.stderr, "ironclaw: output truncated at the sandbox's output limit")

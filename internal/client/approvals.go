@@ -10,25 +10,46 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
 // Approval is an approval request of the gateway (docs/http-api.md).
+//
+// Summary and Fields are derived by the daemon from Data, the validated
+// payload that an approval applies; AgentNote is the requester's own text
+// about it, never a description of what will happen. Every string here may
+// hold what an agent wrote: escape it before printing it
+// (textsafe.Escape).
 type Approval struct {
-	ID          string          `json:"id"`
-	Kind        string          `json:"kind"`
-	State       string          `json:"state"` // pending, approved, denied, expired
-	Session     string          `json:"session,omitempty"`
-	RequestedBy string          `json:"requested_by"`
-	Summary     string          `json:"summary"`
-	Data        json.RawMessage `json:"data"`
-	CreatedAt   time.Time       `json:"created_at"`
-	ExpiresAt   time.Time       `json:"expires_at"`
-	DecidedAt   *time.Time      `json:"decided_at,omitempty"`
-	DecidedBy   string          `json:"decided_by,omitempty"`
-	Scope       string          `json:"scope,omitempty"`
-	Reason      string          `json:"reason,omitempty"`
-	Result      json.RawMessage `json:"result,omitempty"`
+	ID          string `json:"id"`
+	Kind        string `json:"kind"`
+	State       string `json:"state"` // pending, approved, denied, expired
+	Session     string `json:"session,omitempty"`
+	RequestedBy string `json:"requested_by"`
+	// Via names the part of the daemon that filed it for RequestedBy
+	// ("egress": a held connection).
+	Via       string          `json:"via,omitempty"`
+	Summary   string          `json:"summary"`
+	Fields    []ApprovalField `json:"fields"`
+	AgentNote string          `json:"agent_note,omitempty"`
+	Data      json.RawMessage `json:"data"`
+	CreatedAt time.Time       `json:"created_at"`
+	ExpiresAt time.Time       `json:"expires_at"`
+	DecidedAt *time.Time      `json:"decided_at,omitempty"`
+	DecidedBy string          `json:"decided_by,omitempty"`
+	Scope     string          `json:"scope,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+}
+
+// ApprovalField is one decisive field of an approval: what the operator
+// must read to decide, in full. Format "json" marks a Value that is JSON
+// text (an argv, a tool's arguments).
+type ApprovalField struct {
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Format string `json:"format,omitempty"`
 }
 
 // ApprovalRequiredError is returned by Exec for a command the daemon's
@@ -47,25 +68,58 @@ func approvalPath(id string, rest string) string {
 // ApprovalFilter selects approvals; empty fields match everything.
 type ApprovalFilter struct {
 	State, Session, Kind string
+	// Limit is the page size of ListApprovalsPage (0: the daemon's
+	// default, 500).
+	Limit int
 }
 
-// ListApprovals returns approvals, newest first.
+// maxListedApprovals bounds what ListApprovals collects over all pages.
+const maxListedApprovals = 100_000
+
+// ListApprovals returns every approval matching f, newest first, following
+// the daemon's pages (operator token).
 func (c *Client) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error) {
+	var all []Approval
+	cursor := ""
+	for {
+		page, next, err := c.ListApprovalsPage(ctx, f, cursor)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		if len(all) >= maxListedApprovals {
+			return all, fmt.Errorf("approvals: more than %d match; narrow the filter", maxListedApprovals)
+		}
+		cursor = next
+	}
+}
+
+// ListApprovalsPage returns one page of approvals, newest first, after
+// cursor ("" for the first page), and the cursor of the next page ("" when
+// this was the last).
+func (c *Client) ListApprovalsPage(ctx context.Context, f ApprovalFilter, cursor string) ([]Approval, string, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"state": f.State, "session": f.Session, "kind": f.Kind} {
+	for k, v := range map[string]string{"state": f.State, "session": f.Session, "kind": f.Kind, "cursor": cursor} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
 	var out struct {
 		Approvals []Approval `json:"approvals"`
+		Next      string     `json:"next"`
 	}
 	err := c.doJSON(ctx, operator, http.MethodGet, "/v1/approvals", q, nil, &out)
-	return out.Approvals, err
+	return out.Approvals, out.Next, err
 }
 
-// GetApproval returns one approval; with wait > 0 it long-polls until the
-// request is decided or wait passes.
+// GetApproval returns one approval (agent token: only its own); with
+// wait > 0 it long-polls until the request is decided or wait passes.
 func (c *Client) GetApproval(ctx context.Context, id string, wait time.Duration) (Approval, error) {
 	q := url.Values{}
 	if wait > 0 {
@@ -73,6 +127,18 @@ func (c *Client) GetApproval(ctx context.Context, id string, wait time.Duration)
 	}
 	var a Approval
 	err := c.doJSON(ctx, agent, http.MethodGet, approvalPath(id, ""), q, nil, &a)
+	return a, err
+}
+
+// ShowApproval is GetApproval with the operator token, which sees every
+// principal's approvals (an agent token sees only its own).
+func (c *Client) ShowApproval(ctx context.Context, id string, wait time.Duration) (Approval, error) {
+	q := url.Values{}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	var a Approval
+	err := c.doJSON(ctx, operator, http.MethodGet, approvalPath(id, ""), q, nil, &a)
 	return a, err
 }
 
@@ -103,14 +169,15 @@ func (c *Client) Deny(ctx context.Context, id, reason string) (Approval, error) 
 }
 
 // FileApproval files a request of kind egress.host, exec.command or
-// tool.call (agent).
-func (c *Client) FileApproval(ctx context.Context, kind, session, summary string, data any) (Approval, error) {
+// tool.call (agent). note is the agent's own text about it, shown to the
+// operator labelled as the agent's (printable, at most 500 bytes).
+func (c *Client) FileApproval(ctx context.Context, kind, session, note string, data any) (Approval, error) {
 	body := map[string]any{"kind": kind, "data": data}
 	if session != "" {
 		body["session"] = session
 	}
-	if summary != "" {
-		body["summary"] = summary
+	if note != "" {
+		body["note"] = note
 	}
 	var a Approval
 	err := c.doJSON(ctx, agent, http.MethodPost, "/v1/approvals", nil, body, &a)
@@ -173,8 +240,8 @@ func (c *Client) WidenEgress(ctx context.Context, id string, allow []string) (Ap
 	return c.postPending(ctx, sandboxPath(id, "/egress"), map[string]any{"allow": allow})
 }
 
-// WidenLimits files a sandbox.widen request for larger limits (keys memory,
-// pids, cpus, timeout, output).
+// WidenLimits files a sandbox.widen request for larger limits or a longer
+// life (keys memory, pids, cpus, timeout, output, ttl, idle).
 func (c *Client) WidenLimits(ctx context.Context, id string, limits map[string]any) (Approval, error) {
 	return c.postPending(ctx, sandboxPath(id, "/limits"), limits)
 }

@@ -106,3 +106,41 @@ func TestConsoleApprovesHeldRequest(t *testing.T) {
 		t.Fatalf("decision made in the console: %+v %v", decided, err)
 	}
 }
+
+// A spoofing attempt in real headless Chromium: the agent's note says
+// "read-only docs host" while the request is for evil.example:443, and an
+// exec.command's argv carries terminal escapes, a bidi override and a
+// long tail. The console shows what will be applied (summary and fields)
+// from the data, the agent's words only in their labelled cell, every
+// control and bidi character escaped, and the argv in full.
+func TestHostileApprovalConsoleSpoof(t *testing.T) {
+	chromium, driverDir := needChromium(t)
+	g := &gatewayRig{t: t, dir: t.TempDir()}
+	g.start("")
+	ctx := context.Background()
+	agent := g.r.client(t, false)
+	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spoof, err := agent.FileApproval(ctx, "egress.host", sb.ID, "read-only docs host", map[string]any{"host": "evil.example", "port": 443})
+	if err != nil {
+		t.Fatal(err)
+	}
+	esc, err := agent.FileApproval(ctx, "exec.command", sb.ID, "", map[string]any{"argv": []string{
+		"curl", "https://docs.example/\u202egpj.exe", "\x1b[2K\rapproved: docs.example", strings.Repeat("A", 2000) + "END-OF-ARGUMENT"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, "node", "console.mjs")
+	cmd.Dir = driverDir
+	cmd.Env = append(os.Environ(), "IRONCLAW_URL=http://"+g.r.addr, "IRONCLAW_OPERATOR_TOKEN="+readTok(t, g.dir, OperatorTokenFile),
+		"MODE=spoof", "APPROVAL_ID="+spoof.ID, "EXPECT_APPLY=evil.example:443", "EXPECT_NOTE=read-only docs host",
+		"ESC_ID="+esc.ID, "ESC_TAIL=END-OF-ARGUMENT", "CHROMIUM="+chromium)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"ok":true`) {
+		t.Fatalf("console driver: %v\n%s", err, out)
+	}
+}

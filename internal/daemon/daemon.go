@@ -322,13 +322,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	toolReg := tools.New(st)
 	acts := &actions{mgr: mgr, eg: egAccess, tools: toolReg, log: alog, logf: logf}
 	gopts := gateway.Options{Store: st, Audit: alog, Timeout: time.Duration(pol.Approvals.Timeout),
-		MaxPending: pol.Approvals.MaxPending, Actions: acts.table(), Logf: logf}
+		MaxPending: pol.Approvals.MaxPending, MaxPendingPerPrincipal: pol.Approvals.MaxPendingPerPrincipal,
+		MaxPendingTotal: pol.Approvals.MaxPendingTotal, Actions: acts.table(), Logf: logf,
+		SessionPrincipal: func(ctx context.Context, id string) (string, error) {
+			info, err := mgr.Get(ctx, id)
+			return info.Principal, err
+		}}
 	if len(pol.Approvals.Webhooks) > 0 {
 		secret, err := webhookSecret(dir, pol.Approvals.WebhookSecretFile)
 		if err != nil {
 			return err
 		}
-		hooks, err := gateway.NewWebhooks(gateway.WebhookOptions{URLs: pol.Approvals.Webhooks, Secret: secret, Logf: logf})
+		hooks, err := gateway.NewWebhooks(gateway.WebhookOptions{URLs: pol.Approvals.Webhooks, Secret: secret, Store: st, Audit: alog, Logf: logf})
 		if err != nil {
 			return err
 		}
@@ -384,7 +389,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	ends.set(srv.OnEnd)
+	// A sandbox's end counts in the metrics and withdraws its pending
+	// approval requests.
+	ends.set(func(id, state, reason string) {
+		srv.OnEnd(id, state, reason)
+		gw.SandboxEnded(id, state, reason)
+	})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

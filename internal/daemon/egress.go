@@ -163,10 +163,10 @@ func (e *egressAccess) ask(ctx context.Context, sess, host string, port int) (bo
 	if gw == nil {
 		return false, &egress.Denied{Detail: "the approval gateway is not running"}
 	}
-	a, err := gw.File(ctx, gateway.Request{Kind: gateway.KindEgressHost, Session: sess, By: "egress", Join: true,
+	a, err := gw.File(ctx, gateway.Request{Kind: gateway.KindEgressHost, Session: sess, Via: "egress", Join: true,
 		Data: map[string]any{"host": host, "port": port}})
 	if errors.Is(err, gateway.ErrTooMany) {
-		return false, &egress.Denied{Detail: "too many approval requests are already pending for this sandbox"}
+		return false, &egress.Denied{Detail: err.Error()} // which quota is used up
 	}
 	if err != nil {
 		return false, err
@@ -183,7 +183,11 @@ func (e *egressAccess) ask(ctx context.Context, sess, host string, port int) (bo
 	case gateway.StateApproved:
 		return true, nil
 	case gateway.StateExpired, gateway.StatePending:
-		return false, &egress.Denied{Detail: fmt.Sprintf("request %s timed out with no decision", a.ID)}
+		detail := fmt.Sprintf("request %s timed out with no decision", a.ID)
+		if strings.HasPrefix(a.Reason, "withdrawn") {
+			detail = fmt.Sprintf("request %s was %s", a.ID, a.Reason)
+		}
+		return false, &egress.Denied{Detail: detail}
 	default:
 		detail := fmt.Sprintf("request %s was denied by %s", a.ID, a.DecidedBy)
 		if a.Reason != "" {

@@ -138,7 +138,8 @@ approvals:
 		held <- result{out, err, time.Now()}
 	}()
 	a := waitPending(t, op, sb.ID, "egress.host")
-	if !strings.Contains(string(a.Data), `"stand-in.test"`) || a.RequestedBy != "egress" {
+	// Filed by the broker on behalf of the sandbox's principal.
+	if !strings.Contains(string(a.Data), `"stand-in.test"`) || a.RequestedBy != "agent" || a.Via != "egress" {
 		t.Fatalf("request: %+v %s", a, a.Data)
 	}
 	select {

@@ -6,18 +6,34 @@
 // Requests live in the store, so a restart keeps pending ones pending and a
 // decision made after it still applies. The store row is the truth; the
 // in-memory part is only waiters and subscribers. Every request, decision,
-// expiry and action result is an audit record.
+// expiry, withdrawal and action result is an audit record.
 //
-// What an approved request does is not this package's business: the daemon
-// registers an Action per kind (add a host to an allowlist, create a
-// sandbox, ...). An approved row is marked applied only after its action
+// What a request holds, how it is shown and what its approval does are
+// package kinds': the gateway validates every request's data through it,
+// stores the canonical payload, derives the summary and the decisive fields
+// from that payload whenever it reads a row, and runs the action of exactly
+// that payload (Actions). Text the requester wrote is kept apart as the
+// agent's note. An approved row is marked applied only after its action
 // ran, so a crash between the two is finished by the next start.
+//
+// Requests are bounded three ways, so one agent cannot bury the others'
+// requests: per sandbox (Options.MaxPending), per principal across all its
+// sandboxes and kinds (MaxPendingPerPrincipal), and in total
+// (MaxPendingTotal). A sandbox's pending requests are withdrawn when it
+// ends (Withdraw): they expire with a reason naming the end, waiters wake,
+// and the egress broker's held connections are refused.
+//
+// Webhooks (webhook.go) tell operator-configured URLs about every request
+// and decision. Deliveries are written to the store first, one per URL,
+// retried with backoff across restarts, bounded per URL, never sent
+// through a redirect, and audited when dropped or given up.
 package gateway
 
 import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -28,23 +44,29 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/gateway/kinds"
 	"github.com/ironclaw/ironclaw/internal/store"
+	"github.com/ironclaw/ironclaw/internal/textsafe"
 )
 
 // Audit record kinds the gateway writes besides audit.KindApprovalRequest
 // and audit.KindApprovalDecide.
 const KindApprovalApply = "approval.apply"
 
-// Defaults.
+// Defaults and bounds.
 const (
-	DefaultTimeout    = 10 * time.Minute
-	DefaultMaxPending = 20
-	maxDataBytes      = 64 << 10
-	maxSummary        = 500
-	maxReason         = 1000
-	maxListLimit      = 500
-	applyTimeout      = 2 * time.Minute
-	subscriberBuffer  = 256
+	DefaultTimeout                = 10 * time.Minute
+	DefaultMaxPending             = 20   // per sandbox
+	DefaultMaxPendingPerPrincipal = 100  // per principal, across its sandboxes and kinds
+	DefaultMaxPendingTotal        = 1000 // in the whole gateway
+	// MaxNote bounds the agent's note of a request, in bytes.
+	MaxNote = 500
+	// MaxListLimit is the largest page List returns.
+	MaxListLimit     = 500
+	maxDataBytes     = kinds.MaxDataBytes
+	maxReason        = 1000
+	applyTimeout     = 2 * time.Minute
+	subscriberBuffer = 256
 )
 
 // Action carries out an approved request and returns what it did, which
@@ -64,14 +86,23 @@ type Options struct {
 	// Timeout is how long a request stays pending before it expires (a
 	// denial); 0 means DefaultTimeout.
 	Timeout time.Duration
-	// MaxPending caps pending requests per session (and, for requests not
-	// tied to a sandbox, per requester); 0 means DefaultMaxPending.
+	// MaxPending caps pending requests per sandbox; 0 means
+	// DefaultMaxPending.
 	MaxPending int
-	// Actions maps a kind to what an approval of it does; kinds without an
-	// action only record the decision.
+	// MaxPendingPerPrincipal caps one principal's pending requests across
+	// all its sandboxes and kinds, MaxPendingTotal all pending requests;
+	// 0 means the defaults.
+	MaxPendingPerPrincipal, MaxPendingTotal int
+	// SessionPrincipal returns the principal that owns a sandbox; it
+	// attributes requests a part of the daemon files for a sandbox
+	// (Request.Via). Nil attributes them to the Via name itself.
+	SessionPrincipal func(ctx context.Context, session string) (string, error)
+	// Actions maps a kind to what an approval of it does (see Actions);
+	// kinds without an action only record the decision.
 	Actions map[string]Action
 	// Notify is told about every new request and decision (webhooks). It
-	// must not block.
+	// is called with the gateway's lock held: it may write to the store
+	// but must not wait on anything else.
 	Notify func(event string, a Approval)
 	// Logf receives diagnostics; nil discards them.
 	Logf func(format string, args ...any)
@@ -103,7 +134,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	if opts.Store == nil || opts.Audit == nil {
 		return nil, errors.New("gateway: a store and an audit log are required")
 	}
-	if opts.Timeout < 0 || opts.MaxPending < 0 {
+	if opts.Timeout < 0 || opts.MaxPending < 0 || opts.MaxPendingPerPrincipal < 0 || opts.MaxPendingTotal < 0 {
 		return nil, fmt.Errorf("%w: negative timeout or pending cap", ErrInvalid)
 	}
 	if opts.Timeout == 0 {
@@ -111,6 +142,12 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	if opts.MaxPending == 0 {
 		opts.MaxPending = DefaultMaxPending
+	}
+	if opts.MaxPendingPerPrincipal == 0 {
+		opts.MaxPendingPerPrincipal = DefaultMaxPendingPerPrincipal
+	}
+	if opts.MaxPendingTotal == 0 {
+		opts.MaxPendingTotal = DefaultMaxPendingTotal
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -174,36 +211,37 @@ func (g *Gateway) Close() error {
 func (g *Gateway) Timeout() time.Duration { return g.opts.Timeout }
 
 // File files a request, or with Request.Join returns an identical pending
-// one. Errors: ErrInvalid (bad kind, data or session), ErrTooMany.
+// one. Errors: ErrInvalid (bad kind, data, note or session), ErrTooMany
+// (a quota is used up; the message says which).
 func (g *Gateway) File(ctx context.Context, r Request) (Approval, error) {
 	if !slices.Contains(Kinds(), r.Kind) {
 		return Approval{}, fmt.Errorf("%w: unknown kind %q (want one of %s)", ErrInvalid, r.Kind, strings.Join(Kinds(), ", "))
 	}
-	if needsSession(r.Kind) && r.Session == "" {
+	if kinds.NeedsSession(r.Kind) && r.Session == "" {
 		return Approval{}, fmt.Errorf("%w: kind %s needs a session", ErrInvalid, r.Kind)
 	}
-	if r.By == "" {
-		return Approval{}, fmt.Errorf("%w: no requester", ErrInvalid)
+	note := strings.TrimSpace(r.Note)
+	if len(note) > MaxNote {
+		return Approval{}, fmt.Errorf("%w: the note is %d bytes, more than %d", ErrInvalid, len(note), MaxNote)
 	}
-	data, err := json.Marshal(r.Data)
+	if err := textsafe.Check("the note", note); err != nil {
+		return Approval{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	payload, data, err := kinds.Canonical(r.Kind, r.Data)
 	if err != nil {
-		return Approval{}, fmt.Errorf("%w: data: %v", ErrInvalid, err)
+		return Approval{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if r.Data == nil {
-		data = []byte("{}")
+	by := r.By
+	if by == "" && r.Via != "" {
+		by = r.Via
+		if g.opts.SessionPrincipal != nil && r.Session != "" {
+			if by, err = g.opts.SessionPrincipal(ctx, r.Session); err != nil {
+				return Approval{}, fmt.Errorf("%w: sandbox %s: %v", ErrInvalid, r.Session, err)
+			}
+		}
 	}
-	if len(data) == 0 || data[0] != '{' {
-		return Approval{}, fmt.Errorf("%w: data must be a JSON object", ErrInvalid)
-	}
-	if len(data) > maxDataBytes {
-		return Approval{}, fmt.Errorf("%w: data is %d bytes, more than %d", ErrInvalid, len(data), maxDataBytes)
-	}
-	summary := strings.TrimSpace(r.Summary)
-	if summary == "" {
-		summary = defaultSummary(r.Kind, r.Session, data)
-	}
-	if len(summary) > maxSummary {
-		summary = summary[:maxSummary]
+	if by == "" {
+		return Approval{}, fmt.Errorf("%w: no requester", ErrInvalid)
 	}
 
 	g.mu.Lock()
@@ -212,7 +250,8 @@ func (g *Gateway) File(ctx context.Context, r Request) (Approval, error) {
 		return Approval{}, ErrClosed
 	}
 	if r.Join {
-		got, err := g.query(ctx, `WHERE state = 'pending' AND kind = ? AND session = ? AND data = ? LIMIT 1`, r.Kind, r.Session, string(data))
+		got, err := g.query(ctx, `WHERE state = 'pending' AND kind = ? AND session = ? AND requested_by = ? AND data = ? LIMIT 1`,
+			r.Kind, r.Session, by, string(data))
 		if err != nil {
 			return Approval{}, err
 		}
@@ -220,16 +259,8 @@ func (g *Gateway) File(ctx context.Context, r Request) (Approval, error) {
 			return got[0], nil
 		}
 	}
-	bucket, arg := `session = ?`, r.Session
-	if r.Session == "" {
-		bucket, arg = `session = '' AND requested_by = ?`, r.By
-	}
-	var open int
-	if err := g.db.QueryRowContext(ctx, `SELECT count(*) FROM approvals WHERE state = 'pending' AND `+bucket, arg).Scan(&open); err != nil {
-		return Approval{}, fmt.Errorf("gateway: count pending: %w", err)
-	}
-	if open >= g.opts.MaxPending {
-		return Approval{}, fmt.Errorf("%w: %d requests already wait for a decision", ErrTooMany, open)
+	if err := g.checkQuotas(ctx, r.Session, by); err != nil {
+		return Approval{}, err
 	}
 	now := g.opts.Now().UTC()
 	a := Approval{
@@ -237,23 +268,32 @@ func (g *Gateway) File(ctx context.Context, r Request) (Approval, error) {
 		Kind:        r.Kind,
 		State:       StatePending,
 		Session:     r.Session,
-		RequestedBy: r.By,
-		Summary:     summary,
+		RequestedBy: by,
+		Via:         r.Via,
+		AgentNote:   note,
 		Data:        data,
 		CreatedAt:   now,
 		ExpiresAt:   now.Add(g.opts.Timeout),
+		payload:     payload,
 	}
+	a.describe()
 	// The audit record comes first: a request the log does not show must
 	// not exist.
-	if _, err := g.opts.Audit.Append(ctx, audit.Entry{Session: a.Session, Actor: a.RequestedBy, Kind: audit.KindApprovalRequest, Data: map[string]any{
-		"id": a.ID, "kind": a.Kind, "summary": a.Summary, "data": a.Data, "expires_at": formatTime(a.ExpiresAt),
-	}}); err != nil {
+	rec := map[string]any{"id": a.ID, "kind": a.Kind, "summary": a.Summary, "data": a.Data, "expires_at": formatTime(a.ExpiresAt)}
+	if a.AgentNote != "" {
+		rec["agent_note"] = a.AgentNote
+	}
+	if a.Via != "" {
+		rec["via"] = a.Via
+	}
+	if _, err := g.opts.Audit.Append(ctx, audit.Entry{Session: a.Session, Actor: a.RequestedBy, Kind: audit.KindApprovalRequest, Data: rec}); err != nil {
 		return Approval{}, fmt.Errorf("gateway: audit request: %w", err)
 	}
 	if _, err := g.db.ExecContext(ctx, `INSERT INTO approvals (id, kind, state, session, requested_by, summary, data,
-	created_at, expires_at, decided_at, decided_by, scope, reason, result, applied, used)
-	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, '', '', '', '', '', 0, 0)`,
-		a.ID, a.Kind, a.Session, a.RequestedBy, a.Summary, string(a.Data), formatTime(a.CreatedAt), formatTime(a.ExpiresAt)); err != nil {
+	created_at, expires_at, decided_at, decided_by, scope, reason, result, applied, used, note, via)
+	VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, '', '', '', '', '', 0, 0, ?, ?)`,
+		a.ID, a.Kind, a.Session, a.RequestedBy, a.Summary, string(a.Data), formatTime(a.CreatedAt), formatTime(a.ExpiresAt),
+		a.AgentNote, a.Via); err != nil {
 		return Approval{}, fmt.Errorf("gateway: store request: %w", err)
 	}
 	g.publishLocked(a)
@@ -263,6 +303,59 @@ func (g *Gateway) File(ctx context.Context, r Request) (Approval, error) {
 	default:
 	}
 	return a, nil
+}
+
+// checkQuotas refuses a request over any of the three caps. Called with
+// g.mu, so the counts cannot change before the insert.
+func (g *Gateway) checkQuotas(ctx context.Context, session, by string) error {
+	count := func(where string, args ...any) (int, error) {
+		var n int
+		if err := g.db.QueryRowContext(ctx, `SELECT count(*) FROM approvals WHERE state = 'pending'`+where, args...).Scan(&n); err != nil {
+			return 0, fmt.Errorf("gateway: count pending: %w", err)
+		}
+		return n, nil
+	}
+	if session != "" {
+		n, err := count(` AND session = ?`, session)
+		if err != nil {
+			return err
+		}
+		if n >= g.opts.MaxPending {
+			return fmt.Errorf("%w: sandbox %s already has %d requests waiting for a decision (at most %d per sandbox, approvals.max_pending); wait for decisions",
+				ErrTooMany, session, n, g.opts.MaxPending)
+		}
+	}
+	n, err := count(` AND requested_by = ?`, by)
+	if err != nil {
+		return err
+	}
+	if n >= g.opts.MaxPendingPerPrincipal {
+		return fmt.Errorf("%w: %s already has %d requests waiting for a decision across its sandboxes (at most %d per principal, approvals.max_pending_per_principal); wait for decisions",
+			ErrTooMany, by, n, g.opts.MaxPendingPerPrincipal)
+	}
+	if n, err = count(``); err != nil {
+		return err
+	}
+	if n >= g.opts.MaxPendingTotal {
+		return fmt.Errorf("%w: %d requests already wait for a decision (at most %d in all, approvals.max_pending_total); retry after decisions",
+			ErrTooMany, n, g.opts.MaxPendingTotal)
+	}
+	return nil
+}
+
+// describe derives the summary and the fields from the payload.
+func (a *Approval) describe() {
+	if a.payload == nil {
+		a.Summary = fmt.Sprintf("%s request whose data does not validate; deny it", a.Kind)
+		a.Fields = []kinds.Field{{Name: "data (does not validate)", Value: string(a.Data)}}
+		return
+	}
+	t := a.Target()
+	a.Summary = a.payload.Summary(t)
+	a.Fields = a.payload.Fields(t)
+	if a.Fields == nil {
+		a.Fields = []kinds.Field{}
+	}
 }
 
 // Get returns one approval, or ErrNotFound.
@@ -277,25 +370,70 @@ func (g *Gateway) Get(ctx context.Context, id string) (Approval, error) {
 	return got[0], nil
 }
 
-// List returns approvals matching f, newest first.
-func (g *Gateway) List(ctx context.Context, f Filter) ([]Approval, error) {
+// List returns one page of the approvals matching f, newest first unless
+// f.OldestFirst. Page.Next continues it; nothing is cut silently.
+func (g *Gateway) List(ctx context.Context, f Filter) (Page, error) {
 	var where []string
 	var args []any
-	for _, c := range []struct{ col, v string }{{"state", f.State}, {"session", f.Session}, {"kind", f.Kind}} {
+	for _, c := range []struct{ col, v string }{{"state", f.State}, {"session", f.Session}, {"kind", f.Kind}, {"requested_by", f.RequestedBy}} {
 		if c.v != "" {
 			where = append(where, c.col+" = ?")
 			args = append(args, c.v)
 		}
+	}
+	cmp, order := "<", "DESC"
+	if f.OldestFirst {
+		cmp, order = ">", "ASC"
+	}
+	if f.Cursor != "" {
+		created, id, err := parseCursor(f.Cursor)
+		if err != nil {
+			return Page{}, err
+		}
+		where = append(where, fmt.Sprintf("(created_at %[1]s ? OR (created_at = ? AND id %[1]s ?))", cmp))
+		args = append(args, created, created, id)
 	}
 	q := ""
 	if len(where) > 0 {
 		q = "WHERE " + strings.Join(where, " AND ")
 	}
 	limit := f.Limit
-	if limit <= 0 || limit > maxListLimit {
-		limit = maxListLimit
+	if limit <= 0 || limit > MaxListLimit {
+		limit = MaxListLimit
 	}
-	return g.query(ctx, q+` ORDER BY created_at DESC, id LIMIT ?`, append(args, limit)...)
+	list, err := g.query(ctx, q+fmt.Sprintf(` ORDER BY created_at %[1]s, id %[1]s LIMIT ?`, order), append(args, limit+1)...)
+	if err != nil {
+		return Page{}, err
+	}
+	p := Page{Approvals: list}
+	if len(list) > limit {
+		p.Approvals = list[:limit]
+		last := list[limit-1]
+		p.Next = makeCursor(last.CreatedAt, last.ID)
+	}
+	return p, nil
+}
+
+// A cursor is the position of the last approval of a page: its creation
+// time and id, opaque to clients.
+func makeCursor(created time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(formatTime(created) + " " + id))
+}
+
+func parseCursor(c string) (created, id string, err error) {
+	bad := fmt.Errorf("%w: cursor %q is not one this daemon gave out", ErrInvalid, c)
+	if len(c) > 200 {
+		return "", "", bad
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return "", "", bad
+	}
+	created, id, ok := strings.Cut(string(b), " ")
+	if _, err := time.Parse(timeLayout, created); !ok || err != nil || !strings.HasPrefix(id, "apr-") {
+		return "", "", bad
+	}
+	return created, id, nil
 }
 
 // Decide approves or denies a pending request. Deciding again the same way
@@ -339,6 +477,10 @@ func (g *Gateway) Decide(ctx context.Context, id string, d Decision) (Approval, 
 		}
 		return a, fmt.Errorf("%w: %s is %s", ErrConflict, id, a.State)
 	}
+	if d.Approve && a.payload == nil {
+		g.mu.Unlock()
+		return a, fmt.Errorf("%w: %s holds data that no longer validates; deny it", ErrInvalid, id)
+	}
 	now := g.opts.Now().UTC()
 	if !now.Before(a.ExpiresAt) {
 		g.mu.Unlock()
@@ -353,30 +495,36 @@ func (g *Gateway) Decide(ctx context.Context, id string, d Decision) (Approval, 
 		a.State = StateApproved
 	}
 	a.DecidedAt, a.DecidedBy, a.Scope, a.Reason = &now, d.By, d.Scope, d.Reason
-	if err := g.recordDecision(ctx, a); err != nil {
+	a.describe() // the scope is part of the display
+	if err := g.recordDecision(ctx, a, nil); err != nil {
 		g.mu.Unlock()
 		return Approval{}, err
 	}
 	if !d.Approve {
 		g.publishLocked(a)
-		g.mu.Unlock()
 		g.opts.Notify(audit.KindApprovalDecide, a)
+		g.mu.Unlock()
 		return a, nil
 	}
 	g.mu.Unlock()
 	a = g.apply(a)
+	g.mu.Lock()
 	g.opts.Notify(audit.KindApprovalDecide, a)
+	g.mu.Unlock()
 	return a, nil
 }
 
 // recordDecision writes the audit record, then the row. Called with g.mu.
-func (g *Gateway) recordDecision(ctx context.Context, a Approval) error {
+func (g *Gateway) recordDecision(ctx context.Context, a Approval, extra map[string]any) error {
 	data := map[string]any{"id": a.ID, "kind": a.Kind, "decision": a.State, "requested_by": a.RequestedBy}
 	if a.Scope != "" {
 		data["scope"] = a.Scope
 	}
 	if a.Reason != "" {
 		data["reason"] = a.Reason
+	}
+	for k, v := range extra {
+		data[k] = v
 	}
 	if _, err := g.opts.Audit.Append(ctx, audit.Entry{Session: a.Session, Actor: a.DecidedBy, Kind: audit.KindApprovalDecide, Data: data}); err != nil {
 		return fmt.Errorf("gateway: audit decision: %w", err)
@@ -405,7 +553,9 @@ func (g *Gateway) apply(a Approval) Approval {
 			g.opts.Logf("gateway: %s %s approved but failed: %v", a.Kind, a.ID, err)
 		} else if r != nil {
 			if m, ok := r.(map[string]any); ok {
-				result = m
+				if m != nil {
+					result = m
+				}
 			} else {
 				result = map[string]any{"value": r}
 			}
@@ -429,6 +579,72 @@ func (g *Gateway) apply(a Approval) Approval {
 	g.publishLocked(a)
 	g.mu.Unlock()
 	return a
+}
+
+// Actions is the action table that carries out each kind's payload
+// (kinds.Payload.Apply) through env: what runs is decoded from exactly
+// the stored data the operator was shown.
+func Actions(env kinds.Env) map[string]Action {
+	out := map[string]Action{}
+	for _, k := range Kinds() {
+		out[k] = func(ctx context.Context, a Approval) (any, error) {
+			p := a.Payload()
+			if p == nil {
+				return nil, fmt.Errorf("%w: %s data does not validate", ErrInvalid, a.Kind)
+			}
+			res, err := p.Apply(ctx, env, a.Target())
+			if err != nil || res == nil {
+				return nil, err
+			}
+			return res, nil
+		}
+	}
+	return out
+}
+
+// Withdraw ends every pending request of a sandbox (it ended): each
+// expires with why as its reason, audited as a decision by "gateway" with
+// "withdrawn": true, and its waiters wake (the egress broker's held
+// connections are refused). It works after Close too, so the sandboxes a
+// shutdown destroys take their requests with them. It returns how many it
+// withdrew.
+func (g *Gateway) Withdraw(ctx context.Context, session, why string) (int, error) {
+	if session == "" {
+		return 0, fmt.Errorf("%w: no sandbox to withdraw requests of", ErrInvalid)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	due, err := g.query(ctx, `WHERE state = 'pending' AND session = ?`, session)
+	if err != nil {
+		return 0, err
+	}
+	now := g.opts.Now().UTC()
+	for i, a := range due {
+		a.State, a.DecidedAt, a.DecidedBy, a.Reason = StateExpired, &now, "gateway", why
+		if err := g.recordDecision(ctx, a, map[string]any{"withdrawn": true}); err != nil {
+			return i, err
+		}
+		g.publishLocked(a)
+		g.opts.Notify(audit.KindApprovalDecide, a)
+	}
+	return len(due), nil
+}
+
+// SandboxEnded withdraws a sandbox's pending requests; its signature fits
+// session.Options.OnEnd.
+func (g *Gateway) SandboxEnded(id, state, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	why := fmt.Sprintf("withdrawn: sandbox %s ended (%s", id, state)
+	if reason != "" {
+		why += ": " + reason
+	}
+	why += ")"
+	if n, err := g.Withdraw(ctx, id, why); err != nil {
+		g.opts.Logf("gateway: withdraw the requests of %s: %v", id, err)
+	} else if n > 0 {
+		g.opts.Logf("gateway: withdrew %d pending request(s) of %s (%s)", n, id, state)
+	}
 }
 
 // Wait returns the approval once it is no longer pending, or after d (or
@@ -578,7 +794,7 @@ func (g *Gateway) expireDue(ctx context.Context) error {
 	for _, a := range due {
 		a.State, a.DecidedAt, a.DecidedBy = StateExpired, &now, "gateway"
 		a.Reason = fmt.Sprintf("no decision within %s", g.opts.Timeout)
-		if err := g.recordDecision(ctx, a); err != nil {
+		if err := g.recordDecision(ctx, a, nil); err != nil {
 			return err
 		}
 		g.publishLocked(a)
@@ -587,7 +803,7 @@ func (g *Gateway) expireDue(ctx context.Context) error {
 	return nil
 }
 
-const columns = `id, kind, state, session, requested_by, summary, data, created_at, expires_at, decided_at, decided_by, scope, reason, result`
+const columns = `id, kind, state, session, requested_by, via, note, data, created_at, expires_at, decided_at, decided_by, scope, reason, result`
 
 func (g *Gateway) query(ctx context.Context, tail string, args ...any) ([]Approval, error) {
 	rows, err := g.db.QueryContext(ctx, `SELECT `+columns+` FROM approvals `+tail, args...)
@@ -599,11 +815,17 @@ func (g *Gateway) query(ctx context.Context, tail string, args ...any) ([]Approv
 	for rows.Next() {
 		var a Approval
 		var data, created, expires, decided, result string
-		if err := rows.Scan(&a.ID, &a.Kind, &a.State, &a.Session, &a.RequestedBy, &a.Summary, &data,
+		if err := rows.Scan(&a.ID, &a.Kind, &a.State, &a.Session, &a.RequestedBy, &a.Via, &a.AgentNote, &data,
 			&created, &expires, &decided, &a.DecidedBy, &a.Scope, &a.Reason, &result); err != nil {
 			return nil, fmt.Errorf("gateway: read approval: %w", err)
 		}
 		a.Data = json.RawMessage(data)
+		// The stored summary column is not read back: the summary is
+		// derived again from the data (rows of older versions may hold
+		// the requester's own words there).
+		if p, err := kinds.Decode(a.Kind, a.Data); err == nil {
+			a.payload = p
+		}
 		if result != "" {
 			a.Result = json.RawMessage(result)
 		}
@@ -613,6 +835,7 @@ func (g *Gateway) query(ctx context.Context, tail string, args ...any) ([]Approv
 			t, _ := time.Parse(timeLayout, decided)
 			a.DecidedAt = &t
 		}
+		a.describe()
 		out = append(out, a)
 	}
 	return out, rows.Err()
@@ -627,28 +850,4 @@ func newID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "apr-" + hex.EncodeToString(b[:])
-}
-
-func defaultSummary(kind, session string, data []byte) string {
-	who := session
-	if who == "" {
-		who = "an agent"
-	}
-	var m map[string]any
-	_ = json.Unmarshal(data, &m)
-	switch kind {
-	case KindEgressHost:
-		return fmt.Sprintf("%s wants to reach %v:%v", who, m["host"], m["port"])
-	case KindExecCommand:
-		return fmt.Sprintf("%s wants to run %q", who, m["command"])
-	case KindToolRegister:
-		return fmt.Sprintf("%s wants to register the tool %v", who, m["name"])
-	case KindAgentSpawn:
-		return fmt.Sprintf("%s wants to spawn an agent", who)
-	case KindSandboxWiden:
-		return fmt.Sprintf("%s wants a wider sandbox", who)
-	case KindToolCall:
-		return fmt.Sprintf("%s wants to call the tool %v", who, m["tool"])
-	}
-	return who + " asks for " + kind
 }

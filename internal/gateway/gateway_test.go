@@ -55,7 +55,7 @@ func newGateway(t *testing.T, f *fixture, opts Options) *Gateway {
 	return g
 }
 
-func kinds(t *testing.T, log *audit.Log) map[string]int {
+func auditKinds(t *testing.T, log *audit.Log) map[string]int {
 	t.Helper()
 	if res, err := log.Verify(context.Background()); err != nil || !res.OK {
 		t.Fatalf("audit chain: %+v %v", res, err)
@@ -114,7 +114,7 @@ func TestFileDecideAndIdempotence(t *testing.T) {
 	if ran.Load() != 1 {
 		t.Fatalf("action ran %d times", ran.Load())
 	}
-	k := kinds(t, f.log)
+	k := auditKinds(t, f.log)
 	if k[audit.KindApprovalRequest] != 1 || k[audit.KindApprovalDecide] != 1 || k[KindApprovalApply] != 1 {
 		t.Fatalf("audit kinds: %v", k)
 	}
@@ -135,7 +135,7 @@ func TestFileValidation(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if list, _ := g.List(ctx, Filter{}); len(list) != 0 {
+	if list, _ := g.List(ctx, Filter{}); len(list.Approvals) != 0 {
 		t.Fatalf("invalid requests were stored: %v", list)
 	}
 }
@@ -334,17 +334,17 @@ func TestWebhooksSignAndRetry(t *testing.T) {
 		bodies = append(bodies, body)
 	}))
 	defer srv.Close()
-	if _, err := NewWebhooks(WebhookOptions{URLs: []string{srv.URL}, Secret: []byte("short")}); !errors.Is(err, ErrInvalid) {
+	f := openFixture(t, filepath.Join(t.TempDir(), "db"))
+	if _, err := NewWebhooks(WebhookOptions{URLs: []string{srv.URL}, Secret: []byte("short"), Store: f.st, Audit: f.log}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("short secret: %v", err)
 	}
-	if _, err := NewWebhooks(WebhookOptions{URLs: []string{"ftp://x"}, Secret: secret}); !errors.Is(err, ErrInvalid) {
+	if _, err := NewWebhooks(WebhookOptions{URLs: []string{"ftp://x"}, Secret: secret, Store: f.st, Audit: f.log}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad URL: %v", err)
 	}
-	hooks, err := NewWebhooks(WebhookOptions{URLs: []string{srv.URL}, Secret: secret, Backoff: 10 * time.Millisecond})
+	hooks, err := NewWebhooks(WebhookOptions{URLs: []string{srv.URL}, Secret: secret, Backoff: 10 * time.Millisecond, Store: f.st, Audit: f.log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := openFixture(t, filepath.Join(t.TempDir(), "db"))
 	g := newGateway(t, f, Options{Notify: hooks.Notify})
 	a, err := g.File(context.Background(), Request{Kind: KindToolCall, By: "agent", Data: map[string]any{"tool": "deploy"}})
 	if err != nil {

@@ -70,6 +70,8 @@ type Approvals struct {
 	MaxPending        int      `yaml:"max_pending"`
 	Webhooks          []string `yaml:"webhooks"`
 	WebhookSecretFile string   `yaml:"webhook_secret_file"`
+
+	Quotas `yaml:",inline"` // max_pending_per_principal, max_pending_total (approvals.go)
 }
 
 // Exec is the exec section.
@@ -163,6 +165,9 @@ func (p *Policy) validate() error {
 		p.Approvals.MaxPending = 20
 	case m < 0 || m > 10000:
 		return fmt.Errorf("%w: approvals.max_pending %d must be between 1 and 10000", ErrInvalid, m)
+	}
+	if err := p.Approvals.Quotas.validate(); err != nil {
+		return err
 	}
 	for _, w := range p.Approvals.Webhooks {
 		u, err := url.Parse(w)

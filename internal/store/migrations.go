@@ -188,6 +188,38 @@ CREATE TABLE model_spend (
 ) STRICT;
 `,
 		},
+		{
+			Version: 6,
+			Name:    "approval notes, quotas and webhook deliveries",
+			SQL: `
+-- note is what the requester wrote about its request, kept apart from the
+-- summary (which the gateway derives from data); via names the daemon part
+-- that filed a request on the requester's behalf (the egress broker).
+ALTER TABLE approvals ADD COLUMN note TEXT NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN via TEXT NOT NULL DEFAULT '';
+-- Pending requests are counted per principal for its quota.
+CREATE INDEX approvals_by_requester ON approvals (requested_by, state);
+
+-- Webhook deliveries not yet made (package gateway): one row per event and
+-- URL, deleted once delivered or given up (both audited). seq orders them;
+-- principal (who filed the approval) decides whose delivery a full queue
+-- drops first.
+CREATE TABLE webhook_deliveries (
+	seq        INTEGER PRIMARY KEY,
+	id         TEXT NOT NULL UNIQUE,
+	url        TEXT NOT NULL,
+	event      TEXT NOT NULL,
+	approval   TEXT NOT NULL,
+	principal  TEXT NOT NULL,
+	body       TEXT NOT NULL,
+	created_at TEXT NOT NULL,
+	attempts   INTEGER NOT NULL,
+	next_at    TEXT NOT NULL,
+	last_error TEXT NOT NULL
+) STRICT;
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (url, next_at);
+`,
+		},
 	}
 }
 

@@ -4,6 +4,7 @@ export { SandboxError } from './errors.js';
 export type { SandboxErrorCode } from './errors.js';
 export type {
   Approval,
+  ApprovalField,
   ApprovalKind,
   ApprovalRequest,
   ApprovalState,

@@ -238,7 +238,8 @@ export class IronClawSandbox {
   /** Files a request for an operator's decision (`POST /v1/approvals`); returns it, pending. */
   async requestApproval(req: ApprovalRequest): Promise<Approval> {
     const body: Record<string, unknown> = { kind: req.kind, data: req.data };
-    if (req.summary !== undefined) body['summary'] = req.summary;
+    const note = req.note ?? req.summary;
+    if (note !== undefined) body['note'] = note;
     if (req.session === undefined) {
       await this.engage();
       body['session'] = this._id;

@@ -54,11 +54,8 @@ export async function runShellTool(
 ): Promise<ShellToolOutput> {
   const name = opts.name ?? 'sandbox_shell';
   if (opts.requireApproval) {
-    const filed = await sandbox.requestApproval({
-      kind: 'tool.call',
-      data: { tool: name, input: { command } },
-      summary: `${name}: ${command}`,
-    });
+    // The daemon shows the operator the tool and its arguments from data; no note repeats them.
+    const filed = await sandbox.requestApproval({ kind: 'tool.call', data: { tool: name, input: { command } } });
     const wait: { timeoutMs?: number; signal?: AbortSignal } = {};
     if (opts.approvalTimeoutMs !== undefined) wait.timeoutMs = opts.approvalTimeoutMs;
     if (call.signal) wait.signal = call.signal;

@@ -77,14 +77,30 @@ export type ApprovalKind =
   | 'tool.call'
   | (string & {});
 
+/** One decisive field of an approval: what an operator must read to decide, in full. */
+export interface ApprovalField {
+  name: string;
+  /** Exact; escape it before printing it. With `format: 'json'` it is JSON text (an argv, a tool's arguments). */
+  value: string;
+  format?: 'json' | (string & {});
+}
+
 /** A request for an operator's decision, held by the daemon's approval gateway. */
 export interface Approval {
   id: string;
   kind: ApprovalKind;
   state: ApprovalState | (string & {});
   session?: string;
+  /** The principal that asked ("agent", "agent:NAME", an operator). */
   requested_by?: string;
+  /** The part of the daemon that filed it for `requested_by` (`egress`: a held connection). */
+  via?: string;
+  /** One line derived by the daemon from `data`, what an approval applies; never the requester's text. */
   summary?: string;
+  /** The decisive fields of `data`, derived by the daemon. */
+  fields?: ApprovalField[];
+  /** The requester's own text about the request (`note` when filed), shown to operators labelled as such. */
+  agent_note?: string;
   data?: unknown;
   created_at?: string;
   expires_at?: string;
@@ -98,6 +114,12 @@ export interface Approval {
 export interface ApprovalRequest {
   kind: ApprovalKind;
   data: unknown;
+  /**
+   * Your own words about the request, shown to the operator as the agent's note (never as what will be
+   * applied, which the daemon derives from `data`). Printable text, at most 500 bytes.
+   */
+  note?: string;
+  /** @deprecated The older name of `note`. */
   summary?: string;
   /** The sandbox the request belongs to. Default: this sandbox (engaged first); `null` files it without one. */
   session?: string | null;

@@ -47,13 +47,19 @@ describe('requestApproval / waitForApproval', () => {
     const a = await sbx.requestApproval({
       kind: 'tool.call',
       data: { tool: 'deploy', input: { env: 'prod' } },
-      summary: 'deploy to prod',
+      note: 'deploy to prod',
     });
     assert.match(a.id, /^apr-/);
     assert.equal(a.state, 'pending');
     assert.equal(a.kind, 'tool.call');
     assert.equal(a.session, sbx.id);
-    assert.equal(a.summary, 'deploy to prod');
+    // The summary is the daemon's, from data; the agent's words are its note.
+    assert.equal(a.summary, 'call the tool deploy');
+    assert.equal(a.agent_note, 'deploy to prod');
+    assert.deepEqual(
+      a.fields?.find((f) => f.name === 'arguments'),
+      { name: 'arguments', value: '{"env":"prod"}', format: 'json' },
+    );
     assert.deepEqual((await sbx.getApproval(a.id)).data, { tool: 'deploy', input: { env: 'prod' } });
 
     // a short wait gives it back still pending

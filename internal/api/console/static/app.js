@@ -1,5 +1,8 @@
 // IronClaw web console. Plain DOM, no framework: every value from the API is
-// put on the page with textContent, never parsed as HTML.
+// put on the page as text, never parsed as HTML, and through safe(), which
+// shows control, bidirectional and other invisible characters as visible
+// escapes (\x1b, \u202e), as the CLI does: an agent's text cannot repaint
+// or reorder what the operator reads.
 'use strict';
 
 const TOKEN_KEY = 'ironclaw.operator-token';
@@ -95,6 +98,47 @@ function setLive(r, name, up) {
 
 // --- small DOM helpers ---
 
+// Characters that must not reach the page raw (as textsafe.Unsafe): C0 and
+// C1 controls, DEL, line and paragraph separators, format characters (the
+// bidi embeddings, overrides, isolates and marks among them), lone
+// surrogates; and the backslash, doubled so an escape cannot be faked.
+const UNSAFE = /[\p{Cc}\p{Cf}\u2028\u2029\ufffd\\]|[\ud800-\udfff]/gu;
+
+function escapeChar(ch) {
+  if (ch === '\\') return '\\\\';
+  if (ch === '\n') return '\\n';
+  if (ch === '\t') return '\\t';
+  if (ch === '\r') return '\\r';
+  const cp = ch.codePointAt(0);
+  if (cp < 0x80) return `\\x${cp.toString(16).padStart(2, '0')}`;
+  if (cp <= 0xffff) return `\\u${cp.toString(16).padStart(4, '0')}`;
+  return `\\U${cp.toString(16).padStart(8, '0')}`;
+}
+
+// safe renders text as nodes: the text itself, with every unsafe character
+// replaced by its escape, marked so it stands out.
+function safe(value) {
+  const text = String(value ?? '');
+  const frag = document.createDocumentFragment();
+  let last = 0;
+  for (const m of text.matchAll(UNSAFE)) {
+    if (m.index > last) frag.append(text.slice(last, m.index));
+    if (m[0] === '\\') {
+      frag.append('\\\\');
+    } else {
+      const mark = document.createElement('span');
+      mark.className = 'esc';
+      mark.title = 'an escaped control or format character';
+      mark.textContent = escapeChar(m[0]);
+      frag.append(mark);
+    }
+    last = m.index + m[0].length;
+  }
+  if (last < text.length) frag.append(text.slice(last));
+  return frag;
+}
+
+// el builds an element; string children go through safe().
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -102,7 +146,14 @@ function el(tag, attrs = {}, ...children) {
     else if (k === 'class') node.className = v;
     else node.setAttribute(k, v);
   }
-  for (const c of children) node.append(c instanceof Node ? c : String(c ?? ''));
+  for (const c of children) {
+    if (c instanceof Node) node.append(c);
+    else {
+      const s = String(c ?? '');
+      // Plain strings with nothing unsafe stay one text node.
+      node.append(s.search(UNSAFE) < 0 ? s : safe(s));
+    }
+  }
   return node;
 }
 
@@ -110,10 +161,62 @@ function td(text, cls = '') {
   return el('td', cls ? { class: cls } : {}, text ?? '');
 }
 
+// compact is a value as JSON, shortened: for the audit trail only; the
+// approvals show their fields in full.
 function compact(value) {
   if (value === undefined || value === null) return '';
   const s = JSON.stringify(value);
   return s.length > 300 ? `${s.slice(0, 300)}…` : s;
+}
+
+// jsonSafe shows JSON text (a field with format "json"): characters that
+// must be escaped become JSON \u escapes, marked, so it stays valid and
+// exact JSON; its own backslashes are JSON's and stay as they are.
+function jsonSafe(value) {
+  const text = String(value ?? '');
+  const frag = document.createDocumentFragment();
+  let last = 0;
+  for (const m of text.matchAll(/[\p{Cc}\p{Cf}\u2028\u2029\ufffd]|[\ud800-\udfff]/gu)) {
+    if (m.index > last) frag.append(text.slice(last, m.index));
+    const mark = document.createElement('span');
+    mark.className = 'esc';
+    mark.title = 'an escaped control or format character';
+    let esc = '';
+    for (let i = 0; i < m[0].length; i++) esc += `\\u${m[0].charCodeAt(i).toString(16).padStart(4, '0')}`;
+    mark.textContent = esc;
+    frag.append(mark);
+    last = m.index + m[0].length;
+  }
+  if (last < text.length) frag.append(text.slice(last));
+  return frag;
+}
+
+// summaryText shows a summary: the daemon escapes its values already, so
+// its backslashes are not doubled again (anything unsafe still is).
+function summaryText(s) {
+  const text = String(s ?? '');
+  return /^[^\p{Cc}\p{Cf}\u2028\u2029\ufffd\ud800-\udfff]*$/u.test(text) ? document.createTextNode(text) : safe(text);
+}
+
+// applied is what an approval will do: the daemon's summary, derived from
+// the data it applies, and every decisive field in full.
+function applied(a) {
+  const list = el('dl', { class: 'fields', testid: `fields-${a.id}` });
+  for (const f of a.fields || []) {
+    list.append(el('dt', {}, f.name), el('dd', {}, f.format === 'json' ? jsonSafe(f.value) : f.value));
+  }
+  return el('td', { class: 'applied' }, el('div', { class: 'summary', testid: `summary-${a.id}` }, summaryText(a.summary)), list);
+}
+
+// agentNote is the requester's own text, labelled and set apart.
+function agentNote(a) {
+  const cell = el('td', { class: 'note-cell' });
+  if (a.agent_note) {
+    cell.append(el('div', { class: 'agent-note', testid: `note-${a.id}` },
+      el('span', { class: 'note-label' }, "Agent's note (its own words, not checked):"), ' ',
+      el('q', {}, a.agent_note)));
+  }
+  return cell;
 }
 
 function when(iso) {
@@ -161,9 +264,10 @@ function addApprovalRow(r, a) {
   if (a.kind === 'egress.host') actions.append(scope, ' ');
   actions.append(reason, ' ', approve, ' ', deny, msg);
 
+  const by = a.via ? `${a.requested_by} (via ${a.via})` : a.requested_by;
   const row = el('tr', { testid: `approval-${id}` },
-    td(id, 'mono'), td(a.kind), td(a.session, 'mono'), td(a.summary, 'summary'),
-    td(compact(a.data), 'mono data'), td(when(a.created_at)), expires, actions);
+    td(id, 'mono'), td(a.kind), td(a.session, 'mono'), td(by, 'mono'),
+    applied(a), agentNote(a), td(when(a.created_at)), expires, actions);
 
   const decide = async (verb) => {
     const body = {};
@@ -208,15 +312,17 @@ function addDecided(a) {
   const list = $('decided');
   list.querySelector(`[data-testid="decided-${CSS.escape(a.id)}"]`)?.remove();
   const parts = [`${a.kind || ''} ${a.id}`];
-  if (a.summary) parts.push(a.summary);
+  if (a.summary) parts.push(summaryText(a.summary));
+  if (a.agent_note) parts.push(`agent's note: “${a.agent_note}”`);
   if (a.session) parts.push(`session ${a.session}`);
   if (a.decided_by) parts.push(`by ${a.decided_by}`);
   if (a.scope) parts.push(`scope ${a.scope}`);
   if (a.reason) parts.push(`reason: ${a.reason}`);
   if (a.result) parts.push(`result ${compact(a.result)}`);
   if (a.decided_at) parts.push(when(a.decided_at));
+  const joined = parts.flatMap((p, i) => (i ? [' · ', p] : [p]));
   list.prepend(el('li', { testid: `decided-${a.id}` },
-    el('strong', { class: `state-${a.state}` }, a.state), ' ', parts.join(' · ')));
+    el('strong', { class: `state-${a.state}` }, a.state), ' ', ...joined));
   while (list.children.length > DECIDED_KEEP) list.lastElementChild.remove();
   $('no-decided').hidden = true;
 }

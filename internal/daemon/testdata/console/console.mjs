@@ -6,6 +6,12 @@
 // env: IRONCLAW_URL, IRONCLAW_OPERATOR_TOKEN, APPROVAL_ID (required);
 //      DECISION=approve|deny, SCOPE=sandbox|global, EXPECT_SANDBOX=sbx-...,
 //      CHROMIUM (default /usr/bin/chromium).
+// With MODE=spoof it decides nothing and instead checks that a spoofing
+// attempt is displayed safely: APPROVAL_ID's row shows EXPECT_APPLY in its
+// summary and fields and EXPECT_NOTE only in its labelled agent's note;
+// ESC_ID's row (an argv full of control and bidi characters, ending in
+// ESC_TAIL) shows them escaped and in full; no raw control or bidi
+// character is anywhere on the page.
 // Prints one JSON line {"ok":true,...} on success; exits 1 otherwise.
 import { chromium } from 'playwright-core';
 
@@ -57,6 +63,12 @@ async function main() {
     await step(tid('token-save').click());
 
     await step(tid(`approval-${id}`).waitFor());
+    if (process.env.MODE === 'spoof') {
+      const result = await checkSpoof(page, step, tid, id);
+      if (pageErrors.length) throw new Error(`page errors: ${pageErrors.join('; ')}`);
+      process.stdout.write(`${JSON.stringify({ ok: true, ...result, ms: Date.now() - started })}\n`);
+      return;
+    }
     if (scope) {
       const select = tid(`scope-${id}`);
       if (await select.count() === 0) throw new Error(`approval ${id} has no scope select (not egress.host?)`);
@@ -89,6 +101,48 @@ async function main() {
   } finally {
     await browser.close();
   }
+}
+
+// Characters that must never reach the page raw (textsafe.Unsafe's set).
+const RAW_UNSAFE = /[\p{Cc}\p{Cf}\u2028\u2029]/u;
+
+async function checkSpoof(page, step, tid, id) {
+  const expectApply = env('EXPECT_APPLY');
+  const expectNote = env('EXPECT_NOTE');
+  const escId = env('ESC_ID');
+  const escTail = env('ESC_TAIL');
+  const must = (cond, what) => { if (!cond) throw new Error(what); };
+
+  const summary = await step(tid(`summary-${id}`).textContent());
+  const fields = await step(tid(`fields-${id}`).textContent());
+  const note = await step(tid(`note-${id}`).textContent());
+  must(summary.includes(expectApply), `summary ${JSON.stringify(summary)} lacks ${expectApply}`);
+  must(!summary.includes(expectNote) && !fields.includes(expectNote), 'the agent\'s words are shown as what will be applied');
+  must(fields.includes('host:port') && fields.includes(expectApply), `fields ${JSON.stringify(fields)} lack host:port ${expectApply}`);
+  must(note.includes("Agent's note") && note.includes(expectNote), `note ${JSON.stringify(note)}`);
+  const apart = await page.evaluate((nid) => {
+    const n = document.querySelector(`[data-testid="note-${nid}"]`);
+    return n && !n.closest('td.applied') && !!n.closest('td.note-cell');
+  }, id);
+  must(apart, 'the agent\'s note is not in a cell of its own');
+
+  await step(tid(`approval-${escId}`).waitFor());
+  const escRow = await step(tid(`approval-${escId}`).textContent());
+  must(!RAW_UNSAFE.test(escRow), `a raw control or bidi character in the row: ${JSON.stringify(escRow)}`);
+  // The summary shows \x1b (escaped by the daemon), the argv field its
+  // JSON form \u001b; the bidi override is escaped by the console itself.
+  must(escRow.includes('\\x1b') && escRow.includes('\\u001b') && escRow.includes('\\u202e'), `escapes not shown: ${JSON.stringify(escRow)}`);
+  must(!escRow.includes('\\\\x1b'), 'the summary is escaped twice');
+  must(escRow.includes(escTail), 'the long argument was cut');
+  const marks = await tid(`approval-${escId}`).locator('.esc').count();
+  must(marks >= 1, `${marks} escape marks`); // the override in the argv field, marked by the console
+
+  // Once the audit trail (which holds the same data) is on the page too,
+  // nothing raw anywhere.
+  await step(page.locator('[data-testid^="audit-"]').filter({ hasText: 'approval.request' }).first().waitFor());
+  const all = await page.evaluate(() => document.body.innerText);
+  must(!RAW_UNSAFE.test(all.replace(/[\n\t]/g, ' ')), 'a raw control or bidi character on the page');
+  return { approval: id, escaped: escId, marks };
 }
 
 main().catch((err) => {
