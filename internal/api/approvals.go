@@ -84,7 +84,7 @@ type fileBody struct {
 // that their routes validate.
 func (s *Server) fileApproval(w http.ResponseWriter, r *http.Request, who principal) error {
 	var b fileBody
-	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &b); err != nil {
+	if err := decodeJSON(s.bodyOf(w, r), &b); err != nil {
 		if err == io.EOF {
 			return badRequest("empty body: kind and data are required")
 		}
@@ -280,7 +280,7 @@ type decideBody struct {
 func (s *Server) decide(approve bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, who principal) error {
 		var b decideBody
-		if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &b); err != nil && err != io.EOF {
+		if err := decodeJSON(s.bodyOf(w, r), &b); err != nil && err != io.EOF {
 			return err
 		}
 		if !approve && b.Scope != "" {

@@ -17,7 +17,7 @@ import (
 
 // readBody reads a privileged request's JSON body, bounded.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	return io.ReadAll(s.bodyOf(w, r))
 }
 
 // fileKind files a request of kind for data and answers 202.
@@ -64,7 +64,7 @@ func (s *Server) widenEgress(w http.ResponseWriter, r *http.Request, who princip
 	var b struct {
 		Allow []string `json:"allow"`
 	}
-	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &b); err != nil {
+	if err := decodeJSON(s.bodyOf(w, r), &b); err != nil {
 		if err == io.EOF {
 			return badRequest(`empty body: {"allow": [...]} is required`)
 		}
