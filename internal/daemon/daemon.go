@@ -26,6 +26,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/image"
+	"github.com/ironclaw/ironclaw/internal/netlimit"
 	"github.com/ironclaw/ironclaw/internal/policy"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 	"github.com/ironclaw/ironclaw/internal/session"
@@ -68,6 +69,11 @@ type Config struct {
 	Model ModelConfig
 	// Egress configures the egress broker of every sandbox.
 	Egress EgressConfig
+	// Inside bounds the servers on every sandbox's loopback (the model
+	// proxy and the egress broker): connections per sandbox, the request
+	// head, body, idle and write timeouts (see package netlimit; zero
+	// values take its defaults).
+	Inside netlimit.Config
 	// PolicyFile is the host-side policy (YAML, see package policy): its
 	// egress rules add to Egress, and it sets the approval timeout,
 	// webhooks and which commands need approval. "" is the default policy.
@@ -172,6 +178,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := prepareDir(dir, logf); err != nil {
 		return err
 	}
+	raiseFileLimit(logf)
 	unlock, err := lockDir(dir)
 	if err != nil {
 		return err
@@ -284,6 +291,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		OnEnd:        ends.onEnd,
 		Model:        model,
 		Egress:       eg,
+		Inside:       cfg.Inside,
 		Images:       images,
 	})
 	if err != nil {
@@ -370,16 +378,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	hs := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Handler: netlimit.GuardBodies(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
 			defer inflight.Done()
 			h.ServeHTTP(w, r)
-		}),
+		}), apiBodyLimits),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		// No ReadTimeout or WriteTimeout: uploads may be large and exec and
-		// audit follow stream for as long as they run.
+		// audit follow stream for as long as they run. Bodies are bounded
+		// by apiBodyLimits instead.
 		// Requests outlive ctx: shutdown cancels them itself, after a grace.
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
