@@ -178,12 +178,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := prepareDir(dir, logf); err != nil {
 		return err
 	}
-	raiseFileLimit(logf)
 	unlock, err := lockDir(dir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	raiseFileLimit(logf)
 
 	agentTok, err := ensureToken(filepath.Join(dir, AgentTokenFile))
 	if err != nil {
