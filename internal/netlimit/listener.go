@@ -2,6 +2,7 @@ package netlimit
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -122,6 +123,16 @@ func (c *conn) Close() error {
 		c.l.budget.Release()
 	}
 	return err
+}
+
+// WriteTo passes the underlying connection's WriteTo on (TCP's), so that a
+// bufio.Reader over the connection copies in large chunks, as it would over
+// the bare connection, instead of its own 4 KiB ones.
+func (c *conn) WriteTo(w io.Writer) (int64, error) {
+	if wt, ok := c.Conn.(io.WriterTo); ok {
+		return wt.WriteTo(w)
+	}
+	return io.Copy(w, struct{ io.Reader }{c.Conn})
 }
 
 // CloseWrite half-closes the connection where the underlying one can (TCP).

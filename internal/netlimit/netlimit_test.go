@@ -425,3 +425,46 @@ func TestBudgetConcurrent(t *testing.T) {
 		t.Fatalf("acquired %d, in use %d", got, b.InUse())
 	}
 }
+
+// The cost of the bounds on the hot path: a bulk transfer over loopback
+// TCP, writing to and reading from an accepted connection, bare and
+// through a Listener (whose writes refresh a deadline), in the same run.
+func BenchmarkAcceptedConn(b *testing.B) {
+	const chunk = 32 << 10
+	for _, name := range []string{"bare", "bounded", "bare-read", "bounded-read"} {
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var l net.Listener = ln
+			if strings.HasPrefix(name, "bounded") {
+				l = NewListener(ln, Config{Budget: NewBudget(10)})
+			}
+			defer l.Close()
+			peer, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer peer.Close()
+			c, err := l.Accept()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			src, dst := c, peer // the server writes
+			if strings.HasSuffix(name, "-read") {
+				src, dst = peer, c
+			}
+			go io.Copy(io.Discard, bufio.NewReader(dst)) // bufio: as http.Server reads
+			buf := make([]byte, chunk)
+			b.SetBytes(chunk)
+			b.ResetTimer()
+			for range b.N {
+				if _, err := src.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
