@@ -105,15 +105,32 @@ type conn struct {
 	net.Conn
 	l      *Listener
 	closed atomic.Bool
+	armed  atomic.Int64 // unix nanos of the last write deadline Write set; 0: none since SetDeadline
 }
 
-// Write fails after the listener's WriteTimeout without progress. It
-// replaces any write deadline set on the connection before.
+// Write fails after the listener's WriteTimeout without progress (between
+// 15/16 of it and all of it: the deadline is moved at most 16 times per
+// timeout, as moving it costs more than a small write). It replaces any
+// write deadline set on the connection before.
 func (c *conn) Write(p []byte) (int, error) {
 	if d := c.l.writeTimeout; d > 0 {
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(d))
+		now := time.Now()
+		if n := now.UnixNano(); n-c.armed.Load() >= int64(d/16) {
+			c.armed.Store(n)
+			_ = c.Conn.SetWriteDeadline(now.Add(d))
+		}
 	}
 	return c.Conn.Write(p)
+}
+
+func (c *conn) SetDeadline(t time.Time) error {
+	c.armed.Store(0)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.armed.Store(0)
+	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *conn) Close() error {
