@@ -17,6 +17,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/gateway"
+	"github.com/ironclaw/ironclaw/internal/netlimit"
 	"github.com/ironclaw/ironclaw/internal/store"
 )
 
@@ -37,6 +38,7 @@ type brokerRig struct {
 	gw       *gateway.Gateway
 	eg       *egressAccess
 	proxy    *httptest.Server
+	bare     *httptest.Server // the same broker served without netlimit's bounds, for comparison
 	upstream *httptest.Server
 	port     string
 }
@@ -75,13 +77,21 @@ func newBrokerRig(b *testing.B, allow []string, body []byte) *brokerRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	proxy := httptest.NewServer(br)
+	// Served as in a sandbox: within netlimit's bounds.
+	proxy := httptest.NewUnstartedServer(nil)
+	proxy.Config = netlimit.NewServer(br, netlimit.Config{})
+	proxy.Listener = netlimit.NewListener(proxy.Listener, netlimit.Config{})
+	proxy.Start()
 	b.Cleanup(proxy.Close)
-	return &brokerRig{gw: gw, eg: eg, proxy: proxy, upstream: up, port: port}
+	bare := httptest.NewServer(br)
+	b.Cleanup(bare.Close)
+	return &brokerRig{gw: gw, eg: eg, proxy: proxy, bare: bare, upstream: up, port: port}
 }
 
-func (r *brokerRig) client() *http.Client {
-	pu, _ := url.Parse(r.proxy.URL)
+func (r *brokerRig) client() *http.Client { return clientVia(r.proxy) }
+
+func clientVia(proxy *httptest.Server) *http.Client {
+	pu, _ := url.Parse(proxy.URL)
 	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), MaxIdleConnsPerHost: 64}}
 }
 
@@ -139,7 +149,8 @@ func reportLatency(b *testing.B, lat []time.Duration) {
 
 // Throughput of the broker for an allowlisted host: small GETs over
 // keep-alive connections from 16 clients, through the broker and, in the
-// same run, straight to the upstream (the peer).
+// same run, straight to the upstream (the peer) and through the same
+// broker served without netlimit's connection and time bounds.
 func BenchmarkBrokerThroughput(b *testing.B) {
 	r := newBrokerRig(b, []string{"up.test:PORT"}, []byte("hello"))
 	for _, c := range []struct {
@@ -149,6 +160,7 @@ func BenchmarkBrokerThroughput(b *testing.B) {
 	}{
 		{"direct", &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, r.upstream.URL + "/"},
 		{"broker", r.client(), "http://up.test:" + r.port + "/"},
+		{"broker-unbounded", clientVia(r.bare), "http://up.test:" + r.port + "/"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetParallelism(8) // 16 clients on 2 cores
@@ -170,11 +182,12 @@ func BenchmarkBrokerThroughput(b *testing.B) {
 }
 
 // Bulk transfer through a CONNECT tunnel (what HTTPS uses), 4 MiB per
-// request, against the same transfer straight from the upstream.
+// request, against the same transfer straight from the upstream (and
+// through the broker without netlimit's bounds).
 func BenchmarkBrokerTunnel(b *testing.B) {
 	body := make([]byte, 4<<20)
 	r := newBrokerRig(b, []string{"up.test:PORT"}, body)
-	for _, name := range []string{"direct", "broker"} {
+	for _, name := range []string{"direct", "broker", "broker-unbounded"} {
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for i := 0; i < b.N; i++ {
@@ -183,7 +196,11 @@ func BenchmarkBrokerTunnel(b *testing.B) {
 				if name == "direct" {
 					conn, err = net.Dial("tcp", r.upstream.Listener.Addr().String())
 				} else {
-					conn, err = net.Dial("tcp", r.proxy.Listener.Addr().String())
+					proxy := r.proxy
+					if name == "broker-unbounded" {
+						proxy = r.bare
+					}
+					conn, err = net.Dial("tcp", proxy.Listener.Addr().String())
 					if err == nil {
 						fmt.Fprintf(conn, "CONNECT up.test:%s HTTP/1.1\r\nHost: up.test:%s\r\n\r\n", r.port, r.port)
 						buf := make([]byte, len("HTTP/1.1 200 Connection established\r\n\r\n"))

@@ -26,6 +26,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/image"
+	"github.com/ironclaw/ironclaw/internal/netlimit"
 	"github.com/ironclaw/ironclaw/internal/policy"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
@@ -69,6 +70,11 @@ type Config struct {
 	Model ModelConfig
 	// Egress configures the egress broker of every sandbox.
 	Egress EgressConfig
+	// Inside bounds the servers on every sandbox's loopback (the model
+	// proxy and the egress broker): connections per sandbox, the request
+	// head, body, idle and write timeouts (see package netlimit; zero
+	// values take its defaults).
+	Inside netlimit.Config
 	// PolicyFile is the host-side policy (YAML, see package policy): its
 	// egress rules add to Egress, and it sets the approval timeout,
 	// webhooks and which commands need approval. "" is the default policy.
@@ -102,6 +108,9 @@ type Config struct {
 	// WaitOutputBytes bounds the output of an exec with ?wait=1 (0: the
 	// API's default, 1 MiB).
 	WaitOutputBytes int64
+	// BodyTimeout bounds how long the API waits for a request body, and how
+	// long an upload may stall (0: DefaultBodyTimeout).
+	BodyTimeout time.Duration
 	// At shutdown, requests in flight get ShutdownGrace to finish (0 means
 	// DefaultShutdownGrace); then the rest, typically exec and audit
 	// follow streams, are cancelled (killing their commands), and their
@@ -150,6 +159,9 @@ func (c Config) withDefaults() Config {
 	if c.DefaultTTL < 0 {
 		c.DefaultTTL = 0
 	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = DefaultShutdownGrace
 	}
@@ -181,6 +193,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer unlock()
+	raiseFileLimit(logf)
 
 	// A data dir that has run before holds its tokens: there, a missing or
 	// empty database is lost state (and a lost audit trail), not a first
@@ -299,6 +312,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		OnEnd:        ends.onEnd,
 		Model:        model,
 		Egress:       eg,
+		Inside:       cfg.Inside,
 		Images:       images,
 		Capacity:     capacity,
 		Quotas: session.Quotas{SandboxesPerPrincipal: lim.PerAgent.Sandboxes, ExecsPerPrincipal: lim.PerAgent.Execs,
@@ -376,6 +390,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		MaxUploadBytes:  cfg.MaxUploadBytes,
 		WaitOutputBytes: cfg.WaitOutputBytes,
+		BodyTimeout:     cfg.BodyTimeout,
 		Ceiling: &api.Ceiling{
 			Limits: lim.Max.SandboxLimits(sandbox.DefaultLimits),
 			TTL:    ceilingOr(time.Duration(lim.Max.TTL), cfg.DefaultTTL), Idle: ceilingOr(time.Duration(lim.Max.Idle), cfg.DefaultIdle),
@@ -404,16 +419,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	hs := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Handler: netlimit.GuardBodies(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
 			defer inflight.Done()
 			h.ServeHTTP(w, r)
-		}),
+		}), apiBodyLimits(cfg.BodyTimeout)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		// No ReadTimeout or WriteTimeout: uploads may be large and exec and
-		// audit follow stream for as long as they run.
+		// audit follow stream for as long as they run. Bodies are bounded
+		// by apiBodyLimits instead.
 		// Requests outlive ctx: shutdown cancels them itself, after a grace.
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}

@@ -12,12 +12,17 @@ import (
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/egress"
 	"github.com/ironclaw/ironclaw/internal/gateway"
+	"github.com/ironclaw/ironclaw/internal/netlimit"
 	"github.com/ironclaw/ironclaw/internal/session"
 	"github.com/ironclaw/ironclaw/internal/store"
 )
 
 // DefaultEgressPort is where the egress broker answers inside every sandbox.
 const DefaultEgressPort = 4001
+
+// DefaultEgressTotal bounds the tunnels and plain-HTTP requests of all
+// sandboxes' brokers at once (EgressConfig.MaxConnsTotal's default).
+const DefaultEgressTotal = 2048
 
 // EgressConfig configures the egress broker every sandbox gets. The policy
 // file's egress section adds to it.
@@ -40,6 +45,29 @@ type EgressConfig struct {
 	// Resolver resolves names host-side; nil is the system resolver. Tests
 	// map made-up names to a loopback stand-in or to private addresses.
 	Resolver egress.Resolver
+
+	// The brokers' bounds (see package egress); zero values take its
+	// defaults, negative durations mean none. The connection-level bounds
+	// (connections per sandbox, the request head's deadline) are
+	// Config.Inside's, shared with the model proxy.
+	//
+	// MaxConns bounds one sandbox's tunnels and plain-HTTP requests at
+	// once (egress.DefaultMaxActive), MaxConnsTotal all sandboxes'
+	// (DefaultEgressTotal).
+	MaxConns, MaxConnsTotal int
+	// MaxWaiting bounds one sandbox's connections held while an operator
+	// decides about unknown hosts, MaxWaitingPerHost those held on one
+	// host's decision; beyond them a connection is refused at once (429).
+	MaxWaiting, MaxWaitingPerHost int
+	// TunnelIdle closes a tunnel without traffic either way for that long
+	// (egress.DefaultIdleTimeout).
+	TunnelIdle time.Duration
+	// Body bounds how slowly plain-HTTP request bodies may arrive
+	// (netlimit.DefaultBody).
+	Body netlimit.BodyLimits
+	// DenyWindow is the window in which repeated refusals are aggregated
+	// into one summary record (egress.DefaultDenyWindow).
+	DenyWindow time.Duration
 }
 
 // egressAccess builds one broker per sandbox. Every broker shares the
@@ -56,6 +84,7 @@ type egressAccess struct {
 	log     *audit.Log
 	logf    func(string, ...any)
 	gw      atomic.Pointer[gateway.Gateway] // set once the gateway exists
+	bounds  egress.Config                   // the bounds every broker gets
 }
 
 func newEgressAccess(ctx context.Context, ec EgressConfig, st *store.Store, log *audit.Log, logf func(string, ...any)) (*egressAccess, error) {
@@ -64,6 +93,12 @@ func newEgressAccess(ctx context.Context, ec EgressConfig, st *store.Store, log 
 		port = DefaultEgressPort
 	}
 	e := &egressAccess{port: uint16(port), log: log, logf: logf, st: st, deny: ec.DenyUnknown, resolve: ec.Resolver, shared: &egress.Allowlist{}}
+	total := ec.MaxConnsTotal
+	if total <= 0 {
+		total = DefaultEgressTotal
+	}
+	e.bounds = egress.Config{MaxActive: ec.MaxConns, Total: netlimit.NewBudget(total), MaxWaiting: ec.MaxWaiting,
+		MaxWaitingPerHost: ec.MaxWaitingPerHost, IdleTimeout: ec.TunnelIdle, Body: ec.Body, DenyWindow: ec.DenyWindow}
 	if err := e.Check(ec.Allow); err != nil {
 		return nil, fmt.Errorf("egress allowlist: %w", err)
 	}
@@ -138,8 +173,10 @@ func (e *egressAccess) Broker(sess string, allow []string) (session.EgressBroker
 	if !e.deny {
 		unknown = e.ask
 	}
-	b, err := egress.New(egress.Config{Session: sess, Allow: list, Shared: e.shared, Unknown: unknown,
-		AllowPrivate: e.private, Resolver: e.resolve, Log: e.log, Logf: e.logf})
+	cfg := e.bounds
+	cfg.Session, cfg.Allow, cfg.Shared, cfg.Unknown = sess, list, e.shared, unknown
+	cfg.AllowPrivate, cfg.Resolver, cfg.Log, cfg.Logf = e.private, e.resolve, e.log, e.logf
+	b, err := egress.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -16,16 +16,21 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/netlimit"
 )
 
 // Actor is the audit actor of every record the broker writes.
 const Actor = "egress"
 
-// Defaults for Config's zero values.
+// Defaults for Config's zero values: limits a real agent never meets.
 const (
-	DefaultDialTimeout      = 30 * time.Second
-	DefaultResolveTimeout   = 10 * time.Second
-	DefaultHalfCloseTimeout = 5 * time.Minute
+	DefaultDialTimeout       = 30 * time.Second
+	DefaultResolveTimeout    = 10 * time.Second
+	DefaultHalfCloseTimeout  = 5 * time.Minute
+	DefaultIdleTimeout       = 10 * time.Minute
+	DefaultMaxActive         = 128
+	DefaultMaxWaiting        = 64
+	DefaultMaxWaitingPerHost = 16
 )
 
 // UnknownFunc decides about a host that is not on the allowlist (at that
@@ -65,6 +70,30 @@ type Config struct {
 	DialTimeout      time.Duration // per dial attempt; 0 => DefaultDialTimeout
 	ResolveTimeout   time.Duration // 0 => DefaultResolveTimeout
 	HalfCloseTimeout time.Duration // after one tunnel direction ends; 0 => default, <0 => none
+	// IdleTimeout closes a tunnel through which no byte has passed either
+	// way for that long (up to a quarter more); 0 => DefaultIdleTimeout,
+	// <0 => none.
+	IdleTimeout time.Duration
+
+	// MaxActive bounds this sandbox's tunnels and plain-HTTP requests at
+	// once, including those waiting for Unknown; 0 => DefaultMaxActive.
+	MaxActive int
+	// Total, if set, is shared by the brokers of all sandboxes: one unit
+	// per tunnel or request in flight.
+	Total *netlimit.Budget
+	// MaxWaiting bounds this sandbox's requests waiting for Unknown at
+	// once, and MaxWaitingPerHost those waiting for one host:port's
+	// decision; 0 => DefaultMaxWaiting, DefaultMaxWaitingPerHost.
+	MaxWaiting, MaxWaitingPerHost int
+	// Body bounds how slowly plain-HTTP request bodies may arrive (they
+	// are streamed upstream, never buffered); the zero value means
+	// netlimit.DefaultBody.
+	Body netlimit.BodyLimits
+	// DenyWindow and MaxDenyKeys aggregate refusals (see the package
+	// doc); 0 => DefaultDenyWindow, DefaultMaxDenyKeys; a negative window
+	// records every refusal in full.
+	DenyWindow  time.Duration
+	MaxDenyKeys int
 }
 
 // Broker is the egress proxy for one sandbox. It is an http.Handler.
@@ -79,10 +108,15 @@ type Broker struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	closed  bool
-	tunnels map[*tunnel]struct{}
-	wg      sync.WaitGroup
+	active  atomic.Int64 // tunnels and requests in flight
+	denials denials
+
+	mu        sync.Mutex
+	closed    bool
+	tunnels   map[*tunnel]struct{}
+	waiting   int            // requests waiting for Unknown
+	waitingOn map[string]int // host:port -> requests waiting for its decision
+	wg        sync.WaitGroup // tunnels, summary writes
 }
 
 // New checks cfg and returns a Broker.
@@ -92,7 +126,7 @@ func New(cfg Config) (*Broker, error) {
 			return nil, errors.New("egress: invalid AllowPrivate prefix")
 		}
 	}
-	b := &Broker{cfg: cfg, allow: cfg.Allow, resolver: cfg.Resolver, dial: cfg.Dial, tunnels: map[*tunnel]struct{}{}}
+	b := &Broker{cfg: cfg, allow: cfg.Allow, resolver: cfg.Resolver, dial: cfg.Dial, tunnels: map[*tunnel]struct{}{}, waitingOn: map[string]int{}}
 	if b.allow == nil {
 		b.allow = &Allowlist{}
 	}
@@ -111,15 +145,38 @@ func New(cfg Config) (*Broker, error) {
 	if b.cfg.HalfCloseTimeout == 0 {
 		b.cfg.HalfCloseTimeout = DefaultHalfCloseTimeout
 	}
+	if b.cfg.IdleTimeout == 0 {
+		b.cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if b.cfg.MaxActive <= 0 {
+		b.cfg.MaxActive = DefaultMaxActive
+	}
+	if b.cfg.MaxWaiting <= 0 {
+		b.cfg.MaxWaiting = DefaultMaxWaiting
+	}
+	if b.cfg.MaxWaitingPerHost <= 0 {
+		b.cfg.MaxWaitingPerHost = DefaultMaxWaitingPerHost
+	}
+	if b.cfg.Body == (netlimit.BodyLimits{}) {
+		b.cfg.Body = netlimit.DefaultBody
+	}
+	if b.cfg.DenyWindow == 0 {
+		b.cfg.DenyWindow = DefaultDenyWindow
+	}
+	if b.cfg.MaxDenyKeys <= 0 {
+		b.cfg.MaxDenyKeys = DefaultMaxDenyKeys
+	}
+	b.denials = denials{b: b, window: b.cfg.DenyWindow, maxKeys: b.cfg.MaxDenyKeys}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.transport = &http.Transport{
-		Proxy:                 nil, // never chain to the daemon's own proxy settings
-		DialContext:           b.dialFromContext,
-		DisableCompression:    true, // pass bodies through byte for byte
-		MaxIdleConns:          32,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil, // never chain to the daemon's own proxy settings
+		DialContext:            b.dialFromContext,
+		DisableCompression:     true, // pass bodies through byte for byte
+		MaxIdleConns:           16,   // descriptors held for no client; bounded per sandbox
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 1 << 20,
 	}
 	b.proxy = &httputil.ReverseProxy{
 		Rewrite:       rewrite,
@@ -135,9 +192,10 @@ func New(cfg Config) (*Broker, error) {
 func (b *Broker) Allowlist() *Allowlist { return b.allow }
 
 // Close cancels pending Unknown decisions, ends open tunnels, drops idle
-// upstream connections and waits for the tunnels' audit records.
-// In-flight plain HTTP requests end with their clients; stop the
-// http.Server first.
+// upstream connections, writes the summaries of aggregated refusals and
+// waits for the tunnels' audit records. In-flight plain HTTP requests end
+// with their clients; stop the http.Server first. Refusals after Close are
+// recorded in full.
 func (b *Broker) Close() error {
 	b.mu.Lock()
 	b.closed = true
@@ -151,6 +209,7 @@ func (b *Broker) Close() error {
 		t.close()
 	}
 	b.transport.CloseIdleConnections()
+	b.denials.flush(true)
 	b.wg.Wait()
 	return nil
 }
@@ -217,7 +276,9 @@ type refusal struct {
 func (b *Broker) refuse(w http.ResponseWriter, a *attempt, f *refusal) {
 	a.reason = f.reason
 	a.status = f.status
-	b.record(audit.KindEgressDeny, a)
+	if b.denials.note(denyKey{a.host, a.port, a.reason}) {
+		b.record(audit.KindEgressDeny, a)
+	}
 	if f.status == 0 {
 		return // client gone
 	}
@@ -243,6 +304,53 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.servePlain(w, r, a)
+}
+
+// enter takes a place for one tunnel or request, or says why there is none.
+func (b *Broker) enter() *refusal {
+	if b.active.Add(1) > int64(b.cfg.MaxActive) {
+		b.active.Add(-1)
+		return &refusal{http.StatusTooManyRequests, "too_many_connections",
+			fmt.Sprintf("this sandbox already has %d connections open through the broker, its limit; close some and retry", b.cfg.MaxActive)}
+	}
+	if b.cfg.Total != nil && !b.cfg.Total.TryAcquire() {
+		b.active.Add(-1)
+		return &refusal{http.StatusServiceUnavailable, "broker_busy",
+			fmt.Sprintf("the broker is carrying its limit of %d connections for all sandboxes; retry later", b.cfg.Total.Max())}
+	}
+	return nil
+}
+
+// leave frees the place enter took.
+func (b *Broker) leave() {
+	b.active.Add(-1)
+	if b.cfg.Total != nil {
+		b.cfg.Total.Release()
+	}
+}
+
+// wait takes a place among the requests waiting for a decision on hp.
+func (b *Broker) wait(hp string) (release func(), f *refusal) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := b.waitingOn[hp]; n >= b.cfg.MaxWaitingPerHost {
+		return nil, &refusal{http.StatusTooManyRequests, "too_many_waiting",
+			fmt.Sprintf("%d connections are already waiting for the decision on host %s, the limit; retry once it is decided", n, hp)}
+	}
+	if b.waiting >= b.cfg.MaxWaiting {
+		return nil, &refusal{http.StatusTooManyRequests, "too_many_waiting",
+			fmt.Sprintf("%d connections of this sandbox are already waiting for approvals, the limit; retry once they are decided", b.waiting)}
+	}
+	b.waiting++
+	b.waitingOn[hp]++
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.waiting--
+		if b.waitingOn[hp]--; b.waitingOn[hp] == 0 {
+			delete(b.waitingOn, hp)
+		}
+	}, nil
 }
 
 // target parses an authority into a normalised host and port; defPort 0
@@ -292,11 +400,16 @@ func (b *Broker) admit(ctx context.Context, a *attempt, isIP bool) ([]netip.Addr
 		return nil, &refusal{http.StatusForbidden, "not_allowlisted",
 			fmt.Sprintf("host %s is not on this sandbox's allowlist", hp)}
 	} else {
+		release, f := b.wait(hp)
+		if f != nil {
+			return nil, f
+		}
 		hctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(b.ctx, cancel)
 		ok, err := b.cfg.Unknown(hctx, b.cfg.Session, a.host, a.port)
 		stop()
 		cancel()
+		release()
 		switch {
 		case ctx.Err() != nil:
 			return nil, &refusal{0, "canceled", ""}
@@ -385,6 +498,11 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, a *attempt
 		return
 	}
 	a.host, a.port = host, port
+	if f := b.enter(); f != nil {
+		b.refuse(w, a, f)
+		return
+	}
+	defer b.leave()
 	addrs, f := b.admit(r.Context(), a, isIP)
 	if f != nil {
 		b.refuse(w, a, f)
@@ -468,7 +586,9 @@ func (c countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// splice copies both ways until both directions end.
+// splice copies both ways until both directions end, the tunnel has been
+// idle for IdleTimeout, or one direction has been ended for
+// HalfCloseTimeout.
 func (b *Broker) splice(t *tunnel, clientR io.Reader, a *attempt) {
 	done := make(chan struct{}, 2)
 	pipe := func(dst net.Conn, src io.Reader, n *atomic.Int64) {
@@ -481,13 +601,38 @@ func (b *Broker) splice(t *tunnel, clientR io.Reader, a *attempt) {
 	}
 	go pipe(t.up, clientR, &a.up)
 	go pipe(t.client, t.up, &a.down)
-	<-done
-	if d := b.cfg.HalfCloseTimeout; d > 0 {
-		timer := time.AfterFunc(d, t.close)
-		<-done
-		timer.Stop()
-	} else {
-		<-done
+
+	// The idle check compares the byte counts every quarter of the
+	// timeout, so the copying pays nothing for it.
+	var idleC, halfC <-chan time.Time
+	idle := b.cfg.IdleTimeout
+	var tick *time.Ticker
+	if idle > 0 {
+		tick = time.NewTicker(idle / 4)
+		defer tick.Stop()
+		idleC = tick.C
+	}
+	moved, lastMoved := int64(0), time.Now()
+	for ended := 0; ended < 2; {
+		select {
+		case <-done:
+			if ended++; ended == 1 && b.cfg.HalfCloseTimeout > 0 {
+				half := time.NewTimer(b.cfg.HalfCloseTimeout)
+				defer half.Stop()
+				halfC = half.C
+			}
+		case now := <-idleC:
+			if n := a.up.Load() + a.down.Load(); n != moved {
+				moved, lastMoved = n, now
+			} else if now.Sub(lastMoved) >= idle {
+				a.err = fmt.Sprintf("closed after %v without traffic", idle)
+				idleC = nil
+				t.close()
+			}
+		case <-halfC:
+			halfC = nil
+			t.close()
+		}
 	}
 	t.close()
 }
@@ -504,6 +649,7 @@ type dialPlan struct {
 	addrs []netip.Addr
 	port  int
 	a     *attempt
+	body  *netlimit.Body // nil without a body
 }
 
 // dialFromContext is the forwarding Transport's dialer: it dials only the
@@ -531,8 +677,18 @@ func rewrite(pr *httputil.ProxyRequest) {
 }
 
 func (b *Broker) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	if p, ok := r.Context().Value(ctxKey{}).(*dialPlan); ok {
+	p, _ := r.Context().Value(ctxKey{}).(*dialPlan)
+	if p != nil && p.body != nil && p.body.Err() != nil {
+		err = p.body.Err() // the Transport reports the cancel the failed read caused
+	}
+	if p != nil {
 		p.a.proxyFail.Store(&err)
+	}
+	if errors.Is(err, netlimit.ErrSlowBody) {
+		// Before the context check: the failed read cancelled the request.
+		w.Header().Set("Connection", "close")
+		http.Error(w, "ironclaw egress: the request body arrived too slowly", http.StatusRequestTimeout)
+		return
 	}
 	if r.Context().Err() != nil {
 		return
@@ -595,12 +751,20 @@ func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) 
 		return
 	}
 	a.host, a.port = host, port
+	if f := b.enter(); f != nil {
+		b.refuse(w, a, f)
+		return
+	}
+	defer b.leave()
+	// Before anything wraps the body, and before admit: a refusal leaves
+	// the body unread, and the server's discarding of it is bounded too.
+	guarded := netlimit.LimitBody(w, r, b.cfg.Body)
 	addrs, f := b.admit(r.Context(), a, isIP)
 	if f != nil {
 		b.refuse(w, a, f)
 		return
 	}
-	plan := &dialPlan{addrs: addrs, port: port, a: a}
+	plan := &dialPlan{addrs: addrs, port: port, a: a, body: guarded}
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), ctxKey{}, plan))
 	defer cancel()
 	stop := context.AfterFunc(b.ctx, cancel)

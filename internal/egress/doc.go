@@ -52,6 +52,32 @@
 // or "ironclaw egress: host x.example resolves to a private address
 // 10.0.0.5". A name that does not resolve gets 502, as does a failed dial.
 //
+// # Bounds
+//
+// Everything in the sandbox is hostile, so everything it can make the
+// broker hold is bounded (the Config fields; the defaults are limits a real
+// agent does not meet):
+//
+//   - Tunnels and plain-HTTP requests in flight, per sandbox (MaxActive,
+//     429 too_many_connections) and, through a shared netlimit.Budget, for
+//     all sandboxes (Total, 503 broker_busy). Requests waiting for a
+//     decision count.
+//   - Requests held waiting for Unknown: per host:port (MaxWaitingPerHost,
+//     that is per approval, since waiters on one host join one request)
+//     and per sandbox (MaxWaiting). Beyond them a request is refused at
+//     once with 429 too_many_waiting, and waits for nothing.
+//   - Tunnels: closed after IdleTimeout without a byte either way, and
+//     HalfCloseTimeout after one direction ended.
+//   - Plain-HTTP request bodies are streamed upstream, never buffered, and
+//     must arrive within Body (netlimit.BodyLimits; only time spent waiting
+//     for the client counts); a slower one ends with 408.
+//   - Upstream response heads: 1 MiB. Idle upstream connections kept for
+//     reuse: 16.
+//
+// The request head's deadline, the connection cap and the other
+// connection-level bounds are the server's: the daemon serves the broker
+// with netlimit.Serve.
+//
 // # Audit
 //
 // Every attempt is recorded in Config.Log (if set) as an audit.Entry with
@@ -63,8 +89,22 @@
 // "allowlist" or "approved" for admitted requests and a short code for
 // denials (bad_request, not_proxy_request, not_allowlisted, literal_ip,
 // unknown_denied, unknown_error, canceled, resolve_failed,
-// private_address). An admitted request whose dial fails is recorded as
-// egress.allow with an error, since policy allowed it. Allow records are
-// written when the connection or response ends. Denials are recorded before
-// the response is written.
+// private_address, too_many_connections, broker_busy, too_many_waiting).
+// An admitted request whose dial fails is recorded as egress.allow with an
+// error, since policy allowed it, as is a tunnel closed for idleness. Allow
+// records are written when the connection or response ends, one each: they
+// are actions, and their number is bounded by the caps above.
+//
+// Denials are recorded before the response is written, but repeated ones
+// are aggregated so that a refusal loop cannot grow the log: within a
+// window (Config.DenyWindow, a minute) the first denial of each kind (same
+// sandbox, host, port and reason) is recorded in full, and when the window
+// ends (or the broker closes) one summary record per kind carries the
+// number of further denials of that kind: Data {summary: true, host, port,
+// reason, count, since, window_ms}. At most Config.MaxDenyKeys (32) kinds
+// are recorded in full a window; denials of further kinds are counted in
+// one summary {summary: true, overflow: true, reasons: {reason: count},
+// count, since, window_ms}. A window opens with the first denial after the
+// last one closed. So one sandbox writes at most 2*MaxDenyKeys+1 denial
+// records a window.
 package egress

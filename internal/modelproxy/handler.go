@@ -324,8 +324,6 @@ func (p *Proxy) readBody(r *http.Request, rc *http.ResponseController) (body []b
 	if r.ContentLength > max {
 		return nil, http.StatusRequestEntityTooLarge, "too_large", tooBig
 	}
-	_ = rc.SetReadDeadline(time.Now().Add(p.cfg.BodyTimeout))
-	defer rc.SetReadDeadline(time.Time{})
 	size := 4 << 10
 	if r.ContentLength > 0 {
 		size = int(r.ContentLength) + 1
@@ -337,7 +335,7 @@ func (p *Proxy) readBody(r *http.Request, rc *http.ResponseController) (body []b
 	case int64(len(body)) > max:
 		return body, http.StatusRequestEntityTooLarge, "too_large", tooBig
 	case err != nil:
-		return body, http.StatusBadRequest, "body_read", "cannot read the request body (it must arrive within " + p.cfg.BodyTimeout.String() + ")"
+		return body, http.StatusBadRequest, "body_read", "cannot read the request body: " + err.Error()
 	}
 	return body, 0, "", ""
 }

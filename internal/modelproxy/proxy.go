@@ -48,8 +48,10 @@
 //
 // # Bodies
 //
-// Request bodies (at most Config.MaxRequestBytes, arriving within
-// Config.BodyTimeout) must be strict JSON objects (see jsonbody.go):
+// Request bodies (at most Config.MaxRequestBytes; how slowly they may
+// arrive is the serving http.Server's to bound, netlimit's inside a
+// sandbox and the API's on the host) must be strict JSON objects (see
+// jsonbody.go):
 // UTF-8, no lone surrogates, nothing after the object, and no two member
 // names in any object equal even ignoring case. The members the proxy
 // reads (model, stream, stream_options.include_usage, n, max_tokens,
@@ -139,7 +141,6 @@ const (
 	// OpenAI models (gpt-4o and later; a bound above a model's limit is
 	// the provider's 400, so for older models lower it).
 	DefaultMaxOutput    int64 = 16384
-	DefaultBodyTimeout        = time.Minute
 	DefaultWriteTimeout       = time.Minute
 	// InputBytesPerToken is the input estimate's ratio: prose, code and
 	// JSON tokenize at 3-4 bytes per token, so 2 errs high for them.
@@ -191,7 +192,6 @@ type Config struct {
 
 	MaxRequestBytes  int64         // default 8 MiB
 	MaxResponseBytes int64         // default 64 MiB
-	BodyTimeout      time.Duration // the request body must arrive within it; default 1m
 	WriteTimeout     time.Duration // each write to the client must finish within it; default 1m
 
 	Log       *audit.Log           // may be nil
@@ -280,9 +280,6 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.DefaultMaxOutput <= 0 {
 		cfg.DefaultMaxOutput = DefaultMaxOutput
-	}
-	if cfg.BodyTimeout <= 0 {
-		cfg.BodyTimeout = DefaultBodyTimeout
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout

@@ -4,17 +4,18 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
+	"github.com/ironclaw/ironclaw/internal/netlimit"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 )
 
 // serveInside serves h on a listener inside a sandbox. Everything that
-// connects to it is the sandbox's code, and hostile.
-func serveInside(l net.Listener, h http.Handler) *http.Server {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return srv
+// connects to it is the sandbox's code, and hostile: Options.Inside caps
+// the connections this listener (this sandbox) holds, all sandboxes'
+// listeners draw from the process's descriptor budget, and heads, bodies,
+// idle connections and stalled writes time out (see package netlimit).
+func (m *Manager) serveInside(l net.Listener, h http.Handler) *http.Server {
+	return netlimit.Serve(l, h, m.opts.Inside)
 }
 
 // attachModel mints the sandbox's proxy token, spending the budgets of
@@ -32,7 +33,7 @@ func (m *Manager) attachModel(sb sandbox.Sandbox, principal string) ([]string, *
 	if err != nil {
 		return nil, nil, fmt.Errorf("session: model proxy token: %w", err)
 	}
-	return modelEnv(port, token), serveInside(l, h), nil
+	return modelEnv(port, token), m.serveInside(l, h), nil
 }
 
 // attachEgress serves the sandbox's egress broker on its loopback.
@@ -46,5 +47,5 @@ func (m *Manager) attachEgress(sb sandbox.Sandbox, allow []string) (*http.Server
 	if err != nil {
 		return nil, nil, fmt.Errorf("session: egress broker: %w", err)
 	}
-	return serveInside(l, b), b, nil
+	return m.serveInside(l, b), b, nil
 }

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/netlimit"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/store"
 )
@@ -75,6 +76,9 @@ type Options struct {
 	// Egress, if set, gives every sandbox an egress broker on its own
 	// loopback (HTTP_PROXY/HTTPS_PROXY), admitting only its allowlist.
 	Egress EgressAccess
+	// Inside bounds the servers on every sandbox's loopback (connections
+	// per sandbox, timeouts; see package netlimit); zero takes the defaults.
+	Inside netlimit.Config
 	// Images, if set, resolves CreateRequest.Image; without it a create
 	// naming an image is refused.
 	Images ImageResolver

@@ -1,0 +1,244 @@
+package netlimit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/errdefs"
+)
+
+// Defaults for Config's zero values: limits a real client never meets.
+const (
+	DefaultMaxConns       = 256
+	DefaultHeaderTimeout  = 10 * time.Second
+	DefaultIdleTimeout    = 2 * time.Minute
+	DefaultWriteTimeout   = 2 * time.Minute
+	DefaultMaxHeaderBytes = 64 << 10
+)
+
+// DefaultBody is the zero BodyLimits' meaning: a body may wait a minute for
+// its client in all, a minute more for every 16 KiB it brings, and a
+// minute for any one read.
+var DefaultBody = BodyLimits{Timeout: time.Minute, MinRate: 16 << 10, Idle: time.Minute}
+
+// Config bounds one HTTP server whose clients are hostile. The zero value
+// takes every default; for the durations, negative means none.
+type Config struct {
+	// MaxConns caps the connections one listener holds at once (for an
+	// in-sandbox server, the sandbox's); 0 means DefaultMaxConns.
+	MaxConns int
+	// Budget is shared by listeners, one unit per connection; nil means
+	// Process().
+	Budget *Budget
+	// HeaderTimeout bounds sending a request's head; 0 means
+	// DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle that long between
+	// requests; 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// WriteTimeout fails a write to the client that makes no progress for
+	// that long; 0 means DefaultWriteTimeout. It does not bound a whole
+	// response.
+	WriteTimeout time.Duration
+	// Body bounds how slowly request bodies may arrive; the zero value
+	// means DefaultBody.
+	Body BodyLimits
+	// MaxHeaderBytes bounds a request's head; 0 means
+	// DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.Budget == nil {
+		c.Budget = Process()
+	}
+	c.HeaderTimeout = orDefault(c.HeaderTimeout, DefaultHeaderTimeout)
+	c.IdleTimeout = orDefault(c.IdleTimeout, DefaultIdleTimeout)
+	c.WriteTimeout = orDefault(c.WriteTimeout, DefaultWriteTimeout)
+	if c.Body == (BodyLimits{}) {
+		c.Body = DefaultBody
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	return c
+}
+
+// orDefault maps 0 to def and a negative duration to 0 (none).
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// NewServer returns a server for h with c's timeouts and body limits. Serve
+// it on a NewListener for the connection caps and WriteTimeout. It sets
+// no ReadTimeout or WriteTimeout: those would cut long uploads and streamed
+// responses.
+func NewServer(h http.Handler, c Config) *http.Server {
+	c = c.withDefaults()
+	return &http.Server{
+		Handler:           GuardBodies(h, c.Body),
+		ReadHeaderTimeout: c.HeaderTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    c.MaxHeaderBytes,
+	}
+}
+
+// Serve serves h on l within c's bounds, in a goroutine, and returns the
+// server; Close or Shutdown it to stop (closing l).
+func Serve(l net.Listener, h http.Handler, c Config) *http.Server {
+	srv := NewServer(h, c)
+	nl := NewListener(l, c)
+	go func() { _ = srv.Serve(nl) }()
+	return srv
+}
+
+// BodyLimits bound how slowly a request body may arrive. Only the time
+// spent waiting for the client counts: time the handler spends between
+// reads (forwarding to a slow upstream, waiting for an approval) does not.
+// A read that breaks the limits fails with ErrSlowBody.
+type BodyLimits struct {
+	// Timeout is how long reading the body may wait for the client in
+	// all. It must be positive in a non-zero BodyLimits.
+	Timeout time.Duration
+	// MinRate, if positive, extends Timeout by one second for every
+	// MinRate bytes received, so a large body sent at least that fast is
+	// never cut.
+	MinRate int64
+	// Idle, if positive, is how long one read may wait for the client's
+	// next bytes.
+	Idle time.Duration
+}
+
+// ErrSlowBody is the error of a body read that broke its BodyLimits.
+var ErrSlowBody = errdefs.New(errdefs.ErrUnavailable, "the request body arrived too slowly")
+
+// GuardBodies applies l (the zero value: DefaultBody) to the body of every
+// request h serves. If h returns without reading a body to its end, the
+// server's discarding of the rest (up to 256 KiB, to reuse the
+// connection) may wait l.Idle (or l.Timeout) for it. Handlers that hijack
+// a request with a body must clear the connection's deadlines themselves.
+func GuardBodies(h http.Handler, l BodyLimits) http.Handler {
+	if l == (BodyLimits{}) {
+		l = DefaultBody
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := LimitBody(w, r, l)
+		h.ServeHTTP(w, r)
+		if b != nil {
+			b.finish()
+		}
+	})
+}
+
+// LimitBody applies l to r's body, replacing the limits GuardBodies set
+// (the time already waited still counts), and returns the guarded body, or
+// nil for a request without a body. Call it before anything else wraps
+// r.Body. The deadlines are set through http.ResponseController on w.
+func LimitBody(w http.ResponseWriter, r *http.Request, l BodyLimits) *Body {
+	if b, ok := r.Body.(*Body); ok {
+		b.lim = l
+		return b
+	}
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	b := &Body{ReadCloser: r.Body, rc: http.NewResponseController(w), lim: l}
+	r.Body = b
+	return b
+}
+
+// Body is a request body under BodyLimits. Its Read must not be called
+// from more than one goroutine at a time (as for any request body).
+type Body struct {
+	io.ReadCloser
+	rc     *http.ResponseController
+	lim    BodyLimits
+	n      int64         // bytes received
+	waited time.Duration // time spent in reads
+	// ended is set at EOF or an error; atomic because a Transport
+	// forwarding the body may still read it when the handler returns.
+	ended atomic.Bool
+	slow  atomic.Pointer[error] // the ErrSlowBody error, once it happened
+}
+
+// Err is the ErrSlowBody error a read returned, or nil. A handler may meet
+// the failure only indirectly: the failed read on the connection also
+// cancels the request's context, and a Transport forwarding the body
+// reports that instead.
+func (b *Body) Err() error {
+	if p := b.slow.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (b *Body) slowErr() error {
+	return fmt.Errorf("%w (waited %v in all for %d bytes)", ErrSlowBody, b.waited.Round(time.Millisecond), b.n)
+}
+
+func (b *Body) tooSlow(err error) error {
+	b.ended.Store(true)
+	b.slow.Store(&err)
+	return err
+}
+
+// Read reads with a read deadline on the connection that enforces the
+// limits; at the end of the body the deadline is cleared, so a response
+// streamed afterwards is never cut by it.
+func (b *Body) Read(p []byte) (int, error) {
+	if b.ended.Load() || len(p) == 0 {
+		return b.ReadCloser.Read(p)
+	}
+	left := b.lim.Timeout - b.waited
+	if r := b.lim.MinRate; r > 0 {
+		left += time.Duration(b.n/r)*time.Second + time.Duration(b.n%r)*time.Second/time.Duration(r)
+	}
+	if b.lim.Idle > 0 && left > b.lim.Idle {
+		left = b.lim.Idle
+	}
+	start := time.Now()
+	if left <= 0 {
+		return 0, b.tooSlow(b.slowErr())
+	}
+	_ = b.rc.SetReadDeadline(start.Add(left))
+	n, err := b.ReadCloser.Read(p)
+	b.waited += time.Since(start)
+	b.n += int64(n)
+	switch {
+	case err == io.EOF:
+		b.ended.Store(true)
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = b.tooSlow(b.slowErr())
+	case err != nil:
+		b.ended.Store(true)
+	}
+	return n, err
+}
+
+// finish bounds the server's discarding of an unread rest of the body.
+func (b *Body) finish() {
+	if b.ended.Load() {
+		return
+	}
+	d := b.lim.Idle
+	if d <= 0 {
+		d = b.lim.Timeout
+	}
+	_ = b.rc.SetReadDeadline(time.Now().Add(d))
+}
