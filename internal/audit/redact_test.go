@@ -117,9 +117,12 @@ func TestCanonicalizeRedacts(t *testing.T) {
 		want string
 	}{
 		{"nil is empty object", nil, `{}`},
+		// Under a secret-named key every string and number is redacted,
+		// at any depth; the structure stays, so nothing in it can hide
+		// shell syntax behind the redaction.
 		{"secret-named keys, any type",
 			map[string]any{"api_key": "abc", "password": 1234, "token": map[string]any{"v": "x"}, "secret": nil, "has_password": true},
-			`{"api_key":"[REDACTED]","has_password":true,"password":"[REDACTED]","secret":null,"token":"[REDACTED]"}`},
+			`{"api_key":"[REDACTED]","has_password":true,"password":"[REDACTED]","secret":null,"token":{"v":"[REDACTED]"}}`},
 		{"nested patterns in arrays and objects",
 			map[string]any{"argv": []any{"curl", "-H", "Authorization: Bearer abcdefgh12345678"}, "env": map[string]any{"HOME": "/workspace", "OPENAI_API_KEY": "sk-abcdefghijklmnopqrstuvwx"}},
 			`{"argv":["curl","-H","Authorization: Bearer [REDACTED]"],"env":{"HOME":"/workspace","OPENAI_API_KEY":"[REDACTED]"}}`},

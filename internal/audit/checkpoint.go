@@ -1,0 +1,466 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/ironclaw/ironclaw/internal/errdefs"
+)
+
+// Checkpoint is the head of the chain as published outside the data
+// directory: the newest record's seq, hash and MAC at some moment. Verify
+// compares the log with every checkpoint it can read, so a log that ends
+// before a checkpoint's seq (its tail was cut) or that holds another record
+// at that seq (it was rewritten) is caught, even by someone who recomputed
+// the chain.
+//
+// One checkpoint is one JSON line of the checkpoint file:
+//
+//	{"seq":1000,"hash":"…","mac":"…","key_id":"…","time":"…","reason":"records","db":"/…/ironclaw.db"}
+type Checkpoint struct {
+	Seq  int64  `json:"seq"`
+	Hash string `json:"hash"`
+	// MAC is the record's MAC ("" for an empty log or a legacy head).
+	MAC string `json:"mac,omitempty"`
+	// KeyID names the key the log was keyed with ("" when unkeyed).
+	KeyID string `json:"key_id,omitempty"`
+	// Time is when the checkpoint was written (TimeLayout).
+	Time string `json:"time"`
+	// Reason is why: "start" (a Log opened), "records" (CheckpointEvery
+	// records since the last one), "interval" (CheckpointInterval passed
+	// with new records), "shutdown" (Close).
+	Reason string `json:"reason"`
+	// DB is the database file the checkpoint is of, for a human reader;
+	// Verify does not use it.
+	DB string `json:"db,omitempty"`
+}
+
+// Defaults for the checkpoint options.
+const (
+	DefaultCheckpointEvery    = 256
+	DefaultCheckpointInterval = 30 * time.Second
+	// maxCheckpointLine bounds one line of a checkpoint file; a real one
+	// is about 300 bytes.
+	maxCheckpointLine = 4096
+)
+
+// DefaultCheckpointFile is where the daemon with data directory dataDir
+// writes its checkpoints unless told otherwise:
+// /var/log/ironclaw/audit-checkpoints/NAME.jsonl when running as root, else
+// $XDG_STATE_HOME/ironclaw/audit-checkpoints/NAME.jsonl
+// (~/.local/state/...). NAME is the data directory's base name and a hash
+// of its absolute path, so daemons with different data directories never
+// share a file (a checkpoint file belongs to one chain).
+func DefaultCheckpointFile(dataDir string) string {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		abs = dataDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	name := filepath.Base(abs) + "-" + hex.EncodeToString(sum[:6]) + ".jsonl"
+	return filepath.Join(stateDir(), "audit-checkpoints", name)
+}
+
+func stateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/log/ironclaw"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "ironclaw")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		home = "/"
+	}
+	return filepath.Join(home, ".local", "state", "ironclaw")
+}
+
+// checkpointFile appends checkpoints to one file, fsyncing each. It keeps
+// the file open and, before every write, checks that the path still names
+// the same file: a deleted or replaced checkpoint file is reported, never
+// silently recreated (a fresh file would hide that older checkpoints were
+// removed).
+type checkpointFile struct {
+	path string
+	f    *os.File
+	ino  uint64
+	dev  uint64
+}
+
+// openCheckpointFile opens path for appending. mustExist makes a missing
+// file an error (the log already has keyed records, so a file must have
+// been written before; see New).
+func openCheckpointFile(path string, mustExist bool) (*checkpointFile, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit checkpoints: %w", err)
+	}
+	flags := os.O_WRONLY | os.O_APPEND | syscall.O_CLOEXEC
+	if !mustExist {
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit checkpoints: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("audit checkpoints: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("audit checkpoints %s: not a regular file", path)
+	}
+	sys, _ := st.Sys().(*syscall.Stat_t)
+	cf := &checkpointFile{path: path, f: f}
+	if sys != nil {
+		cf.ino, cf.dev = sys.Ino, uint64(sys.Dev)
+	}
+	return cf, nil
+}
+
+// ErrCheckpointFileGone is returned when the checkpoint file was deleted
+// or replaced while the Log was writing it.
+var ErrCheckpointFileGone = errors.New("audit checkpoints: the checkpoint file was deleted or replaced")
+
+func (cf *checkpointFile) write(c Checkpoint) error {
+	st, err := os.Stat(cf.path)
+	if err != nil {
+		return fmt.Errorf("%w (%s: %v)", ErrCheckpointFileGone, cf.path, err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && (sys.Ino != cf.ino || uint64(sys.Dev) != cf.dev) {
+		return fmt.Errorf("%w (%s)", ErrCheckpointFileGone, cf.path)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if _, err := cf.f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("audit checkpoints: write %s: %w", cf.path, err)
+	}
+	if err := cf.f.Sync(); err != nil {
+		return fmt.Errorf("audit checkpoints: fsync %s: %w", cf.path, err)
+	}
+	return nil
+}
+
+func (cf *checkpointFile) close() error { return cf.f.Close() }
+
+// checkpointSet is what a checkpoint file says, as Verify uses it.
+type checkpointSet struct {
+	file    string
+	missing bool // the file does not exist
+	bySeq   map[int64]Checkpoint
+	// conflict is a seq two checkpoints disagree about (0: none).
+	conflict int64
+	read     int64 // lines read
+	newest   Checkpoint
+	keyIDs   map[string]bool
+	// bad is a line that could not be parsed (0: none); a torn last line
+	// without its newline (a crash while writing) is skipped instead.
+	bad int
+}
+
+// readCheckpoints reads a checkpoint file. A missing file is reported in
+// the set, not as an error; an error means the file exists but could not
+// be read.
+func readCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
+	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		cs.missing = true
+		return cs, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	line := 0
+	for {
+		b, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			line++
+			cs.bad = line
+			return cs, nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+		}
+		if len(b) == 0 && errors.Is(err, io.EOF) {
+			return cs, nil
+		}
+		line++
+		if line%4096 == 0 {
+			if cerr := ctx.Err(); cerr != nil {
+				return nil, cerr
+			}
+		}
+		torn := !bytes.HasSuffix(b, []byte("\n"))
+		b = bytes.TrimSpace(b)
+		if len(b) == 0 {
+			continue
+		}
+		var c Checkpoint
+		if len(b) > maxCheckpointLine || json.Unmarshal(b, &c) != nil || c.Seq < 0 || len(c.Hash) != 2*sha256.Size {
+			if torn {
+				return cs, nil // a write cut short by a crash
+			}
+			cs.bad = line
+			return cs, nil
+		}
+		cs.read++
+		cs.keyIDs[c.KeyID] = true
+		if old, ok := cs.bySeq[c.Seq]; ok && (old.Hash != c.Hash || old.MAC != c.MAC) && cs.conflict == 0 {
+			cs.conflict = c.Seq
+		}
+		if _, ok := cs.bySeq[c.Seq]; !ok {
+			cs.bySeq[c.Seq] = c
+		}
+		if c.Seq >= cs.newest.Seq {
+			cs.newest = c
+		}
+		if errors.Is(err, io.EOF) {
+			return cs, nil
+		}
+	}
+}
+
+// newestBelow is the newest checkpoint with seq <= seq (ok false if none).
+func (cs *checkpointSet) newestAtOrBelow(seq int64) (Checkpoint, bool) {
+	var best Checkpoint
+	found := false
+	for s, c := range cs.bySeq {
+		if s <= seq && (!found || s > best.Seq) {
+			best, found = c, true
+		}
+	}
+	return best, found
+}
+
+// webhookSink POSTs checkpoints to a URL. Only the newest checkpoint
+// matters to a receiver (it covers every earlier one), so a slow or failing
+// receiver holds at most one pending checkpoint, never a queue.
+type webhookSink struct {
+	url    string
+	client *http.Client
+	logf   func(string, ...any)
+	next   chan Checkpoint // capacity 1: the newest pending checkpoint
+	done   chan struct{}
+}
+
+func newWebhookSink(url string, client *http.Client, logf func(string, ...any)) *webhookSink {
+	if client == nil {
+		client = &http.Client{
+			Timeout: 10 * time.Second,
+			// A redirect could send the checkpoint where the operator did
+			// not point it.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	w := &webhookSink{url: url, client: client, logf: logf, next: make(chan Checkpoint, 1), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// offer replaces any pending checkpoint with c.
+func (w *webhookSink) offer(c Checkpoint) {
+	for {
+		select {
+		case w.next <- c:
+			return
+		default:
+		}
+		select {
+		case <-w.next:
+		default:
+		}
+	}
+}
+
+func (w *webhookSink) run() {
+	defer close(w.done)
+	for c := range w.next {
+		if err := w.post(c); err != nil {
+			w.logf("audit: checkpoint webhook: %v", err)
+		}
+	}
+}
+
+func (w *webhookSink) post(c Checkpoint) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequest(http.MethodPost, w.url, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("POST checkpoint %d: status %s", c.Seq, resp.Status)
+	}
+	return nil
+}
+
+// close sends the pending checkpoint (waiting up to the client's timeout)
+// and stops.
+func (w *webhookSink) close() {
+	close(w.next)
+	<-w.done
+}
+
+// openCheckpoints sets up the checkpoint sinks and writes the "start"
+// checkpoint (see New). keyed says the log already holds keyed records.
+func (l *Log) openCheckpoints(ctx context.Context, keyed bool) (err error) {
+	if l.opts.CheckpointFile == "" && l.opts.CheckpointURL == "" {
+		return nil
+	}
+	defer func() {
+		if err != nil {
+			l.closeCheckpoints()
+		}
+	}()
+	if path := l.opts.CheckpointFile; path != "" {
+		cs, err := readCheckpoints(ctx, path)
+		if err != nil {
+			return err
+		}
+		if cs.missing && keyed {
+			return errdefs.New(errdefs.ErrConflict, fmt.Sprintf(
+				"audit: the checkpoint file %s is missing, but the log holds keyed records up to %d, so one was written before: "+
+					"it was deleted or moved. Restore it or name it; to start a new checkpoint file knowingly, create it empty", path, l.headSeq))
+		}
+		if msg := l.compareNewest(ctx, cs); msg != "" {
+			l.opts.Logf("audit: WARNING: %s; `ironclaw audit verify` reports it", msg)
+		}
+		if l.cpFile, err = openCheckpointFile(path, false); err != nil {
+			return err
+		}
+	}
+	if l.opts.CheckpointURL != "" {
+		l.webhook = newWebhookSink(l.opts.CheckpointURL, l.opts.CheckpointClient, l.opts.Logf)
+	}
+	if err := l.checkpoint("start"); err != nil {
+		return err
+	}
+	l.cpKick = make(chan struct{}, 1)
+	l.cpStop = make(chan struct{})
+	l.cpDone = make(chan struct{})
+	return nil
+}
+
+// compareNewest checks the log against the newest checkpoint at start and
+// says what is wrong, if anything.
+func (l *Log) compareNewest(ctx context.Context, cs *checkpointSet) string {
+	if cs.missing || cs.read == 0 {
+		return ""
+	}
+	c := cs.newest
+	if c.Seq > l.headSeq {
+		return fmt.Sprintf("the audit log ends at record %d, but the checkpoint written %s names record %d: records were cut off (or the database was restored from an older copy)", l.headSeq, c.Time, c.Seq)
+	}
+	if c.Seq == 0 {
+		return ""
+	}
+	var h, mac string
+	err := l.read.QueryRowContext(ctx, `SELECT hash, mac FROM audit_log WHERE seq = ?`, c.Seq).Scan(&h, &mac)
+	if err != nil || h != c.Hash || mac != c.MAC {
+		return fmt.Sprintf("audit record %d is not the one checkpointed %s: the log was rewritten", c.Seq, c.Time)
+	}
+	return ""
+}
+
+// checkpoint writes the current head to the sinks.
+func (l *Log) checkpoint(reason string) error {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	l.headMu.Lock()
+	c := Checkpoint{Seq: l.headSeq, Hash: l.headHash, MAC: l.headMAC, KeyID: l.KeyID(),
+		Time: FormatTime(l.opts.Clock()), Reason: reason, DB: l.dbPath}
+	l.headMu.Unlock()
+	if l.webhook != nil {
+		l.webhook.offer(c)
+	}
+	if l.cpFile != nil {
+		if err := l.cpFile.write(c); err != nil {
+			return err
+		}
+	}
+	l.headMu.Lock()
+	l.cpSeq = max(l.cpSeq, c.Seq)
+	l.headMu.Unlock()
+	return nil
+}
+
+// checkpointLoop writes "records" and "interval" checkpoints until
+// stopCheckpoints.
+func (l *Log) checkpointLoop() {
+	defer close(l.cpDone)
+	t := time.NewTicker(l.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		reason := "records"
+		select {
+		case <-l.cpStop:
+			return
+		case <-l.cpKick:
+		case <-t.C:
+			reason = "interval"
+		}
+		l.headMu.Lock()
+		moved := l.headSeq != l.cpSeq
+		l.headMu.Unlock()
+		if !moved {
+			continue
+		}
+		if err := l.checkpoint(reason); err != nil {
+			l.opts.Logf("audit: WARNING: checkpoint not written: %v", err)
+		}
+	}
+}
+
+// stopCheckpoints ends checkpointLoop, writes the "shutdown" checkpoint
+// and closes the sinks.
+func (l *Log) stopCheckpoints() error {
+	if l.cpKick == nil {
+		return nil
+	}
+	close(l.cpStop)
+	<-l.cpDone
+	err := l.checkpoint("shutdown")
+	l.closeCheckpoints()
+	if err != nil {
+		return fmt.Errorf("audit: shutdown checkpoint: %w", err)
+	}
+	return nil
+}
+
+func (l *Log) closeCheckpoints() {
+	if l.webhook != nil {
+		l.webhook.close()
+		l.webhook = nil
+	}
+	if l.cpFile != nil {
+		l.cpFile.close()
+		l.cpFile = nil
+	}
+}
