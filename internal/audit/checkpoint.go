@@ -162,10 +162,18 @@ func (cf *checkpointFile) close() error { return cf.f.Close() }
 type checkpointSet struct {
 	file    string
 	missing bool // the file does not exist
-	bySeq   map[int64]Checkpoint
+	// bySeq holds the checkpoints compared with the log, by seq: all of
+	// them up to maxCheckpointsKept, beyond that an evenly thinned subset
+	// (the newest always included). The newest alone proves the whole
+	// prefix (its hash covers every record before it); the others only say
+	// more precisely where a rewrite happened.
+	bySeq  map[int64]Checkpoint
+	kept   []int64 // the seqs in bySeq, in file order
+	stride int     // keep every stride-th new checkpoint
+	seen   int     // distinct checkpoints offered to keep
 	// conflict is a seq two checkpoints disagree about (0: none).
 	conflict int64
-	read     int64 // lines read
+	read     int64 // checkpoints (lines) read
 	newest   Checkpoint
 	keyIDs   map[string]bool
 	// bad is a line that could not be parsed (0: none); a torn last line
@@ -173,11 +181,52 @@ type checkpointSet struct {
 	bad int
 }
 
+// maxCheckpointsKept bounds the checkpoints Verify holds in memory (about
+// 200 bytes each). At one per 256 records or 30 s of activity, a file
+// reaches it after about 16 million records or three weeks of constant
+// appending; older ones are thinned, not ignored.
+const maxCheckpointsKept = 1 << 16
+
+func (cs *checkpointSet) add(c Checkpoint) {
+	cs.read++
+	if len(cs.keyIDs) < 16 {
+		cs.keyIDs[c.KeyID] = true
+	}
+	if c.Seq >= cs.newest.Seq {
+		cs.newest = c
+	}
+	if old, ok := cs.bySeq[c.Seq]; ok {
+		if (old.Hash != c.Hash || old.MAC != c.MAC) && cs.conflict == 0 {
+			cs.conflict = c.Seq
+		}
+		return
+	}
+	cs.seen++
+	if (cs.seen-1)%cs.stride != 0 {
+		return
+	}
+	cs.bySeq[c.Seq] = c
+	cs.kept = append(cs.kept, c.Seq)
+	if len(cs.kept) > maxCheckpointsKept {
+		cs.stride *= 2
+		j := 0
+		for i, seq := range cs.kept {
+			if i%2 == 0 {
+				cs.kept[j] = seq
+				j++
+			} else {
+				delete(cs.bySeq, seq)
+			}
+		}
+		cs.kept = cs.kept[:j]
+	}
+}
+
 // readCheckpoints reads a checkpoint file. A missing file is reported in
 // the set, not as an error; an error means the file exists but could not
 // be read.
 func readCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
-	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}}
+	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}, stride: 1}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		cs.missing = true
@@ -187,25 +236,33 @@ func readCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
 		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
 	}
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 64<<10)
+	err = scanCheckpoints(ctx, f, cs)
+	if cs.read > 0 {
+		cs.bySeq[cs.newest.Seq] = cs.newest // kept whatever the thinning did
+	}
+	return cs, err
+}
+
+// scanCheckpoints adds the checkpoints read from r to cs.
+func scanCheckpoints(ctx context.Context, r io.Reader, cs *checkpointSet) error {
+	br := bufio.NewReaderSize(r, 64<<10)
 	line := 0
 	for {
-		b, err := r.ReadSlice('\n')
+		b, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			line++
-			cs.bad = line
-			return cs, nil
+			cs.bad = line + 1
+			return nil
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+			return fmt.Errorf("audit: read checkpoints: %w", err)
 		}
 		if len(b) == 0 && errors.Is(err, io.EOF) {
-			return cs, nil
+			return nil
 		}
 		line++
 		if line%4096 == 0 {
 			if cerr := ctx.Err(); cerr != nil {
-				return nil, cerr
+				return cerr
 			}
 		}
 		torn := !bytes.HasSuffix(b, []byte("\n"))
@@ -215,39 +272,46 @@ func readCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
 		}
 		var c Checkpoint
 		if len(b) > maxCheckpointLine || json.Unmarshal(b, &c) != nil || c.Seq < 0 || len(c.Hash) != 2*sha256.Size {
-			if torn {
-				return cs, nil // a write cut short by a crash
+			if !torn {
+				cs.bad = line
 			}
-			cs.bad = line
-			return cs, nil
+			return nil // a torn last line is a write cut short by a crash
 		}
-		cs.read++
-		cs.keyIDs[c.KeyID] = true
-		if old, ok := cs.bySeq[c.Seq]; ok && (old.Hash != c.Hash || old.MAC != c.MAC) && cs.conflict == 0 {
-			cs.conflict = c.Seq
-		}
-		if _, ok := cs.bySeq[c.Seq]; !ok {
-			cs.bySeq[c.Seq] = c
-		}
-		if c.Seq >= cs.newest.Seq {
-			cs.newest = c
-		}
+		cs.add(c)
 		if errors.Is(err, io.EOF) {
-			return cs, nil
+			return nil
 		}
 	}
 }
 
-// newestBelow is the newest checkpoint with seq <= seq (ok false if none).
-func (cs *checkpointSet) newestAtOrBelow(seq int64) (Checkpoint, bool) {
-	var best Checkpoint
-	found := false
-	for s, c := range cs.bySeq {
-		if s <= seq && (!found || s > best.Seq) {
-			best, found = c, true
-		}
+// readRecentCheckpoints reads only the end of a checkpoint file (its last
+// 64 KiB, some 200 checkpoints): enough for New to compare the log with
+// what was checkpointed last, however long the file has grown.
+func readRecentCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
+	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}, stride: 1}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		cs.missing = true
+		return cs, nil
 	}
-	return best, found
+	if err != nil {
+		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+	}
+	const tail = 64 << 10
+	var r io.Reader = f
+	if st.Size() > tail {
+		br := bufio.NewReader(io.NewSectionReader(f, st.Size()-tail, tail))
+		if _, err := br.ReadSlice('\n'); err != nil { // a partial first line
+			return cs, nil
+		}
+		r = br
+	}
+	return cs, scanCheckpoints(ctx, r, cs)
 }
 
 // webhookSink POSTs checkpoints to a URL. Only the newest checkpoint
@@ -330,6 +394,7 @@ func (w *webhookSink) close() {
 
 // openCheckpoints sets up the checkpoint sinks and writes the "start"
 // checkpoint (see New). keyed says the log already holds keyed records.
+// A missing checkpoint file is created only for an empty log.
 func (l *Log) openCheckpoints(ctx context.Context, keyed bool) (err error) {
 	if l.opts.CheckpointFile == "" && l.opts.CheckpointURL == "" {
 		return nil
@@ -340,14 +405,21 @@ func (l *Log) openCheckpoints(ctx context.Context, keyed bool) (err error) {
 		}
 	}()
 	if path := l.opts.CheckpointFile; path != "" {
-		cs, err := readCheckpoints(ctx, path)
+		cs, err := readRecentCheckpoints(ctx, path)
 		if err != nil {
 			return err
 		}
-		if cs.missing && keyed {
+		if cs.missing && (keyed || l.headSeq > 0) {
+			// A log with records and no checkpoint file: the file was
+			// deleted or moved, or this is the first start with
+			// checkpoints on an old log. Only the operator can tell; a
+			// fresh file here would hide a deletion (an attacker who
+			// stripped every MAC and deleted the file would get a clean
+			// "legacy" log).
 			return errdefs.New(errdefs.ErrConflict, fmt.Sprintf(
-				"audit: the checkpoint file %s is missing, but the log holds keyed records up to %d, so one was written before: "+
-					"it was deleted or moved. Restore it or name it; to start a new checkpoint file knowingly, create it empty", path, l.headSeq))
+				"audit: the checkpoint file %s is missing, but the log holds %d records (keyed: %v): it was deleted or moved. "+
+					"Restore it or name it; to start a new checkpoint file knowingly (the log's current end becomes the first checkpoint), create it empty",
+				path, l.headSeq, keyed))
 		}
 		if msg := l.compareNewest(ctx, cs); msg != "" {
 			l.opts.Logf("audit: WARNING: %s; `ironclaw audit verify` reports it", msg)
@@ -411,18 +483,35 @@ func (l *Log) checkpoint(reason string) error {
 	return nil
 }
 
+// minCheckpointSpacing is the least time between two "records"
+// checkpoints. Each is an fsync on the checkpoint file, which under heavy
+// load (tens of thousands of appends per second) would otherwise compete
+// with the log's own commits for the disk; at most ten a second keeps the
+// window of uncheckpointed records to a tenth of a second of appends.
+const minCheckpointSpacing = 100 * time.Millisecond
+
 // checkpointLoop writes "records" and "interval" checkpoints until
 // stopCheckpoints.
 func (l *Log) checkpointLoop() {
 	defer close(l.cpDone)
 	t := time.NewTicker(l.opts.CheckpointInterval)
 	defer t.Stop()
+	var last time.Time
+	var deferred <-chan time.Time // a "records" checkpoint held back by the spacing
 	for {
 		reason := "records"
 		select {
 		case <-l.cpStop:
 			return
 		case <-l.cpKick:
+			if wait := minCheckpointSpacing - time.Since(last); wait > 0 {
+				if deferred == nil {
+					deferred = time.After(wait)
+				}
+				continue
+			}
+		case <-deferred:
+			deferred = nil
 		case <-t.C:
 			reason = "interval"
 		}
@@ -435,6 +524,7 @@ func (l *Log) checkpointLoop() {
 		if err := l.checkpoint(reason); err != nil {
 			l.opts.Logf("audit: WARNING: checkpoint not written: %v", err)
 		}
+		last = time.Now()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 	"github.com/ironclaw/ironclaw/internal/store"
@@ -312,37 +313,46 @@ func TestHostileAuditCheckpointFileDeleted(t *testing.T) {
 	if !strings.Contains(res.Reason, "does not exist") {
 		t.Errorf("reason %q", res.Reason)
 	}
-	// The running Log notices instead of recreating the file.
+	// The running Log notices instead of recreating the file: its next
+	// checkpoint (due after CheckpointEvery records) fails loudly.
 	appendN(t, l, 15)
+	for deadline := time.Now().Add(30 * time.Second); !ks.logs.contains("checkpoint not written"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning logged: %q", ks.logs.lines)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := l.Close(); !errors.Is(err, ErrCheckpointFileGone) {
 		t.Errorf("Close = %v, want ErrCheckpointFileGone", err)
 	}
 	if _, err := os.Stat(ks.cpFile); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the checkpoint file was recreated: %v", err)
 	}
-	if !ks.logs.contains("checkpoint not written") {
-		t.Errorf("no warning logged: %q", ks.logs.lines)
-	}
 	st.Close()
-	// A new start refuses: the log is keyed, so a file existed.
-	st2 := openStore(t, ks.db)
-	defer st2.Close()
-	if _, err := New(ctx, st2, ks.opts(nil)); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "missing") {
-		t.Fatalf("New without the checkpoint file: %v", err)
+	// A new start refuses: the log has records, so a file existed.
+	startFails := func(why string) {
+		t.Helper()
+		st := openStore(t, ks.db)
+		defer st.Close()
+		if _, err := New(ctx, st, ks.opts(nil)); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "missing") {
+			t.Fatalf("New %s: %v", why, err)
+		}
 	}
-	// Knowingly starting a new file (creating it empty) works, and the
-	// chain itself still verifies.
+	startFails("without the checkpoint file")
+	// Nor does stripping every MAC first, to pass the log off as one
+	// written before the key existed.
+	rewriteChain(t, ks.db, 1, true)
+	startFails("on a log downgraded to legacy, without the checkpoint file")
+	// Knowingly starting a new file (creating it empty) works; the log's
+	// end becomes the first checkpoint, and what came before is as good as
+	// its chain (here: all legacy, which verify reports).
 	if err := os.WriteFile(ks.cpFile, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := New(ctx, st2, ks.opts(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Close()
+	_, l2 := ks.open(t, nil)
 	res = mustVerifyOK(t, l2, 30)
-	if res.Checkpoints.NewestSeq != 30 || res.Checkpoints.Unproven != 0 {
-		t.Errorf("checkpoints = %+v", res.Checkpoints)
+	if res.Checkpoints.NewestSeq != 30 || res.Checkpoints.Unproven != 0 || res.Legacy != 30 {
+		t.Errorf("after a knowing restart: %+v", res)
 	}
 }
 
@@ -373,8 +383,20 @@ func TestHostileAuditLegacyPrefix(t *testing.T) {
 	st, l := openLog(t, ks.db, Options{})
 	appendN(t, l, 6)
 	l.Close()
-	// ...is keyed from the next start on: its old records are a legacy
-	// prefix, reported as such.
+	// ...is not silently given a fresh checkpoint file: that is also what
+	// stripping every MAC and deleting the file would look like.
+	if _, err := New(ctx, st, ks.opts(nil)); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("New on a legacy log without a checkpoint file: %v", err)
+	}
+	// Once the operator (or the daemon, when it creates the key) starts
+	// the file, the log is keyed from then on: its old records are a
+	// legacy prefix, reported as such.
+	if err := os.MkdirAll(filepath.Dir(ks.cpFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ks.cpFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	l, err := New(ctx, st, ks.opts(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -464,6 +486,9 @@ func TestHostileAuditRedactionKeepsShellSyntax(t *testing.T) {
 		{"--token\ncurl evil.example", "--token\ncurl evil.example"},
 		{"Authorization: Bearer $(curl evil.example)", "Authorization: Bearer $(curl evil.example)"},
 		{"bearer\n/usr/bin/python3.12 -c evil", "bearer\n/usr/bin/python3.12 -c evil"},
+		{"x=bearer /usr/bin/curl evil.example", "x=bearer /usr/bin/curl evil.example"},
+		{"x=bearer sk-abcdefghijklmnopqrstuvwx", "x=bearer " + R},
+		{`AUTH="Bearer abcdefgh12345678"`, `AUTH="Bearer ` + R + `"`},
 		{"api_key: abc$(id)", "api_key: " + R + "$(id)"},
 		{`{"token": "x $(id)"}`, `{"token": "` + R + `$(id)"}`},
 		{"password=hunter2-the-daemon-token;id", "password=" + R + ";id"},
@@ -851,4 +876,21 @@ func newTestHook(t *testing.T, got chan<- Checkpoint) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+func TestCheckpointThinning(t *testing.T) {
+	cs := &checkpointSet{bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}, stride: 1}
+	const n = 5 * maxCheckpointsKept
+	for i := int64(1); i <= n; i++ {
+		cs.add(Checkpoint{Seq: i * 10, Hash: strings.Repeat("a", 64)})
+		if i == 3 {
+			cs.add(Checkpoint{Seq: 30, Hash: strings.Repeat("b", 64)}) // contradicts
+		}
+	}
+	if len(cs.bySeq) > maxCheckpointsKept || len(cs.bySeq) < maxCheckpointsKept/2 || cs.read != n+1 || cs.conflict != 30 {
+		t.Fatalf("kept %d of %d, read %d, conflict %d", len(cs.bySeq), n, cs.read, cs.conflict)
+	}
+	if _, ok := cs.bySeq[10]; !ok || cs.newest.Seq != n*10 {
+		t.Fatalf("oldest kept %v, newest %d", ok, cs.newest.Seq)
+	}
 }

@@ -178,8 +178,9 @@ const maxIdentifier = 256
 // match the key (a wrong key file, or an edited record); without one it
 // refuses a log that already holds keyed records. With
 // Options.CheckpointFile, it refuses to start when the file is missing
-// although the log holds keyed records (it was deleted: recreating it would
-// hide that), warns through Logf when the log disagrees with the newest
+// although the log has records (it was deleted: recreating it would hide
+// that; an operator starting checkpoints on an old log creates the file
+// empty), warns through Logf when the log disagrees with the newest
 // checkpoint (Verify reports it in detail), and writes a "start" checkpoint
 // before returning; failing to write it is an error.
 func New(ctx context.Context, st *store.Store, opts Options) (*Log, error) {

@@ -145,13 +145,29 @@ func NewRedactor(secrets ...string) *Redactor {
 // "password=[REDACTED];rm -rf /"): a secret may leak its tail that way, but
 // a command can never hide behind a secret's name.
 func (r *Redactor) RedactString(s string) string {
+	return r.redactPatterns(r.replaceExact(s))
+}
+
+// replaceExact replaces the exact secrets.
+func (r *Redactor) replaceExact(s string) string {
 	if r.exact != nil {
-		s = r.exact.Replace(s)
+		return r.exact.Replace(s)
 	}
+	return s
+}
+
+// needsScan reports whether the patterns must be run over s: the
+// expensive part of redaction, which redactBudget bounds.
+func needsScan(s string) bool {
 	// The shortest thing a pattern matches ("pwd=x" style assignments
 	// excluded, which need a longer name) is longer than this; skipping
 	// short strings keeps the regexp off the many tiny values (ids, enums).
-	if len(s) < 7 || !mayHoldCredential(s) {
+	return len(s) >= 7 && mayHoldCredential(s)
+}
+
+// redactPatterns is RedactString after the exact secrets are replaced.
+func (r *Redactor) redactPatterns(s string) string {
+	if !needsScan(s) {
 		return s
 	}
 	var b strings.Builder
@@ -169,6 +185,12 @@ func (r *Redactor) RedactString(s string) string {
 		start, end := m[0], m[1]
 		redFrom, redTo := start, end // what is replaced
 		switch {
+		case m[2] >= 0 && start > 0 && s[start-1] == '=':
+			// x=Bearer word: in a shell, an assignment and then the
+			// command "word"; a real header value would be quoted. The
+			// word is still searched for credentials of other shapes.
+			from = m[3]
+			continue
 		case m[2] >= 0: // bearer: keep "Bearer "
 			redFrom = m[3]
 		case m[4] >= 0 || m[6] >= 0: // a name: the value follows
@@ -357,7 +379,7 @@ func (r *Redactor) checkKey(key string) error {
 // member: its strings go through redactSecret and its numbers become
 // "[REDACTED]". Strings over MaxStringBytes come back elided (see
 // elidedObject).
-func (r *Redactor) redactValue(v any, secret bool) (any, error) {
+func (r *canon) redactValue(v any, secret bool) (any, error) {
 	switch t := v.(type) {
 	case string:
 		return r.text(t, secret), nil
@@ -392,31 +414,79 @@ func (r *Redactor) redactValue(v any, secret bool) (any, error) {
 	return v, nil
 }
 
-// text redacts a string value and bounds it: the parsed-tree counterpart
-// of appendText.
-func (r *Redactor) text(s string, secret bool) any {
-	if secret {
-		s = r.redactSecret(s)
-	} else {
-		s = r.RedactString(s)
-	}
-	if len(s) > MaxStringBytes {
-		return elidedObject(elidedString, s)
-	}
-	return s
+// canon is one Canonicalize call: the Redactor and how much more string
+// text its pattern redaction may scan.
+type canon struct {
+	*Redactor
+	budget int
 }
 
-// appendText appends a string value, redacted and bounded.
-func (r *Redactor) appendText(b []byte, s string, secret bool) []byte {
+// redactBudget bounds the string bytes the pattern redaction scans for one
+// record. The regular expression costs about a microsecond per match, so a
+// megabyte of "token=a " would otherwise cost a second of CPU per record.
+// Strings that cannot hold a credential (mayHoldCredential) cost nothing;
+// past the budget, the others are stored elided without a clear prefix.
+// The bound is well above what a record can keep verbatim (MaxDataBytes),
+// so no ordinary record comes near it.
+const redactBudget = 64 << 10
+
+func (r *Redactor) newCanon() *canon { return &canon{Redactor: r, budget: redactBudget} }
+
+// text redacts a string value and bounds it: the parsed-tree counterpart
+// of appendText. A string too long to keep (over MaxStringBytes, before or
+// after redaction) or beyond the record's redaction budget becomes an
+// elided object (elidedObject): its prefix is the redacted beginning of the
+// string, its length and SHA-256 are of the whole string with the exact
+// secrets replaced. So the daemon's own secrets never enter the hash, and
+// the rest of a long string is hashed rather than scanned: a SHA-256 does
+// not reveal a credential in it unless a reader can guess everything else.
+func (r *canon) text(s string, secret bool) any {
+	whole := r.replaceExact(s)
+	if len(whole) <= MaxStringBytes {
+		if red, ok := r.redactBudgeted(whole, secret); ok && len(red) <= MaxStringBytes {
+			return red
+		}
+	}
+	return elidedObject(elidedString, whole, r.elidedPrefix(whole, secret))
+}
+
+// elidedPrefix is the clear prefix of an elided string: its beginning,
+// redacted, or "" once the record's redaction budget is spent. A little
+// more than the prefix is redacted, so a credential cut by the prefix's end
+// is still recognised.
+func (r *canon) elidedPrefix(whole string, secret bool) string {
+	head := whole[:min(len(whole), ElidedPrefixBytes+512)]
+	prefix, ok := r.redactBudgeted(head, secret)
+	if !ok {
+		return ""
+	}
+	return prefix
+}
+
+// redactBudgeted redacts s (its exact secrets already replaced), unless
+// the patterns would have to scan more than the budget left.
+func (r *canon) redactBudgeted(s string, secret bool) (string, bool) {
+	if needsScan(s) {
+		if len(s) > r.budget {
+			return "", false
+		}
+		r.budget -= len(s)
+	}
 	if secret {
-		s = r.redactSecret(s)
-	} else {
-		s = r.RedactString(s)
+		return r.redactSecret(s), true
 	}
-	if len(s) > MaxStringBytes {
-		return appendCanonical(b, elidedObject(elidedString, s))
+	return r.redactPatterns(s), true
+}
+
+// appendText appends a string value, redacted and bounded (as text).
+func (r *canon) appendText(b []byte, s string, secret bool) []byte {
+	whole := r.replaceExact(s)
+	if len(whole) <= MaxStringBytes {
+		if red, ok := r.redactBudgeted(whole, secret); ok && len(red) <= MaxStringBytes {
+			return appendString(b, red)
+		}
 	}
-	return appendString(b, s)
+	return appendElided(b, elidedString, whole, r.elidedPrefix(whole, secret))
 }
 
 // Canonicalize marshals data (any value encoding/json accepts; a
@@ -451,11 +521,11 @@ func (r *Redactor) canonicalize(data any) ([]byte, error) {
 		// The common case, encoded straight from the map: marshalling it to
 		// JSON and parsing that back was most of Append's CPU cost.
 		if t != nil {
-			return r.appendValue(make([]byte, 0, 256), t, false)
+			return r.newCanon().appendValue(make([]byte, 0, 256), t, false)
 		}
 	case map[string]string:
 		if t != nil {
-			return r.appendValue(make([]byte, 0, 256), t, false)
+			return r.newCanon().appendValue(make([]byte, 0, 256), t, false)
 		}
 	}
 	return r.canonicalizeSlow(data)
@@ -487,7 +557,7 @@ func (r *Redactor) canonicalizeSlow(data any) ([]byte, error) {
 	if _, ok := v.(*object); !ok {
 		return nil, fmt.Errorf("audit: data must be a JSON object, got %s", jsonKind(v))
 	}
-	if v, err = r.redactValue(v, false); err != nil {
+	if v, err = r.newCanon().redactValue(v, false); err != nil {
 		return nil, err
 	}
 	return appendCanonical(make([]byte, 0, len(raw)), v), nil
@@ -498,7 +568,7 @@ func (r *Redactor) canonicalizeSlow(data any) ([]byte, error) {
 // else (structs, floats, named types, custom marshalers) to encoding/json
 // via marshalValue, so the output is the same either way. secret is as for
 // redactValue.
-func (r *Redactor) appendValue(b []byte, v any, secret bool) ([]byte, error) {
+func (r *canon) appendValue(b []byte, v any, secret bool) ([]byte, error) {
 	if secret {
 		switch v.(type) {
 		case int, int64, int32, uint64, uint32:
@@ -573,7 +643,7 @@ func (r *Redactor) appendValue(b []byte, v any, secret bool) ([]byte, error) {
 // appendObject appends m with sorted keys, each member's value through
 // member. Typed maps skip boxing every value into an any; v is m itself, for
 // the marshalling fallback when keys cannot be sorted canonically.
-func appendObject[V any](r *Redactor, b []byte, v any, m map[string]V, secret bool, member func([]byte, string, V) ([]byte, error)) ([]byte, error) {
+func appendObject[V any](r *canon, b []byte, v any, m map[string]V, secret bool, member func([]byte, string, V) ([]byte, error)) ([]byte, error) {
 	keys, ok := sortedKeys(m)
 	if !ok {
 		return r.marshalValue(b, v, secret)
@@ -598,7 +668,7 @@ func appendObject[V any](r *Redactor, b []byte, v any, m map[string]V, secret bo
 
 // marshalValue is the slow path for one value: through encoding/json and
 // the parser, then redacted and encoded like any parsed value.
-func (r *Redactor) marshalValue(b []byte, v any, secret bool) ([]byte, error) {
+func (r *canon) marshalValue(b []byte, v any, secret bool) ([]byte, error) {
 	var raw []byte
 	switch t := v.(type) {
 	case json.RawMessage:

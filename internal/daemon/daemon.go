@@ -478,6 +478,18 @@ func auditCustody(cfg Config, dir string, logf func(string, ...any)) (*audit.Key
 	}
 	if created {
 		logf("audit key created in %s (keep it; without it the log cannot be verified)", keyFile)
+		// The first keyed start on this host: an existing (legacy) log
+		// gets its first checkpoint file now. Later, audit.New refuses a
+		// log with records but no checkpoint file (it was deleted).
+		if err := os.MkdirAll(filepath.Dir(cpFile), 0o700); err != nil {
+			return nil, "", fmt.Errorf("audit checkpoints: %w", err)
+		}
+		f, err := os.OpenFile(cpFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			f.Close()
+		} else if !errors.Is(err, os.ErrExist) {
+			return nil, "", fmt.Errorf("audit checkpoints: %w", err)
+		}
 	} else {
 		logf("audit key %s in %s", key.ID(), keyFile)
 	}
