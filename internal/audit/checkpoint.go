@@ -99,29 +99,16 @@ type checkpointFile struct {
 	dev  uint64
 }
 
-// openCheckpointFile opens path for appending. mustExist makes a missing
-// file an error (the log already has keyed records, so a file must have
-// been written before; see New).
-func openCheckpointFile(path string, mustExist bool) (*checkpointFile, error) {
+// openCheckpointFile opens path for appending, creating it (0600; missing
+// directories 0700) if needed. New decides beforehand whether a missing
+// file may be created.
+func openCheckpointFile(path string) (*checkpointFile, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit checkpoints: %w", err)
 	}
-	flags := os.O_WRONLY | os.O_APPEND | syscall.O_CLOEXEC
-	if !mustExist {
-		flags |= os.O_CREATE
-	}
-	f, err := os.OpenFile(path, flags, 0o600)
+	f, st, err := openRegular(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE)
 	if err != nil {
-		return nil, fmt.Errorf("audit checkpoints: %w", err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("audit checkpoints: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("audit checkpoints %s: not a regular file", path)
+		return nil, err
 	}
 	sys, _ := st.Sys().(*syscall.Stat_t)
 	cf := &checkpointFile{path: path, f: f}
@@ -129,6 +116,24 @@ func openCheckpointFile(path string, mustExist bool) (*checkpointFile, error) {
 		cf.ino, cf.dev = sys.Ino, uint64(sys.Dev)
 	}
 	return cf, nil
+}
+
+// openRegular opens path, refusing anything but a regular file without
+// blocking on it (a FIFO put in its place would otherwise hang the open).
+func openRegular(path string, flags int) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, flags|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit checkpoints: %w", err)
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("audit checkpoints %s: not a regular file", path)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
 }
 
 // ErrCheckpointFileGone is returned when the checkpoint file was deleted
@@ -227,13 +232,13 @@ func (cs *checkpointSet) add(c Checkpoint) {
 // be read.
 func readCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
 	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}, stride: 1}
-	f, err := os.Open(path)
+	f, _, err := openRegular(path, os.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		cs.missing = true
 		return cs, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+		return nil, err
 	}
 	defer f.Close()
 	err = scanCheckpoints(ctx, f, cs)
@@ -289,19 +294,15 @@ func scanCheckpoints(ctx context.Context, r io.Reader, cs *checkpointSet) error 
 // what was checkpointed last, however long the file has grown.
 func readRecentCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
 	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}, stride: 1}
-	f, err := os.Open(path)
+	f, st, err := openRegular(path, os.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		cs.missing = true
 		return cs, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
-	}
 	const tail = 64 << 10
 	var r io.Reader = f
 	if st.Size() > tail {
@@ -424,7 +425,7 @@ func (l *Log) openCheckpoints(ctx context.Context, keyed bool) (err error) {
 		if msg := l.compareNewest(ctx, cs); msg != "" {
 			l.opts.Logf("audit: WARNING: %s; `ironclaw audit verify` reports it", msg)
 		}
-		if l.cpFile, err = openCheckpointFile(path, false); err != nil {
+		if l.cpFile, err = openCheckpointFile(path); err != nil {
 			return err
 		}
 	}

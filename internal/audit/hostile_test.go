@@ -894,3 +894,34 @@ func TestCheckpointThinning(t *testing.T) {
 		t.Fatalf("oldest kept %v, newest %d", ok, cs.newest.Seq)
 	}
 }
+
+// TestHostileAuditCheckpointFIFO: a FIFO in place of the checkpoint file
+// is refused at once, not waited on.
+func TestHostileAuditCheckpointFIFO(t *testing.T) {
+	ks := newKeyedSetup(t)
+	os.MkdirAll(filepath.Dir(ks.cpFile), 0o700)
+	if err := unix.Mkfifo(ks.cpFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := openStore(t, ks.db)
+	defer st.Close()
+	done := make(chan error, 1)
+	go func() {
+		l, err := New(context.Background(), st, ks.opts(nil))
+		if err == nil {
+			l.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatalf("New with a FIFO for checkpoints: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("New blocked on a FIFO")
+	}
+	if _, err := VerifyDatabase(context.Background(), ks.db, ks.verifyOpts()); err == nil {
+		t.Fatal("verify read a FIFO as checkpoints")
+	}
+}

@@ -170,6 +170,11 @@ func (r *Redactor) redactPatterns(s string) string {
 	if !needsScan(s) {
 		return s
 	}
+	return r.scanPatterns(s)
+}
+
+// scanPatterns runs the patterns over s, for which needsScan is true.
+func (r *Redactor) scanPatterns(s string) string {
 	var b strings.Builder
 	last := 0 // s[:last] is written or replaced
 	for from := 0; from < len(s); {
@@ -466,16 +471,23 @@ func (r *canon) elidedPrefix(whole string, secret bool) string {
 // redactBudgeted redacts s (its exact secrets already replaced), unless
 // the patterns would have to scan more than the budget left.
 func (r *canon) redactBudgeted(s string, secret bool) (string, bool) {
-	if needsScan(s) {
-		if len(s) > r.budget {
-			return "", false
-		}
-		r.budget -= len(s)
-	}
 	if secret {
+		if needsScan(s) {
+			if len(s) > r.budget {
+				return "", false
+			}
+			r.budget -= len(s)
+		}
 		return r.redactSecret(s), true
 	}
-	return r.redactPatterns(s), true
+	if !needsScan(s) {
+		return s, true // the common case: one cheap pass, no regexp
+	}
+	if len(s) > r.budget {
+		return "", false
+	}
+	r.budget -= len(s)
+	return r.scanPatterns(s), true
 }
 
 // appendText appends a string value, redacted and bounded (as text).
