@@ -290,7 +290,7 @@ func TestExecClientGone(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
-			if r.Kind == "sandbox.exec.end" && r.Session == s.ID {
+			if r.Kind == "sandbox.exec" && r.Session == s.ID {
 				var d struct {
 					Exit int `json:"exit"`
 				}
@@ -410,7 +410,7 @@ func TestAudit(t *testing.T) {
 			t.Fatalf("record %+v", r)
 		}
 	}
-	if got := strings.Join(kinds, " "); got != "sandbox.create/agent sandbox.exec/agent sandbox.exec.end/agent sandbox.destroy/operator" {
+	if got := strings.Join(kinds, " "); got != "sandbox.create/agent sandbox.exec.intent/agent sandbox.exec/agent sandbox.destroy/operator" {
 		t.Fatalf("audit = %s", got)
 	}
 	e.must(200, "GET", "/v1/audit?after=1&limit=1", operTok, nil, &page)

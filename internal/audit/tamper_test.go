@@ -44,8 +44,8 @@ func storedRecord(t *testing.T, l *Log, seq int64) Record {
 // insertRecord inserts r as is.
 func insertRecord(t *testing.T, l *Log, r Record) {
 	t.Helper()
-	tamper(t, l, fmt.Sprintf(`INSERT INTO audit_log VALUES (%d, '%s', '%s', '%s', '%s', '%s', '%s', '%s')`,
-		r.Seq, FormatTime(r.Time), r.Session, r.Actor, r.Kind, r.Data, r.PrevHash, r.Hash))
+	tamper(t, l, fmt.Sprintf(`INSERT INTO audit_log VALUES (%d, '%s', '%s', '%s', '%s', '%s', '%s', '%s', '%s')`,
+		r.Seq, FormatTime(r.Time), r.Session, r.Actor, r.Kind, r.Data, r.PrevHash, r.Hash, r.MAC))
 }
 
 func TestTamperDetection(t *testing.T) {
@@ -198,7 +198,7 @@ func TestTamperDetection(t *testing.T) {
 			name: "null a field in a rebuilt table",
 			tamper: func(t *testing.T, l *Log) {
 				tamper(t, l, `ALTER TABLE audit_log RENAME TO audit_old`,
-					`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash)`,
+					`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash, mac)`,
 					`INSERT INTO audit_log SELECT * FROM audit_old`,
 					`DROP TABLE audit_old`,
 					`UPDATE audit_log SET session = NULL WHERE seq = 6`)
@@ -210,7 +210,7 @@ func TestTamperDetection(t *testing.T) {
 			name: "retype a field in a rebuilt table",
 			tamper: func(t *testing.T, l *Log) {
 				tamper(t, l, `ALTER TABLE audit_log RENAME TO audit_old`,
-					`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash)`,
+					`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash, mac)`,
 					`INSERT INTO audit_log SELECT * FROM audit_old`,
 					`DROP TABLE audit_old`,
 					`UPDATE audit_log SET actor = 12345 WHERE seq = 2`)
@@ -315,14 +315,17 @@ func TestTriggersRefuseUpdateAndDelete(t *testing.T) {
 }
 
 func TestSplitPacked(t *testing.T) {
-	good := "1,2,3,2,2,1,1:abbcccdd{}pH"
+	good := "1,2,3,2,2,1,1,2:abbcccdd{}pHmm"
 	f, ok := splitPacked(good)
-	if !ok || f != [7]string{"a", "bb", "ccc", "dd", "{}", "p", "H"} {
+	if !ok || f != [packedFields]string{"a", "bb", "ccc", "dd", "{}", "p", "H", "mm"} {
 		t.Fatalf("splitPacked(%q) = %q, %v", good, f, ok)
 	}
+	if f, ok := splitPacked("1,2,3,2,2,1,1,0:abbcccdd{}pH"); !ok || f[7] != "" {
+		t.Fatalf("an empty mac: %q, %v", f, ok)
+	}
 	for _, bad := range []string{
-		"", ":", "1,2,3,2,2,1:abbcccdd{}p", "1,2,3,2,2,1,1:abbcccdd{}pHX", "1,2,3,2,2,1,2:abbcccdd{}pH",
-		"1,2,3,2,2,1,1;abbcccdd{}pH", "x,2,3,2,2,1,1:abbcccdd{}pH", "1,2,3,2,2,1,,1:abbcccdd{}pH", "999999999999999,0,0,0,0,0,0:",
+		"", ":", "1,2,3,2,2,1,1:abbcccdd{}pH", "1,2,3,2,2,1,1,0:abbcccdd{}pHX", "1,2,3,2,2,1,2,0:abbcccdd{}pH",
+		"1,2,3,2,2,1,1,0;abbcccdd{}pH", "x,2,3,2,2,1,1,0:abbcccdd{}pH", "1,2,3,2,2,1,,1,0:abbcccdd{}pH", "999999999999999,0,0,0,0,0,0,0:",
 	} {
 		if f, ok := splitPacked(bad); ok {
 			t.Errorf("splitPacked(%q) accepted: %q", bad, f)

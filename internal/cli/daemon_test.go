@@ -31,6 +31,7 @@ func startDaemon(t *testing.T) (addr, dir string) {
 	done := make(chan error, 1)
 	go func() {
 		done <- daemon.Run(ctx, daemon.Config{Listen: "127.0.0.1:0", DataDir: dir, PoolSize: -1,
+			AuditKeyFile: dir + ".custody/audit.key", AuditCheckpointFile: dir + ".custody/checkpoints.jsonl",
 			InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), Ready: func(a string) { ready <- a }})
 	}()
 	select {
@@ -242,7 +243,7 @@ func TestAuditCommands(t *testing.T) {
 			kinds = append(kinds, f[2]+":"+f[3])
 		}
 	}
-	if strings.Join(kinds, " ") != "agent:sandbox.create agent:sandbox.exec agent:sandbox.exec.end agent:sandbox.destroy" {
+	if strings.Join(kinds, " ") != "agent:sandbox.create agent:sandbox.exec.intent agent:sandbox.exec agent:sandbox.destroy" {
 		t.Errorf("audit of %s: %v\n%s", id, kinds, out)
 	}
 	if _, out2, _ := run(t, "", "audit", "tail", "--after", "1"); strings.Count(out2, "\n") != len(lines)-1 {
@@ -302,7 +303,8 @@ func TestServeProcessSIGTERM(t *testing.T) {
 	needSandbox(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	exe, _ := os.Executable()
-	cmd := exec.Command(exe, "serve", "--listen", "127.0.0.1:0", "--pool", "0")
+	cmd := exec.Command(exe, "serve", "--listen", "127.0.0.1:0", "--pool", "0",
+		"--audit-key", dir+".custody/audit.key", "--audit-checkpoints", dir+".custody/checkpoints.jsonl")
 	cmd.Env = []string{"IRONCLAW_CLI_TEST_MAIN=1", "IRONCLAW_DATA_DIR=" + dir, "IRONCLAW_TEST_INIT_EXE=" + os.Getenv("IRONCLAW_TEST_INIT_EXE"), "PATH=" + os.Getenv("PATH")}
 	errPipe, err := cmd.StderrPipe()
 	if err != nil {
@@ -369,6 +371,7 @@ func startDaemonAt(t *testing.T, dir string) {
 	done := make(chan error, 1)
 	go func() {
 		done <- daemon.Run(ctx, daemon.Config{Listen: "127.0.0.1:0", DataDir: dir, PoolSize: -1,
+			AuditKeyFile: dir + ".custody/audit.key", AuditCheckpointFile: dir + ".custody/checkpoints.jsonl",
 			InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), Ready: func(a string) { ready <- a }})
 	}()
 	select {

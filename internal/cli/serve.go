@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
@@ -27,11 +29,12 @@ var serveEnv = map[string]string{
 
 func newServeCmd(e *env) *cobra.Command {
 	var (
-		configFile         string
-		cfg                daemon.Config
-		idle, ttl          time.Duration
-		pool               int
+		configFile                     string
+		cfg                            daemon.Config
+		idle, ttl                      time.Duration
+		pool                           int
 		maxBody, maxUpload, waitOutput string
+		storeWarn                      string
 	)
 	c := &cobra.Command{
 		Use:   "serve [flags]",
@@ -77,7 +80,16 @@ The policy file (--policy) is YAML:
     require_approval: ["^curl ", "rm -rf /"]   # regexps over the command line
 
 Further operators: 'ironclaw operator add NAME' writes operators/NAME.token in
-the data directory; approvals decided with it record NAME as the decider.`,
+the data directory; approvals decided with it record NAME as the decider.
+
+The audit log is keyed and checkpointed outside the data directory, so that
+write access to the data directory alone cannot rewrite or cut it unnoticed:
+--audit-key (default /etc/ironclaw/audit.key as root, else
+~/.config/ironclaw/audit.key; created 0600 on first start; keep it, without it
+the log cannot be verified) and --audit-checkpoints (default
+/var/log/ironclaw/audit-checkpoints/ as root, else
+~/.local/state/ironclaw/audit-checkpoints/; one file per data directory, never
+to be rotated or deleted). 'ironclaw audit verify' checks both.`,
 		Example: `  ironclaw serve
   ironclaw serve --listen 127.0.0.1:9000 --data-dir /var/lib/ironclaw
   IRONCLAW_API_TOKEN=$(cat ~/.local/share/ironclaw/agent.token) ironclaw sandbox create`,
@@ -114,6 +126,11 @@ the data directory; approvals decided with it record NAME as the decider.`,
 			if cfg.WaitOutputBytes, err = optionalSize("wait-output", waitOutput); err != nil {
 				return err
 			}
+			if storeWarn == "off" {
+				cfg.StoreSizeWarn = -1
+			} else if cfg.StoreSizeWarn, err = optionalSize("store-size-warn", storeWarn); err != nil {
+				return err
+			}
 			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "ironclaw: "+format+"\n", args...) }
 			ctx := c.Context()
 			if ctx == nil {
@@ -137,6 +154,7 @@ the data directory; approvals decided with it record NAME as the decider.`,
 	f.IntVar(&cfg.RateBurst, "rate-burst", 0, "burst of requests allowed per token (0: 100)")
 	f.StringVar(&maxBody, "max-body", "", "largest JSON request body (default 1M)")
 	f.StringVar(&maxUpload, "max-upload", "", "largest file upload (default 256M)")
+	f.DurationVar(&cfg.BodyTimeout, "body-timeout", daemon.DefaultBodyTimeout, "how long the API waits for a request body, and how long an upload may stall")
 	f.StringVar(&waitOutput, "wait-output", "", "most output an exec with ?wait=1 returns (default 1M; held in memory until the command ends)")
 	f.StringVar(&cfg.Model.Provider, "provider", "", "model provider: empty uses a provider whose key is in the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY) and the offline mock for the rest; \"mock\" uses the mock for all")
 	f.StringVar(&cfg.Model.MockScript, "mock-script", "", "JSON file of scripted turns for the mock provider")
@@ -159,6 +177,10 @@ the data directory; approvals decided with it record NAME as the decider.`,
 	f.BoolVar(&cfg.DisableConsole, "no-console", false, "do not serve the web console at /ui/")
 	f.StringSliceVar(&cfg.ImageDirs, "image-dir", nil, "directory beneath which API clients may name local images: directories, OCI layouts, tarballs (repeatable; default: none)")
 	f.StringSliceVar(&cfg.ImageRegistries, "image-registry", nil, "registry host API clients may pull images from, e.g. ghcr.io or localhost:5000 (repeatable; default: none)")
+	f.StringVar(&cfg.AuditKeyFile, "audit-key", "", "key file authenticating the audit log, outside the data directory (default "+audit.DefaultKeyFile()+"; created 0600)")
+	f.StringVar(&cfg.AuditCheckpointFile, "audit-checkpoints", "", "file the audit log's head is checkpointed to, outside the data directory (default: one per data directory under "+filepath.Dir(audit.DefaultCheckpointFile("x"))+")")
+	f.StringVar(&cfg.AuditCheckpointURL, "audit-checkpoint-url", "", "URL that also receives every audit checkpoint as a JSON POST")
+	f.StringVar(&storeWarn, "store-size-warn", "", "log a warning when the database grows past this size (default 1G; off: never)")
 	return c
 }
 

@@ -601,14 +601,30 @@ func (c *Client) AuditFollow(ctx context.Context, after int64, fn func(AuditReco
 	}
 }
 
-// VerifyResult is the daemon's verdict on the audit chain.
+// VerifyResult is the daemon's verdict on the audit chain (see
+// audit.Result for the meaning of each field).
 type VerifyResult struct {
-	OK      bool   `json:"ok"`
-	Checked int64  `json:"checked"`
-	LastSeq int64  `json:"last_seq,omitempty"`
-	BadSeq  int64  `json:"bad_seq,omitempty"`
-	Problem string `json:"problem,omitempty"`
-	Reason  string `json:"reason,omitempty"`
+	OK            bool              `json:"ok"`
+	Checked       int64             `json:"checked"`
+	LastSeq       int64             `json:"last_seq,omitempty"`
+	BadSeq        int64             `json:"bad_seq,omitempty"`
+	Problem       string            `json:"problem,omitempty"`
+	Reason        string            `json:"reason,omitempty"`
+	CheckpointSeq int64             `json:"checkpoint_seq,omitempty"`
+	KeyID         string            `json:"key_id,omitempty"`
+	Authenticated int64             `json:"authenticated"`
+	Legacy        int64             `json:"legacy,omitempty"`
+	Checkpoints   VerifyCheckpoints `json:"checkpoints"`
+}
+
+// VerifyCheckpoints is what the daemon found in its audit checkpoint file.
+type VerifyCheckpoints struct {
+	File       string `json:"file,omitempty"`
+	Read       int64  `json:"read"`
+	Matched    int64  `json:"matched"`
+	NewestSeq  int64  `json:"newest_seq,omitempty"`
+	NewestTime string `json:"newest_time,omitempty"`
+	Unproven   int64  `json:"unproven"`
 }
 
 // AuditVerify checks the whole chain on the daemon's side.

@@ -33,6 +33,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/session"
 	"github.com/ironclaw/ironclaw/internal/store"
 	"github.com/ironclaw/ironclaw/internal/tools"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
 
@@ -129,6 +130,21 @@ type Config struct {
 	// Ready, if set, is called with the listening address (host:port) once
 	// the daemon accepts requests.
 	Ready func(addr string)
+	// AuditKeyFile holds the key that authenticates the audit chain
+	// ("" means audit.DefaultKeyFile(): /etc/ironclaw/audit.key as root,
+	// else $XDG_CONFIG_HOME/ironclaw/audit.key). It is created (0600) on
+	// first start; a file other users can access, or one inside DataDir,
+	// is refused.
+	AuditKeyFile string
+	// AuditCheckpointFile receives the audit chain's head periodically
+	// and at shutdown ("" means audit.DefaultCheckpointFile(DataDir):
+	// under /var/log/ironclaw as root, else $XDG_STATE_HOME/ironclaw); it
+	// must lie outside DataDir. AuditCheckpointURL, if set, also receives
+	// every checkpoint as a JSON POST.
+	AuditCheckpointFile, AuditCheckpointURL string
+	// StoreSizeWarn is the database size in bytes past which a warning is
+	// logged (0 means store.DefaultSizeWarn, 1 GiB; negative: never).
+	StoreSizeWarn int64
 }
 
 // DefaultDataDir is $XDG_DATA_HOME/ironclaw, else ~/.local/share/ironclaw.
@@ -247,12 +263,29 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	closers = append(closers, func(context.Context) error { return st.Close() })
-	// The API tokens and the provider keys are redacted wherever they might
-	// appear in an audit record.
-	alog, err := audit.New(ctx, st, audit.Options{Redactor: audit.NewRedactor(append(secretsOf(os.Getenv), agentTok, operTok)...)})
+	akey, cpFile, err := auditCustody(cfg, dir, logf)
 	if err != nil {
 		return err
 	}
+	// The API tokens and the provider keys are redacted wherever they might
+	// appear in an audit record.
+	alog, err := audit.New(ctx, st, audit.Options{
+		Redactor:       audit.NewRedactor(append(secretsOf(os.Getenv), agentTok, operTok)...),
+		Key:            akey,
+		CheckpointFile: cpFile,
+		CheckpointURL:  cfg.AuditCheckpointURL,
+		Logf:           logf,
+	})
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	if err := registerStoreMetrics(reg, st); err != nil {
+		return err
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	go st.WatchSize(wctx, store.SizeWatch{Threshold: cfg.StoreSizeWarn, Logf: logf})
+	closers = append(closers, func(context.Context) error { stopWatch(); return nil })
 	closers = append(closers, func(context.Context) error { return alog.Close() })
 	proxy, err := newModelProxy(cfg.Model, st, alog, logf)
 	if err != nil {
@@ -400,7 +433,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		RateBurst:     cfg.RateBurst,
 		Logf:          logf,
 		Model:         proxy,
-	}, mgr, alog, nil)
+	}, mgr, alog, reg)
 	if err != nil {
 		return err
 	}
@@ -475,6 +508,85 @@ func ceilingOr(policy, def time.Duration) time.Duration {
 		return policy
 	}
 	return def
+}
+
+// auditCustody loads (or creates) the audit key and names the checkpoint
+// file, both outside the data directory dir: the point of both is that
+// write access to the data directory alone cannot rewrite or cut the log
+// unnoticed.
+func auditCustody(cfg Config, dir string, logf func(string, ...any)) (*audit.Key, string, error) {
+	keyFile, cpFile := cfg.AuditKeyFile, cfg.AuditCheckpointFile
+	if keyFile == "" {
+		keyFile = audit.DefaultKeyFile()
+	}
+	if cpFile == "" {
+		cpFile = audit.DefaultCheckpointFile(dir)
+	}
+	for _, f := range []struct{ what, path string }{{"audit key", keyFile}, {"audit checkpoint file", cpFile}} {
+		abs, err := filepath.Abs(f.path)
+		if err != nil {
+			return nil, "", err
+		}
+		if within(dir, abs) {
+			return nil, "", fmt.Errorf("%s %s is inside the data directory %s: keep it elsewhere, or it protects nothing", f.what, abs, dir)
+		}
+	}
+	key, created, err := audit.EnsureKey(keyFile)
+	if err != nil {
+		return nil, "", err
+	}
+	if created {
+		logf("audit key created in %s (keep it; without it the log cannot be verified)", keyFile)
+		// The first keyed start on this host: an existing (legacy) log
+		// gets its first checkpoint file now. Later, audit.New refuses a
+		// log with records but no checkpoint file (it was deleted).
+		if err := os.MkdirAll(filepath.Dir(cpFile), 0o700); err != nil {
+			return nil, "", fmt.Errorf("audit checkpoints: %w", err)
+		}
+		f, err := os.OpenFile(cpFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			f.Close()
+		} else if !errors.Is(err, os.ErrExist) {
+			return nil, "", fmt.Errorf("audit checkpoints: %w", err)
+		}
+	} else {
+		logf("audit key %s in %s", key.ID(), keyFile)
+	}
+	logf("audit checkpoints in %s", cpFile)
+	return key, cpFile, nil
+}
+
+// within reports whether path is dir or beneath it, also through symbolic
+// links in either.
+func within(dir, path string) bool {
+	in := func(d, p string) bool {
+		rel, err := filepath.Rel(d, p)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	}
+	if in(dir, path) {
+		return true
+	}
+	rd, err1 := filepath.EvalSymlinks(dir)
+	rp, err2 := filepath.EvalSymlinks(filepath.Dir(path))
+	return err1 == nil && err2 == nil && in(rd, filepath.Join(rp, filepath.Base(path)))
+}
+
+// registerStoreMetrics exposes the database's size and the free space
+// beside it, so growth (the audit log) is seen before the disk fills.
+func registerStoreMetrics(reg prometheus.Registerer, st *store.Store) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ironclaw_store_bytes", Help: "Size of the database (main file, WAL and shared memory) in bytes.",
+		}, func() float64 { n, _ := st.Size(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ironclaw_store_free_bytes", Help: "Bytes available on the file system holding the database.",
+		}, func() float64 { n, _ := st.FreeBytes(); return float64(n) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // endForwarder buffers sandbox ends until the API is there to count them.

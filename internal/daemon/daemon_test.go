@@ -44,12 +44,15 @@ func TestMain(m *testing.M) {
 func subprocessMain(dir string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	key, cps := testCustody(dir)
 	err := Run(ctx, Config{
-		Listen:  "127.0.0.1:0",
-		DataDir: dir,
-		InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE"),
-		Logf:    func(f string, a ...any) { fmt.Fprintf(os.Stderr, "daemon: "+f+"\n", a...) },
-		Ready:   func(addr string) { fmt.Printf("ADDR %s\n", addr) },
+		Listen:              "127.0.0.1:0",
+		DataDir:             dir,
+		AuditKeyFile:        key,
+		AuditCheckpointFile: cps,
+		InitExe:             os.Getenv("IRONCLAW_TEST_INIT_EXE"),
+		Logf:                func(f string, a ...any) { fmt.Fprintf(os.Stderr, "daemon: "+f+"\n", a...) },
+		Ready:               func(addr string) { fmt.Printf("ADDR %s\n", addr) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "daemon:", err)
@@ -67,6 +70,15 @@ func needSandbox(t *testing.T) {
 	}
 }
 
+// testCustody is where a test daemon on dir keeps its audit key and
+// checkpoints: beside the data dir (outside it, as the daemon insists),
+// the same for every start on dir, and inside the test's temp tree, so no
+// test writes the host's /etc/ironclaw or /var/log/ironclaw.
+func testCustody(dir string) (key, checkpoints string) {
+	c := filepath.Clean(dir) + ".custody"
+	return filepath.Join(c, "audit.key"), filepath.Join(c, "checkpoints.jsonl")
+}
+
 type running struct {
 	addr, dir string
 	cancel    context.CancelFunc
@@ -81,12 +93,15 @@ func startDaemon(t *testing.T, dir string, mod func(*Config)) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	r := &running{dir: dir, cancel: cancel, done: make(chan error, 1)}
+	key, cps := testCustody(dir)
 	cfg := Config{
-		Listen:   "127.0.0.1:0",
-		DataDir:  dir,
-		PoolSize: -1,
-		InitExe:  os.Getenv("IRONCLAW_TEST_INIT_EXE"),
-		Ready:    func(addr string) { ready <- addr },
+		Listen:              "127.0.0.1:0",
+		DataDir:             dir,
+		AuditKeyFile:        key,
+		AuditCheckpointFile: cps,
+		PoolSize:            -1,
+		InitExe:             os.Getenv("IRONCLAW_TEST_INIT_EXE"),
+		Ready:               func(addr string) { ready <- addr },
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -260,7 +275,9 @@ func TestDefaultDataDirAgrees(t *testing.T) {
 func TestListenFailure(t *testing.T) {
 	needSandbox(t)
 	dir := t.TempDir()
-	err := Run(context.Background(), Config{Listen: "256.0.0.1:1", DataDir: dir, PoolSize: -1, InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
+	key, cps := testCustody(dir)
+	err := Run(context.Background(), Config{Listen: "256.0.0.1:1", DataDir: dir, PoolSize: -1, InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE"),
+		AuditKeyFile: key, AuditCheckpointFile: cps})
 	if err == nil || !strings.Contains(err.Error(), "listen") {
 		t.Fatalf("Run = %v", err)
 	}
@@ -454,7 +471,7 @@ func TestCrashThenRestart(t *testing.T) {
 	}
 	// The exec the kill cut short left its start record (written before it
 	// ran) and no end.
-	if strings.Join(kinds, " ") != "sandbox.create sandbox.exec sandbox.lost" {
+	if strings.Join(kinds, " ") != "sandbox.create sandbox.exec.intent sandbox.lost" {
 		t.Errorf("audit of %s: %v", sb.ID, kinds)
 	}
 	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -494,13 +494,10 @@ func (m *Manager) watch(id string, e *entry) {
 
 // Audit kinds of this package besides audit.KindSandbox*.
 const (
-	// KindSandboxExecEnd records how an exec ended; its sandbox.exec
-	// record was written before the command started.
-	KindSandboxExecEnd = "sandbox.exec.end"
-	// KindFileWrite is a file copy into a sandbox, recorded before it
-	// starts; KindFileWriteEnd records how it ended.
-	KindFileWrite    = "sandbox.file.write"
-	KindFileWriteEnd = "sandbox.file.write.end"
+	// KindFileWrite is a file copy into a sandbox: its intent record
+	// (KindFileWrite + audit.IntentSuffix) is written before the copy
+	// starts, this one when it ended.
+	KindFileWrite = "sandbox.file.write"
 	// KindSandboxCrash is a sandbox that ended on its own.
 	KindSandboxCrash = "sandbox.crash"
 )
@@ -755,10 +752,10 @@ func (m *Manager) use(id string) (sandbox.Sandbox, func(), error) {
 	}, nil
 }
 
-// Exec runs a command. Its sandbox.exec record (argv, cwd, environment
-// names) is made durable before the command starts — if it cannot be, the
-// command does not run — and a sandbox.exec.end record (exit, duration,
-// bytes, truncation; never the output) follows.
+// Exec runs a command. Its sandbox.exec.intent record (argv, cwd,
+// environment names) is made durable before the command starts — if it
+// cannot be, the command does not run — and a sandbox.exec record (exit,
+// duration, bytes, truncation, the intent's seq; never the output) follows.
 func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	sb, done, err := m.use(id)
 	if err != nil {
@@ -775,7 +772,8 @@ func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRe
 	if req.Timeout > 0 {
 		start["timeout_ms"] = req.Timeout.Milliseconds()
 	}
-	if _, err := m.log.Append(ctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: start}); err != nil {
+	intent, err := m.log.Begin(ctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: start})
+	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
 	}
 	if env := m.extraEnv(id); len(env) > 0 {
@@ -792,7 +790,7 @@ func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRe
 	}
 	// The command ran whatever becomes of this record: its start is on
 	// record, so a failure here is the daemon's to report, not the caller's.
-	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: KindSandboxExecEnd, Data: data}); err != nil {
+	if _, err := intent.End(context.WithoutCancel(ctx), data); err != nil {
 		m.opts.Logf("session: audit of the end of an exec in %s: %v", id, err)
 	}
 	return res, execErr
@@ -810,8 +808,9 @@ func envNames(env []string) []string {
 }
 
 // WriteFile copies into the sandbox (see sandbox.Sandbox.WriteFile). Its
-// record (path, mode) is made durable before the copy starts, and one with
-// the bytes written and any error follows; never the content.
+// sandbox.file.write.intent record (path, mode) is made durable before the
+// copy starts, and a sandbox.file.write record with the bytes written and
+// any error follows; never the content.
 func (m *Manager) WriteFile(ctx context.Context, actor, id, path string, r io.Reader, mode fs.FileMode) error {
 	sb, done, err := m.use(id)
 	if err != nil {
@@ -819,7 +818,8 @@ func (m *Manager) WriteFile(ctx context.Context, actor, id, path string, r io.Re
 	}
 	defer done()
 	perm := fmt.Sprintf("%#o", mode.Perm())
-	if _, err := m.log.Append(ctx, audit.Entry{Session: id, Actor: actor, Kind: KindFileWrite, Data: map[string]any{"path": path, "mode": perm}}); err != nil {
+	intent, err := m.log.Begin(ctx, audit.Entry{Session: id, Actor: actor, Kind: KindFileWrite, Data: map[string]any{"path": path, "mode": perm}})
+	if err != nil {
 		return fmt.Errorf("session: the file was not written, as its audit record could not be written: %w", err)
 	}
 	cr := &countingReader{r: r}
@@ -828,7 +828,7 @@ func (m *Manager) WriteFile(ctx context.Context, actor, id, path string, r io.Re
 	if werr != nil {
 		data["error"] = werr.Error()
 	}
-	if _, err := m.log.Append(context.WithoutCancel(ctx), audit.Entry{Session: id, Actor: actor, Kind: KindFileWriteEnd, Data: data}); err != nil {
+	if _, err := intent.End(context.WithoutCancel(ctx), data); err != nil {
 		m.opts.Logf("session: audit of the end of a file write in %s: %v", id, err)
 	}
 	return werr

@@ -141,7 +141,7 @@ func TestLifecycle(t *testing.T) {
 	if err := m.Destroy(ctx, "agent", "sbx-unknown"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Destroy of an unknown id: %v", err)
 	}
-	if k := strings.Join(f.kinds(t, info.ID), " "); k != "sandbox.create sandbox.exec sandbox.exec.end sandbox.file.write sandbox.file.write.end sandbox.destroy" {
+	if k := strings.Join(f.kinds(t, info.ID), " "); k != "sandbox.create sandbox.exec.intent sandbox.exec sandbox.file.write.intent sandbox.file.write sandbox.destroy" {
 		t.Fatalf("audit kinds = %q", k)
 	}
 	_ = other

@@ -220,6 +220,19 @@ CREATE TABLE webhook_deliveries (
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (url, next_at);
 `,
 		},
+		{
+			Version: 7,
+			Name:    "audit log MAC",
+			SQL: `
+-- mac authenticates each record with a key kept outside the data directory
+-- (package audit: HMAC-SHA256 over the record's seq and hash). Records
+-- written before the log was keyed keep '' and verify as a legacy prefix.
+-- hash and its chain are unchanged, so tools that check only the SHA-256
+-- chain keep working. Adding a column rewrites no row and leaves the
+-- append-only triggers in place.
+ALTER TABLE audit_log ADD COLUMN mac TEXT NOT NULL DEFAULT '';
+`,
+		},
 	}
 }
 

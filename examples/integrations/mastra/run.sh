@@ -201,13 +201,16 @@ approvals:
   timeout: 60s
 EOF
 POLICY_FLAGS="--policy $TMP/policy.yaml"
+# The audit key and checkpoints are kept outside the data dir (the daemon
+# insists); the demo keeps them in its temp dir instead of the host's /etc.
+AUDIT_FLAGS="--audit-key $TMP/custody/audit.key --audit-checkpoints $TMP/custody/checkpoints.jsonl"
 MODEL_FLAGS="--provider mock --mock-script $TMP/mock-script.json"
 [ "$MODE" = real ] && MODEL_FLAGS=""
 # shellcheck disable=SC2086  # the flag lists hold no spaces inside values
 (
   unset ANTHROPIC_API_KEY ANTHROPIC_BASE_URL IRONCLAW_API_TOKEN IRONCLAW_OPERATOR_TOKEN
   OPENAI_API_KEY=$PLANTED_KEY; export OPENAI_API_KEY
-  exec "$IRONCLAW" serve --listen 127.0.0.1:0 --data-dir "$TMP/data" $MODEL_FLAGS $POLICY_FLAGS
+  exec "$IRONCLAW" serve --listen 127.0.0.1:0 --data-dir "$TMP/data" $MODEL_FLAGS $POLICY_FLAGS $AUDIT_FLAGS
 ) >"$TMP/daemon.log" 2>&1 &
 DAEMON_PID=$!
 ADDR="" i=0

@@ -68,7 +68,11 @@ export function ironclawBin(): string {
 export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const bin = ironclawBin();
   const dataDir = mkdtempSync(join(tmpdir(), 'ironclaw-sdk-'));
-  const args = ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--provider', 'mock'];
+  // The audit key and checkpoints live outside the data dir (the daemon
+  // insists), here in a temp dir of their own rather than the host's /etc.
+  const custodyDir = mkdtempSync(join(tmpdir(), 'ironclaw-sdk-custody-'));
+  const args = ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--provider', 'mock',
+    '--audit-key', join(custodyDir, 'audit.key'), '--audit-checkpoints', join(custodyDir, 'checkpoints.jsonl')];
   if (opts.policy !== undefined) {
     const file = join(dataDir, 'policy.yaml');
     writeFileSync(file, JSON.stringify(opts.policy));
@@ -80,6 +84,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const killOnExit = () => {
     child.kill('SIGKILL');
     rmSync(dataDir, { recursive: true, force: true });
+    rmSync(custodyDir, { recursive: true, force: true });
   };
   const onSignal = (sig: NodeJS.Signals) => {
     killOnExit();
@@ -150,6 +155,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
         clearTimeout(t);
       }
       rmSync(dataDir, { recursive: true, force: true });
+    rmSync(custodyDir, { recursive: true, force: true });
     },
   };
 }

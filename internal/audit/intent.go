@@ -1,0 +1,108 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// IntentSuffix ends the kind of an intent record: Begin with kind
+// "sandbox.exec" writes "sandbox.exec.intent".
+const IntentSuffix = ".intent"
+
+// IntentSeqKey is the data member of a result record that names its
+// intent record's seq.
+const IntentSeqKey = "intent_seq"
+
+// Intent is the durable record that an action is about to happen, from
+// Begin. Call End exactly once with the action's outcome. An intent record
+// with no result record after it means the daemon died (or End failed)
+// while the action ran: it may or may not have happened.
+//
+// Intent is safe for concurrent use, but End only succeeds once.
+type Intent struct {
+	log  *Log
+	seq  int64
+	base Entry // session, actor and kind of the action
+	once sync.Once
+}
+
+// ErrIntentEnded is returned by a second End.
+var ErrIntentEnded = errors.New("audit: intent already ended")
+
+// Begin writes the intent record of an action (kind e.Kind+IntentSuffix,
+// data e.Data: what is about to be done) and returns once it is durable.
+// The caller must not act if Begin fails: that is what makes the log fail
+// closed (no action without a record). Errors are those of Append.
+//
+//	in, err := log.Begin(ctx, audit.Entry{Session: id, Actor: who, Kind: audit.KindSandboxExec,
+//		Data: map[string]any{"argv": argv}})
+//	if err != nil {
+//		return err // not run
+//	}
+//	res, runErr := run()
+//	_, err = in.End(context.WithoutCancel(ctx), map[string]any{"exit": res.Exit})
+func (l *Log) Begin(ctx context.Context, e Entry) (*Intent, error) {
+	ie := e
+	ie.Kind = e.Kind + IntentSuffix
+	rec, err := l.Append(ctx, ie)
+	if err != nil {
+		return nil, err
+	}
+	e.Data = nil
+	return &Intent{log: l, seq: rec.Seq, base: e}, nil
+}
+
+// Seq is the intent record's seq.
+func (in *Intent) Seq() int64 { return in.seq }
+
+// End writes the result record: kind the action's own (Begin's e.Kind),
+// data the outcome with IntentSeqKey set to the intent's seq. data must be
+// a JSON object like any Entry.Data and must not have an IntentSeqKey
+// member of its own.
+func (in *Intent) End(ctx context.Context, data any) (Record, error) {
+	first := false
+	in.once.Do(func() { first = true })
+	if !first {
+		return Record{}, ErrIntentEnded
+	}
+	canon, err := in.log.redact.Canonicalize(data)
+	if err != nil {
+		return Record{}, fmt.Errorf("audit: end %s: %w", in.base.Kind, err)
+	}
+	canon, err = withMember(canon, IntentSeqKey, strconv.FormatInt(in.seq, 10))
+	if err != nil {
+		return Record{}, fmt.Errorf("audit: end %s: %w", in.base.Kind, err)
+	}
+	return in.log.appendCanonical(ctx, in.base, canon)
+}
+
+// withMember adds member key with the JSON text val to canonical object
+// text, keeping it canonical (sorted keys). The result may exceed
+// MaxDataBytes by the member's length, which is small.
+func withMember(canon []byte, key, val string) ([]byte, error) {
+	v, err := parseJSON(canon)
+	if err != nil {
+		return nil, err
+	}
+	o, ok := v.(*object)
+	if !ok {
+		return nil, errors.New("data is not an object")
+	}
+	for _, m := range o.members {
+		if m.key == key {
+			return nil, fmt.Errorf("data already has a member %q", key)
+		}
+	}
+	nv, err := parseJSON([]byte(val))
+	if err != nil {
+		return nil, err
+	}
+	i, _ := slices.BinarySearchFunc(o.members, key, func(m member, k string) int { return strings.Compare(m.key, k) })
+	o.members = slices.Insert(o.members, i, member{key: key, val: nv})
+	return appendCanonical(make([]byte, 0, len(canon)+len(key)+len(val)+4), o), nil
+}
