@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
 // relayBuf is the copy buffer size; every read is written and flushed at once.
@@ -54,6 +55,9 @@ type exchange struct {
 	errCode    string
 	refused    string
 	start      time.Time
+	// intent is the request's audit record, made durable before anything
+	// went upstream; record ends it.
+	intent *audit.Intent
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, auth func(tok string) *grant) {
@@ -192,6 +196,23 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, auth func(tok stri
 		}
 	}
 
+	// Sending the request is the action: its record is made durable
+	// first, and if it cannot be, nothing goes upstream.
+	if p.cfg.Log != nil {
+		x.intent, err = p.cfg.Log.Begin(r.Context(), audit.Entry{Session: x.session, Actor: Actor, Kind: audit.KindModelRequest,
+			Data: map[string]any{"provider": string(x.provider), "principal": x.principal, "model": x.model, "path": x.path,
+				"request_bytes": x.reqBytes, "reserved_tokens": x.reserved, "upstream": x.upstream}})
+		if err != nil {
+			p.logf("modelproxy: audit: %v", err)
+			x.charged = 0
+			if errdefs.Class(err) == errdefs.ErrInsufficientStorage {
+				refuse(http.StatusInsufficientStorage, "insufficient_storage", "audit_unavailable", "the daemon's disk is full: the request was not sent")
+			} else {
+				refuse(http.StatusServiceUnavailable, "unavailable", "audit_unavailable", "the request's audit record could not be written: it was not sent")
+			}
+			return
+		}
+	}
 	resp, err := tgt.rt.RoundTrip(out)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -492,8 +513,11 @@ func (pl *plan) rewrite() []byte {
 	return apply(jb.raw, edits)
 }
 
-// record appends x to the audit log (asynchronously: the response is
-// complete before the fsync).
+// record writes how x ended to the audit log, asynchronously (the
+// response is complete before the fsync): the end of its intent record
+// when it went upstream, or a refusal, aggregated with others of the same
+// sandbox and reason (audit.Log.AppendRepeated), so that a loop of refused
+// requests costs a bounded number of records.
 func (p *Proxy) record(ctx context.Context, x *exchange) {
 	if x == nil || p.cfg.Log == nil {
 		return
@@ -529,7 +553,16 @@ func (p *Proxy) record(ctx context.Context, x *exchange) {
 	go func() {
 		defer p.auditWG.Done()
 		defer cancel()
-		if _, err := p.cfg.Log.Append(actx, e); err != nil {
+		var err error
+		switch {
+		case x.intent != nil:
+			_, err = x.intent.End(actx, data)
+		case x.refused != "":
+			_, err = p.cfg.Log.AppendRepeated(actx, "refused:"+x.refused, e)
+		default:
+			_, err = p.cfg.Log.Append(actx, e)
+		}
+		if err != nil {
 			p.logf("modelproxy: audit: %v", err)
 		}
 	}()

@@ -1,6 +1,8 @@
 package modelproxy
 
 import (
+	"github.com/ironclaw/ironclaw/internal/audit"
+
 	"bufio"
 	"context"
 	"encoding/json"
@@ -130,6 +132,47 @@ func TestModelRefusalAudited(t *testing.T) {
 	json.Unmarshal(recs[0].Data, &d)
 	if d["refused"] != "duplicate_key" || d["status"] != float64(400) || d["principal"] != "agent" {
 		t.Fatalf("record %v", d)
+	}
+}
+
+// A loop of refused requests cannot grow the audit log one record per
+// request: refusals of one sandbox and reason are aggregated.
+func TestHostileModelRefusalLoopAggregated(t *testing.T) {
+	st, l := openAudit(t)
+	e := setup(t, func(c *Config) { c.Log = l; c.Models = []string{"allowed"} })
+	tok := mint(t, e.p, "agent")
+	const n = 500
+	for range n {
+		post(t, e.srv.URL+"/openai/v1/chat/completions", tok, `{"model":"forbidden"}`)
+	}
+	recs := waitRecords(t, l, 1)
+	if len(recs) > 3 {
+		t.Fatalf("%d refused requests made %d audit records", n, len(recs))
+	}
+	var d map[string]any
+	if err := json.Unmarshal(recs[0].Data, &d); err != nil || d["refused"] != "model_not_allowed" {
+		t.Fatalf("first record %s", recs[0].Data)
+	}
+	// The rest are counted in a summary when the window closes (or the log
+	// does).
+	e.p.Close()
+	l.Close()
+	l2, err := audit.New(context.Background(), st, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	all, _ := l2.Tail(context.Background(), 0, 1000)
+	var counted int64 = 1
+	for _, r := range all[1:] {
+		var s struct {
+			Repeated int64 `json:"repeated"`
+		}
+		_ = json.Unmarshal(r.Data, &s)
+		counted += s.Repeated
+	}
+	if counted != n {
+		t.Fatalf("the records account for %d of %d refusals: %d records", counted, n, len(all))
 	}
 }
 
