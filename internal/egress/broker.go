@@ -232,6 +232,9 @@ type attempt struct {
 	err       string
 	up, down  atomic.Int64
 	proxyFail atomic.Pointer[error]
+	// intent is the connection's audit record, durable before the dial;
+	// record ends it.
+	intent *audit.Intent
 }
 
 func (b *Broker) record(kind string, a *attempt) {
@@ -260,10 +263,31 @@ func (b *Broker) record(kind string, a *attempt) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e := audit.Entry{Session: b.cfg.Session, Actor: Actor, Kind: kind, Data: data}
-	if _, err := b.cfg.Log.Append(ctx, e); err != nil {
+	var err error
+	if kind == audit.KindEgressAllow && a.intent != nil {
+		_, err = a.intent.End(ctx, data)
+	} else {
+		_, err = b.cfg.Log.Append(ctx, audit.Entry{Session: b.cfg.Session, Actor: Actor, Kind: kind, Data: data})
+	}
+	if err != nil {
 		b.logf("egress: audit %s %s:%d: %v", kind, a.host, a.port, err)
 	}
+}
+
+// begin makes an admitted connection's audit record durable before it is
+// dialled: a connection the log cannot show is not made.
+func (b *Broker) begin(ctx context.Context, a *attempt) *refusal {
+	if b.cfg.Log == nil {
+		return nil
+	}
+	in, err := b.cfg.Log.Begin(ctx, audit.Entry{Session: b.cfg.Session, Actor: Actor, Kind: audit.KindEgressAllow,
+		Data: map[string]any{"host": a.host, "port": a.port, "method": a.method, "reason": a.reason}})
+	if err != nil {
+		b.logf("egress: audit %s:%d: %v", a.host, a.port, err)
+		return &refusal{http.StatusServiceUnavailable, "audit_unavailable", "the connection's audit record could not be written; it was not made"}
+	}
+	a.intent = in
+	return nil
 }
 
 // refusal is a request the broker will not carry.
@@ -504,6 +528,9 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, a *attempt
 	}
 	defer b.leave()
 	addrs, f := b.admit(r.Context(), a, isIP)
+	if f == nil {
+		f = b.begin(r.Context(), a)
+	}
 	if f != nil {
 		b.refuse(w, a, f)
 		return
@@ -760,6 +787,9 @@ func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) 
 	// the body unread, and the server's discarding of it is bounded too.
 	guarded := netlimit.LimitBody(w, r, b.cfg.Body)
 	addrs, f := b.admit(r.Context(), a, isIP)
+	if f == nil {
+		f = b.begin(r.Context(), a)
+	}
 	if f != nil {
 		b.refuse(w, a, f)
 		return

@@ -652,13 +652,22 @@ func openAudit(t *testing.T) (*store.Store, *audit.Log) {
 	return st, l
 }
 
+// waitRecords waits for n records of what connections did (an allowed
+// one's result, a refusal); the intent records written before each dial
+// are left out (TestHostileEgressIntentBeforeDial checks them).
 func waitRecords(t *testing.T, l *audit.Log, n int) []audit.Record {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		recs, err := l.Tail(context.Background(), 0, 100)
+		all, err := l.Tail(context.Background(), 0, 1000)
 		if err != nil {
 			t.Fatal(err)
+		}
+		var recs []audit.Record
+		for _, r := range all {
+			if !strings.HasSuffix(r.Kind, audit.IntentSuffix) {
+				recs = append(recs, r)
+			}
 		}
 		if len(recs) >= n {
 			return recs
@@ -735,3 +744,42 @@ var (
 	_ http.Handler = (*Broker)(nil)
 	_ Resolver     = net.DefaultResolver
 )
+
+// A connection whose audit record cannot be made durable first is not
+// made: with the log gone, an allowlisted host is refused and never
+// dialled, both for CONNECT and for plain HTTP; and each made one has its
+// intent on record before its result.
+func TestHostileEgressIntentBeforeDial(t *testing.T) {
+	tlsUp := httptest.NewTLSServer(http.HandlerFunc(echo))
+	defer tlsUp.Close()
+	up := httptest.NewServer(http.HandlerFunc(echo))
+	defer up.Close()
+	_, l := openAudit(t)
+	e := setup(t, newResolver("example.com", "127.0.0.1", "plain.example", "127.0.0.1"), func(c *Config) { c.Log = l },
+		fmt.Sprintf("example.com:%d", port(t, tlsUp)), fmt.Sprintf("plain.example:%d", port(t, up)))
+	c := e.client(t, tlsUp)
+	if code, _ := get(t, c, fmt.Sprintf("http://plain.example:%d/p", port(t, up))); code != 200 {
+		t.Fatal(code)
+	}
+	all, _ := l.Tail(context.Background(), 0, 100)
+	if len(all) < 1 || all[0].Kind != audit.KindEgressAllow+audit.IntentSuffix {
+		t.Fatalf("first record %+v, want the intent", all)
+	}
+	dialled := e.dial.count()
+	l.Close()
+	if code, _ := get(t, c, fmt.Sprintf("http://plain.example:%d/q", port(t, up))); code != http.StatusServiceUnavailable {
+		t.Fatalf("plain HTTP with no audit log: %d", code)
+	}
+	if _, err := c.Get(fmt.Sprintf("https://example.com:%d/tls", port(t, tlsUp))); err == nil {
+		t.Fatal("a CONNECT with no audit log went through")
+	}
+	if n := e.dial.count(); n != dialled {
+		t.Fatalf("%d dials after the log closed", n-dialled)
+	}
+}
+
+func (d *dialRecorder) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.addrs)
+}
