@@ -1,6 +1,8 @@
 // Package policy reads the host-side policy file (`ironclaw serve --policy
 // FILE`): the default egress allowlist, what happens to unknown hosts, the
-// approval timeout and webhooks, and which commands need approval.
+// approval timeout and webhooks, and which programs and commands need
+// approval (exec.gate, the wall; exec.require_approval, an advisory: see
+// Exec).
 //
 // The file is YAML:
 //
@@ -14,7 +16,8 @@
 //	  webhooks: ["https://hooks.example.com/ironclaw"]
 //	  webhook_secret_file: /etc/ironclaw/webhook.secret
 //	exec:
-//	  require_approval: ["^curl ", "rm -rf /"]
+//	  gate: [curl, wget, /usr/bin/ssh]           # run only when approved, however spelled
+//	  require_approval: ["^curl ", "rm -rf /"]   # advisory: regexps over the command line
 //
 // Unknown keys are errors, so a typo cannot silently weaken the policy.
 package policy
@@ -28,7 +31,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"regexp"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/egress"
@@ -64,13 +66,6 @@ type Approvals struct {
 	MaxPending        int      `yaml:"max_pending"`
 	Webhooks          []string `yaml:"webhooks"`
 	WebhookSecretFile string   `yaml:"webhook_secret_file"`
-}
-
-// Exec is the exec section.
-type Exec struct {
-	RequireApproval []string `yaml:"require_approval"`
-
-	patterns []*regexp.Regexp
 }
 
 // Duration is a time.Duration written as "10m" in YAML.
@@ -164,24 +159,5 @@ func (p *Policy) validate() error {
 			return fmt.Errorf("%w: approvals.webhooks %q must be an absolute http(s) URL", ErrInvalid, w)
 		}
 	}
-	p.Exec.patterns = nil
-	for _, s := range p.Exec.RequireApproval {
-		re, err := regexp.Compile(s)
-		if err != nil {
-			return fmt.Errorf("%w: exec.require_approval %q: %v", ErrInvalid, s, err)
-		}
-		p.Exec.patterns = append(p.Exec.patterns, re)
-	}
-	return nil
-}
-
-// NeedsApproval reports whether a command line matches one of the patterns
-// that mark commands as needing approval, and which.
-func (e *Exec) NeedsApproval(commandLine string) (bool, string) {
-	for i, re := range e.patterns {
-		if re.MatchString(commandLine) {
-			return true, e.RequireApproval[i]
-		}
-	}
-	return false, ""
+	return p.Exec.validate()
 }
