@@ -95,7 +95,7 @@ func RunGate(t *testing.T, rt sandbox.Runtime, opts Options) {
 	}
 	s := &suite{rt: rt, opts: opts}
 	b := s.create(t, GateSpec(gateTools(t)))
-	have := func(p string) bool { return b.sh("[ -x " + p + " ] && echo yes").stdout == "yes\n" }
+	have := func(p string) bool { return b.sh("[ -x "+p+" ] && echo yes").stdout == "yes\n" }
 
 	t.Run("unapproved spellings", func(t *testing.T) {
 		b := &box{t: t, sb: b.sb}
