@@ -215,14 +215,16 @@ readlink /proc/$pid/exe 2>/dev/null | grep -q . && echo "LEAK readlink $(readlin
 addr=$(head -n 1 /proc/$pid/maps 2>/dev/null | cut -d- -f1)
 dd if=/proc/$pid/mem of=/tmp/mem bs=4096 count=1 skip=$((0x${addr:-555555554000} / 4096)) 2>/dev/null && [ -s /tmp/mem ] && echo "LEAK mem"
 ls /proc/$pid/map_files/ 2>/dev/null | grep -q . && echo "LEAK map_files"
-for f in /proc/$pid/fd/*; do [ -e "$f" ] && head -c 4 "$f" 2>/dev/null | grep -q ELF && echo "LEAK fd $f"; done
+for f in /proc/$pid/fd/*; do [ -f "$f" ] && head -c 4 "$f" 2>/dev/null | grep -q ELF && echo "LEAK fd $f"; done
 kill $pid && echo killed`)
 		cancel()
 		wg.Wait()
 		if !strings.Contains(o.stdout, "found") || strings.Contains(o.stdout, "LEAK") {
 			t.Errorf("while an approved gsleep ran: %q (stderr %q)", o.stdout, o.stderr)
 		}
-		_ = run
+		if !strings.Contains(o.stdout, "killed") || run.res.TimedOut {
+			t.Errorf("the approved run was not ended from inside: %q; %+v %v", o.stdout, run.res, run.err)
+		}
 	})
 }
 
