@@ -258,7 +258,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		eg, egAccess = e, e
 		poolPorts = append(poolPorts, e.Port())
 	}
-	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, Logf: logf, Exe: cfg.InitExe})
+	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
 	}
@@ -285,6 +285,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Model:        model,
 		Egress:       eg,
 		Images:       images,
+		Gate:         pol.Exec.Gate,
 	})
 	if err != nil {
 		return err

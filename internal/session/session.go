@@ -78,6 +78,9 @@ type Options struct {
 	// Images, if set, resolves CreateRequest.Image; without it a create
 	// naming an image is refused.
 	Images ImageResolver
+	// Gate lists the gated programs (policy exec.gate) every sandbox is
+	// created with (sandbox.Spec.Gate).
+	Gate []string
 }
 
 // ImageResolver turns an image reference into a root, under the operator's
@@ -328,6 +331,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		m.mu.Unlock()
 	}()
 
+	req.Spec.Gate = slices.Clone(m.opts.Gate)
 	req.Spec.Network.ExposedTCP = slices.Clone(req.Spec.Network.ExposedTCP)
 	if m.opts.Model != nil {
 		req.Spec.Network.ExposedTCP = append(req.Spec.Network.ExposedTCP, m.opts.Model.Port())
@@ -615,6 +619,9 @@ func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRe
 		"timed_out": res.TimedOut, "oom_killed": res.OOMKilled}
 	if execErr != nil {
 		data["error"] = execErr.Error()
+	}
+	if req.Gate != "" {
+		data["gate"] = req.Gate // an approved run of this gated program
 	}
 	// The audit record is the durable trace of the exec; last_used_at lives
 	// in memory and reaches the row when the sandbox ends, which spares

@@ -276,7 +276,10 @@ func gateRun(c *net.UnixConn) {
 		}
 	}
 	defer closeFiles(files)
-	reply := func(s string) { _ = c.SetWriteDeadline(time.Now().Add(5 * time.Second)); _, _ = io.WriteString(c, s+"\n") }
+	reply := func(s string) {
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.WriteString(c, s+"\n")
+	}
 	fail := func(code string, errno syscall.Errno, text string) {
 		reply(fmt.Sprintf("failed %s %d %s", code, int(errno), strings.ReplaceAll(text, "\n", " ")))
 	}
