@@ -3,6 +3,7 @@ package gate
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -79,8 +80,13 @@ func scanLinks(root string, dev, ino uint64) ([]string, error) {
 		dir := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			continue // gone, or replaced by a non-directory, since it was listed
+		}
 		if err != nil {
-			continue // unreadable: the sandbox's uid could not list it either, but it is not proof
+			// A directory the search cannot enter (too deep a path, no
+			// permission) could hold a link it would miss.
+			return nil, fmt.Errorf("searching %s for hard links of a gated program: %w", dir, err)
 		}
 		var dst unix.Stat_t
 		if err := unix.Fstat(fd, &dst); err != nil || dst.Dev != dev {
@@ -119,12 +125,14 @@ func scanLinks(root string, dev, ino uint64) ([]string, error) {
 					stack = append(stack, p)
 				case unix.DT_UNKNOWN:
 					var st unix.Stat_t
-					if unix.Lstat(p, &st) == nil {
-						if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-							stack = append(stack, p)
-						} else if st.Dev == dev && st.Ino == ino {
-							out = append(out, p)
-						}
+					if err := unix.Lstat(p, &st); err != nil && !errors.Is(err, unix.ENOENT) {
+						unix.Close(fd)
+						return nil, fmt.Errorf("searching for hard links of a gated program: %w", err)
+					}
+					if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+						stack = append(stack, p)
+					} else if st.Dev == dev && st.Ino == ino {
+						out = append(out, p)
 					}
 				case unix.DT_REG:
 					if dino == ino {

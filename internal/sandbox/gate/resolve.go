@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -70,6 +71,15 @@ func Resolve(v View, entries []string) (_ *Plan, retErr error) {
 		}
 		for _, c := range cands {
 			f, err := w.walk(c, true)
+			if v.HostView && errors.Is(err, unix.ENOENT) {
+				// A host-view name that dangles inside, such as Debian's
+				// /usr/bin/awk -> /etc/alternatives/awk (the view's /etc is
+				// synthetic): the program is still there under the name the
+				// host's own /etc points to, and reachable by it.
+				if h, herr := filepath.EvalSymlinks(c); herr == nil && h != c {
+					f, err = w.walk(h, true)
+				}
+			}
 			switch {
 			case err == nil:
 			case strings.Contains(e, "/") && errors.Is(err, errIsDir):
@@ -103,7 +113,13 @@ func Resolve(v View, entries []string) (_ *Plan, retErr error) {
 		}
 		seen := map[string]bool{}
 		for _, h := range names {
-			for _, p := range w.aliases(h, g.Dev, g.Ino) {
+			ps := w.aliases(h, g.Dev, g.Ino)
+			if len(ps) == 0 {
+				// Every name searched lies under a bind of the view, so one
+				// that shows nowhere is one this walk cannot vouch for.
+				return nil, fmt.Errorf("%w: exec.gate: %s: the gated file's name %s cannot be resolved in the sandbox's root", sandbox.ErrUnsupported, g.Keys[0], h)
+			}
+			for _, p := range ps {
 				if !seen[p] {
 					seen[p] = true
 					g.Paths = append(g.Paths, p)

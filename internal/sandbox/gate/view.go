@@ -41,6 +41,11 @@ type View struct {
 	// PATH lists more directories to look gated names up in, beyond
 	// DefaultPATH's (the Spec's own PATH).
 	PATH []string
+	// HostView says the root is the host-toolchain view, whose binds are
+	// the host's own directories: a name that dangles inside may then be
+	// followed through the host's /etc (see Resolve). Never for an image
+	// or a directory, whose symlinks mean nothing on the host.
+	HostView bool
 }
 
 // Bind is a host path bound into the sandbox.
@@ -69,7 +74,7 @@ func SpecView(spec sandbox.Spec) (View, error) {
 // ViewOf is SpecView for a backend that has planned the root's entries
 // already.
 func ViewOf(entries []rootfs.Entry, spec sandbox.Spec) View {
-	v := View{Root: entries}
+	v := View{Root: entries, HostView: spec.Root.Kind == sandbox.RootHostView}
 	if spec.Workspace != "" {
 		v.Binds = append(v.Binds, Bind{Inside: sandbox.WorkspaceDir, Host: filepath.Clean(spec.Workspace)})
 	}

@@ -211,7 +211,7 @@ func gateCtl(word, arg string) {
 // takeArmed spends the run armed for nonce, waiting a little for an arm
 // line still on its way.
 func takeArmed(nonce string) (Armed, bool) {
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	for deadline := time.Now().Add(2 * time.Second); ; {
 		agentGate.mu.Lock()
 		a, ok := agentGate.armed[nonce]
 		delete(agentGate.armed, nonce)

@@ -107,6 +107,9 @@ func SendGate(ctl net.Conn, plan *gate.Plan, sock string) error {
 	return nil
 }
 
+// maxArm bounds an arm line, well within what the agent reads in one.
+const maxArm = 512 << 10
+
 // ArmLine is the control line that arms an approved exec (helper.MsgArm),
 // and the one that disarms it.
 func ArmLine(nonce string, a helper.Armed) (arm, disarm string, err error) {
@@ -115,7 +118,7 @@ func ArmLine(nonce string, a helper.Armed) (arm, disarm string, err error) {
 		return "", "", err
 	}
 	arm = helper.MsgArm + " " + nonce + " " + string(b)
-	if len(arm) > 1<<20-1 {
+	if len(arm) > maxArm {
 		return "", "", fmt.Errorf("%w: the command and its environment are too large for an approved run", sandbox.ErrInvalidRequest)
 	}
 	return arm, helper.MsgDisarm + " " + nonce, nil
