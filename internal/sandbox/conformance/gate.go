@@ -192,6 +192,14 @@ func RunGate(t *testing.T, rt sandbox.Runtime, opts Options) {
 		}
 	})
 
+	t.Run("an approved run obeys the timeout", func(t *testing.T) {
+		bt := &box{t: t, sb: b.sb}
+		o := bt.exec(sandbox.ExecRequest{Argv: []string{"gsleep", "60"}, Gate: "gsleep", Timeout: time.Second})
+		if o.err != nil || !o.res.TimedOut || o.res.ExitCode != 137 || o.res.Duration > 30*time.Second {
+			t.Errorf("an approved gsleep 60 with a 1s timeout: %v %+v", o.err, o.res)
+		}
+	})
+
 	t.Run("a running approved program cannot be copied", func(t *testing.T) {
 		bt := &box{t: t, sb: b.sb}
 		var wg sync.WaitGroup

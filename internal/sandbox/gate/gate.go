@@ -74,6 +74,8 @@ import (
 	"os"
 	"path"
 	"strings"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
 )
 
 // MaxPrograms bounds a policy's gate list, and MaxPaths the paths one
@@ -159,4 +161,22 @@ func (p *Plan) Close() {
 func Message(key string) string {
 	return fmt.Sprintf("ironclaw: %s needs approval (exec.gate): run it as the command of an exec (argv[0] %q) "+
 		"through the IronClaw API to ask an operator; started any other way it does not run\n", key, key)
+}
+
+// fdReserve is what pid 1 needs beside the real files it holds: its
+// control connection and the descriptors of the commands in flight.
+const fdReserve = 16
+
+// CheckFDs refuses a plan whose real files would leave pid 1 too few
+// descriptors under the sandbox's RLIMIT_NOFILE (it holds one per
+// program for the sandbox's life).
+func (p *Plan) CheckFDs(openFiles int64) error {
+	if p == nil || len(p.Programs) == 0 {
+		return nil
+	}
+	if int64(len(p.Programs)+fdReserve) > openFiles {
+		return fmt.Errorf("%w: open files %d is too few for the %d gated programs the sandbox's pid 1 holds open (at least %d)",
+			sandbox.ErrInvalidSpec, openFiles, len(p.Programs), len(p.Programs)+fdReserve)
+	}
+	return nil
 }

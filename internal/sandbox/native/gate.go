@@ -21,6 +21,9 @@ func gateConfig(spec sandbox.Spec, cfg *wire.Config) error {
 		return err
 	}
 	defer plan.Close()
+	if err := plan.CheckFDs(spec.Limits.OpenFiles); err != nil {
+		return err
+	}
 	for _, g := range plan.Programs {
 		cfg.Gate = append(cfg.Gate, wire.GateProgram{Keys: g.Keys, Paths: g.Paths, Dev: g.Dev, Ino: g.Ino})
 	}

@@ -31,7 +31,15 @@ func PlanGate(spec sandbox.Spec) (*gate.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return gate.Resolve(v, spec.Gate)
+	plan, err := gate.Resolve(v, spec.Gate)
+	if err != nil {
+		return nil, err
+	}
+	if err := plan.CheckFDs(spec.Limits.OpenFiles); err != nil {
+		plan.Close()
+		return nil, err
+	}
+	return plan, nil
 }
 
 // StubBind is one read-only bind of a stub over a gated path.
