@@ -62,9 +62,10 @@
 // would gate every applet), an interpreter's own HTTP client (python's
 // urllib, perl's IO::Socket), a library the program is built on (libcurl
 // through python's ctypes), a program the agent writes or builds itself,
-// or a copy of the program's bytes brought in some other way. A gated
-// script's interpreter stays runnable, and an approved script cannot run
-// (its interpreter would need the script's descriptor). An approved
+// or a copy of the program's bytes brought in some other way. Gating a
+// script masks its text, but its interpreter stays runnable (an agent that
+// knows the text runs it that way), and an approved run of a script is
+// refused (ErrScript): its interpreter would need the script's descriptor. An approved
 // interpreter runs whatever it is given, a copy of itself included. What
 // keeps a sandbox off the network is the egress broker, not the gate.
 package gate

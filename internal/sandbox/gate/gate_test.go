@@ -244,3 +244,20 @@ func TestTableApproved(t *testing.T) {
 		t.Errorf("an ungated program: %v %v", r, err)
 	}
 }
+
+// An approved run of a script is refused rather than handing its
+// interpreter a descriptor the sandbox could reuse.
+func TestRunnableScript(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "s")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := (&Real{Keys: []string{"s"}, File: f}).Runnable("s", false); !errors.Is(err, ErrScript) {
+		t.Fatalf("Runnable(script) = %v", err)
+	}
+}

@@ -40,6 +40,9 @@ var (
 	// ErrOther: argv[0] reaches the stub of a gated program other than
 	// the one approved.
 	ErrOther = errors.New("the approval is for another program")
+	// ErrScript: the gated program is a script, which an approved run
+	// cannot start (see Runnable).
+	ErrScript = errors.New("an approved run cannot start a script")
 )
 
 // Approved is the check pid 1 makes before an approved run: prog is what
@@ -77,6 +80,12 @@ func (t *Table) Approved(prog, cwd, key string) (*Real, error) {
 // nothing else in the sandbox can open its /proc/PID/exe or mem. readable
 // (gVisor, which refuses to exec a file it cannot read) makes it 0555.
 func (r *Real) Runnable(name string, readable bool) (*os.File, error) {
+	var magic [2]byte
+	if n, _ := r.File.ReadAt(magic[:], 0); n == 2 && string(magic[:]) == "#!" {
+		// Its interpreter would open the script by a path to our copy,
+		// which it cannot read, and which must not be left open to it.
+		return nil, fmt.Errorf("%w: %s is a script; gate its interpreter instead", ErrScript, name)
+	}
 	fd, err := unix.MemfdCreate("ironclaw-gate:"+name, unix.MFD_CLOEXEC|unix.MFD_EXEC)
 	if errors.Is(err, unix.EINVAL) {
 		fd, err = unix.MemfdCreate("ironclaw-gate:"+name, unix.MFD_CLOEXEC) // before Linux 6.3

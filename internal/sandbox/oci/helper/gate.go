@@ -275,7 +275,7 @@ func gateRun(c *net.UnixConn) {
 			}
 		}
 	}
-	defer closeFiles(files)
+	defer func() { closeFiles(files) }()
 	reply := func(s string) {
 		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		_, _ = io.WriteString(c, s+"\n")
