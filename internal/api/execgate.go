@@ -134,6 +134,9 @@ func plainCmd(call *execCall) ([]string, bool) {
 	if !isCmd(call) {
 		return nil, false
 	}
+	if strings.ContainsAny(call.line, "\t\n\v\f\r") {
+		return nil, false // a newline separates commands
+	}
 	words := strings.Fields(call.line)
 	if len(words) == 0 || strings.Contains(words[0], "=") {
 		return nil, false

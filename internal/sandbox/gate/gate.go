@@ -14,7 +14,12 @@
 // resolve it, symlinks are followed within the sandbox's root (an image's
 // symlink to /etc/x means the sandbox's /etc/x, never the host's), and
 // every other path of the root that reaches the same file is masked too:
-// another bind of the same host directory, and every hard link. So no
+// another bind of the same host directory, and every hard link. The walk
+// opens each directory with O_NOFOLLOW from the one before it, so no host
+// symlink is followed either, and the native init reopens every path
+// inside the new root and checks it is the same file before it masks it.
+// Where that search cannot vouch for every name (a hard link too deep or
+// unreadable to search), the create fails rather than leave one open. So no
 // spelling reaches the program's bytes: /usr/bin/curl, curl through PATH,
 // c'u'rl, env curl, sh -c 'x=cu; ${x}rl', exec -a, a symlink in
 // /workspace, a copy (cp copies the stub), a hard link (the writable areas
@@ -24,16 +29,20 @@
 //
 //	ironclaw: curl needs approval (exec.gate): ...
 //
-// to stderr and exits 126. On amd64 the stub is a 200-byte static ELF
+// to stderr and exits 126. On amd64 the stub is a 300-byte static ELF
 // program, so it runs in any root; elsewhere it is a /bin/sh script.
 //
 // Masking by file was chosen over the alternatives tried here. Landlock's
-// execute right is checked at execve only: the loader trick maps a file
-// it may read, and a copy is a new file. Seccomp user notification reads
-// execve's path from the caller's memory, which another thread may change
-// after the check (TOCTOU), and the copy and loader tricks need no execve
-// of the file at all. A mask takes the bytes away, which answers all of
-// them at once, on native, runc, runsc and Docker alike.
+// execute right (denied on curl alone, granted file by file on the rest of
+// /usr/bin) stops execve of /usr/bin/curl, but not
+// /lib64/ld-linux-x86-64.so.2 /usr/bin/curl, which opens and maps it as a
+// library, nor a copy run the same way; it is checked at execve only, and
+// a directory symlink such as Debian's /usr/bin/X11 -> . quietly grants
+// the whole directory. Seccomp user notification reads execve's path from
+// the caller's memory, which another thread may change after the check
+// (TOCTOU), and the loader and copy tricks need no execve of the file at
+// all. A mask takes the bytes away, which answers all of them at once, on
+// native, runc, runsc and Docker alike.
 //
 // # An approved run
 //
@@ -65,9 +74,13 @@
 // or a copy of the program's bytes brought in some other way. Gating a
 // script masks its text, but its interpreter stays runnable (an agent that
 // knows the text runs it that way), and an approved run of a script is
-// refused (ErrScript): its interpreter would need the script's descriptor. An approved
-// interpreter runs whatever it is given, a copy of itself included. What
-// keeps a sandbox off the network is the egress broker, not the gate.
+// refused (ErrScript): its interpreter would need the script's descriptor.
+// An approved program still reads its own configuration from the sandbox
+// (curl's ~/.curlrc lives in /workspace), and an approved interpreter runs
+// whatever it is given, a copy of itself included: approve with that in
+// mind. Only the argv and the output mode are bound, not the environment
+// (beyond SafeEnv), the directory or stdin. What keeps a sandbox off the
+// network is the egress broker, not the gate.
 package gate
 
 import (
