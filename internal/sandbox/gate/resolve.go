@@ -40,6 +40,7 @@ func Resolve(v View, entries []string) (_ *Plan, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	defer w.close()
 	dirs := pathDirs(v.PATH)
 	byID := map[[2]uint64]int{}
 	add := func(key string, f found) {
@@ -76,8 +77,11 @@ func Resolve(v View, entries []string) (_ *Plan, retErr error) {
 				// /usr/bin/awk -> /etc/alternatives/awk (the view's /etc is
 				// synthetic): the program is still there under the name the
 				// host's own /etc points to, and reachable by it.
-				if h, herr := filepath.EvalSymlinks(c); herr == nil && h != c {
-					f, err = w.walk(h, true)
+				var st unix.Stat_t
+				if unix.Lstat(c, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+					if h, herr := filepath.EvalSymlinks(c); herr == nil && h != c {
+						f, err = w.walk(h, true)
+					}
 				}
 			}
 			switch {

@@ -106,14 +106,37 @@ type node struct {
 	host   string // nBind*: the canonical host path
 }
 
-// view is a View ready to walk.
+// view is a View ready to walk. It keeps the directories walks entered
+// open (memo), so the walks of one Resolve share them; close releases
+// them.
 type view struct {
 	nodes map[string]node
 	binds []string // inside paths of the nBind* nodes
+	memo  map[string]loc
+}
+
+func (v *view) close() {
+	for _, l := range v.memo {
+		if l.fd >= 0 {
+			unix.Close(l.fd)
+		}
+	}
+	v.memo = nil
+}
+
+// remember keeps a directory a walk entered (taking its descriptor).
+func (v *view) remember(l loc) {
+	if v.memo == nil {
+		v.memo = map[string]loc{}
+	}
+	if old, ok := v.memo[l.path]; ok && old.fd >= 0 {
+		unix.Close(old.fd)
+	}
+	v.memo[l.path] = l
 }
 
 func newView(v View) (*view, error) {
-	w := &view{nodes: map[string]node{}}
+	w := &view{nodes: map[string]node{}, memo: map[string]loc{}}
 	for _, a := range opaqueAreas {
 		w.nodes[a] = node{kind: nOpaque}
 	}
@@ -237,6 +260,13 @@ func (v *view) walk(p string, open bool) (found, error) {
 			continue
 		}
 		next := path.Join(cur.path, c)
+		if l, ok := v.memo[next]; ok {
+			cur = l
+			if last {
+				return found{}, errIsDir
+			}
+			continue
+		}
 		splice := func(target string) error {
 			if links++; links > maxLinks {
 				return unix.ELOOP
@@ -272,8 +302,8 @@ func (v *view) walk(p string, open bool) (found, error) {
 				if err != nil {
 					return found{}, err
 				}
-				fds = append(fds, fd)
 				cur = loc{path: next, kind: nBindDir, fd: fd, host: n.host}
+				v.remember(cur)
 				if last {
 					return found{}, errIsDir
 				}
@@ -309,8 +339,8 @@ func (v *view) walk(p string, open bool) (found, error) {
 			if err != nil {
 				return found{}, err
 			}
-			fds = append(fds, fd)
 			cur = loc{path: next, kind: nBindDir, fd: fd, host: cur.host + "/" + c}
+			v.remember(cur)
 			if last {
 				return found{}, errIsDir
 			}
