@@ -28,9 +28,10 @@ type Gateway interface {
 	Use(ctx context.Context, id, session string, check func(data json.RawMessage) error) error
 }
 
-// ExecPolicy marks commands that need approval.
+// ExecPolicy marks commands that need approval (see execgate.go).
 type ExecPolicy interface {
 	NeedsApproval(commandLine string) (bool, string)
+	Gated(argv0 string) string
 }
 
 // ToolLister lists registered tools.

@@ -46,7 +46,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, who principal) err
 	if err != nil {
 		return err
 	}
-	if gated, err := s.gateExec(w, r, who, id, call); gated || err != nil {
+	if gated, err := s.gateExec(w, r, who, id, &call, execMode(r)); gated || err != nil {
 		return err
 	}
 	req := call.req

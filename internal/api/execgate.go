@@ -4,27 +4,87 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/ironclaw/ironclaw/internal/gateway"
 )
 
-// gateExec files an exec.command request for a command the policy marks,
-// answering 202, or spends the approval the request names. gated reports
-// that the response was written.
-func (s *Server) gateExec(w http.ResponseWriter, r *http.Request, who principal, id string, call execCall) (gated bool, err error) {
+// Exec approvals (policy exec.gate and exec.require_approval; see
+// policy.Exec).
+//
+// The wall is in the sandbox: every path of its root that reaches a gated
+// program is masked by a stub (package gate), so however a command spells
+// the program, a run without an approval meets the stub (exit 126, a
+// message on stderr). Here the API asks for the approval up front: an exec
+// whose own program has a gated name (argv[0], or the first word of a cmd
+// made only of plain words, which then runs as those words without a
+// shell) answers 202 with an exec.command request whose data is
+//
+//	{"argv": [...], "mode": "wait" | "stream", "command": "..."}
+//
+// argv is exactly what will run; mode is how its output comes back (wait:
+// ?wait=1, one JSON result; stream: NDJSON frames); command is the same
+// command for a human (cmd as given, or argv shell-quoted). Re-sent with
+// "approval": id, the exec runs once, and only with exactly that argv and
+// mode: the sandbox's pid 1 then runs the real program for that one exec,
+// when argv[0] reaches the stub of the program the approval names
+// (gate.Key of argv[0]). A command line matching exec.require_approval
+// (the advisory) files the same request, and its approval lets exactly
+// that argv and mode run too; a gated program it starts indirectly still
+// meets the stub.
+
+// Exec modes an exec.command approval binds.
+const (
+	modeWait   = "wait"
+	modeStream = "stream"
+)
+
+// execMode is how r wants an exec's output.
+func execMode(r *http.Request) string {
+	if w := r.URL.Query().Get("wait"); w == "1" || w == "true" {
+		return modeWait
+	}
+	return modeStream
+}
+
+// execApproval is an exec.command request's data.
+type execApproval struct {
+	Argv    []string `json:"argv"`
+	Mode    string   `json:"mode"`
+	Command string   `json:"command"`
+}
+
+// gateExec files an exec.command request for an exec of a gated program
+// or of a command the advisory patterns mark, answering 202, or spends the
+// approval the request names and marks the exec approved (call.req.Gate).
+// gated reports that the response was written.
+func (s *Server) gateExec(w http.ResponseWriter, r *http.Request, who principal, id string, call *execCall, mode string) (gated bool, err error) {
 	if s.cfg.Gateway == nil || s.cfg.Policy == nil {
 		return false, nil
 	}
-	need, pattern := s.cfg.Policy.NeedsApproval(call.line)
-	if !need {
+	pol := s.cfg.Policy
+	argv, command := call.req.Argv, quoteArgv(call.req.Argv)
+	if words, ok := plainCmd(call); ok {
+		command = call.line
+		if pol.Gated(words[0]) != "" {
+			argv = words
+		}
+	} else if isCmd(call) {
+		command = call.line
+	}
+	key := pol.Gated(argv[0])
+	marked, _ := pol.NeedsApproval(call.line)
+	if key == "" && !marked && call.approval == "" {
 		return false, nil
 	}
 	if err := s.runningSandbox(r.Context(), who, id); err != nil {
 		return true, err
 	}
+	want := execApproval{Argv: argv, Mode: mode, Command: command}
 	if call.approval == "" {
-		a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindExecCommand, Session: id, By: who.Name, Join: true,
-			Data: map[string]any{"command": call.line, "pattern": pattern}})
+		a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindExecCommand, Session: id, By: who.Name, Join: true, Data: want})
 		if err != nil {
 			return true, gatewayError(err)
 		}
@@ -33,16 +93,71 @@ func (s *Server) gateExec(w http.ResponseWriter, r *http.Request, who principal,
 		return true, nil
 	}
 	err = s.cfg.Gateway.Use(r.Context(), call.approval, id, func(data json.RawMessage) error {
-		var d struct {
-			Command string `json:"command"`
+		var d execApproval
+		if err := json.Unmarshal(data, &d); err != nil {
+			return errors.New("its data is not an exec")
 		}
-		if err := json.Unmarshal(data, &d); err != nil || d.Command != call.line {
-			return errors.New("it was approved for a different command")
+		if d.Argv == nil {
+			// Filed with only a command line (POST /v1/approvals): good for
+			// that marked line, never for a gated program.
+			if key != "" || d.Command != call.line {
+				return errors.New("it was approved for a different command")
+			}
+			return nil
+		}
+		if !slices.Equal(d.Argv, argv) || d.Mode != mode {
+			return errors.New("it was approved for a different argv or mode")
 		}
 		return nil
 	})
 	if err != nil {
 		return true, gatewayError(err)
 	}
+	call.req.Argv = argv
+	call.req.Gate = key
 	return false, nil
+}
+
+// isCmd reports whether call came as cmd (a shell line).
+func isCmd(call *execCall) bool {
+	a := call.req.Argv
+	return len(a) == 3 && a[0] == "/bin/sh" && a[1] == "-c" && a[2] == call.line
+}
+
+// plainWord is a shell word that means itself: no quoting, expansion,
+// globbing, redirection or comment.
+var plainWord = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
+
+// plainCmd splits a cmd made only of plain words, which the shell would
+// run as exactly those words.
+func plainCmd(call *execCall) ([]string, bool) {
+	if !isCmd(call) {
+		return nil, false
+	}
+	if strings.ContainsAny(call.line, "\t\n\v\f\r") {
+		return nil, false // a newline separates commands
+	}
+	words := strings.Fields(call.line)
+	if len(words) == 0 || strings.Contains(words[0], "=") {
+		return nil, false
+	}
+	for _, w := range words {
+		if !plainWord.MatchString(w) {
+			return nil, false
+		}
+	}
+	return words, true
+}
+
+// quoteArgv renders argv for a human as a shell would read it back.
+func quoteArgv(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if plainWord.MatchString(a) {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }

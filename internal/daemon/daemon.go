@@ -312,7 +312,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		eg, egAccess = e, e
 		poolPorts = append(poolPorts, e.Port())
 	}
-	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, Logf: logf, Exe: cfg.InitExe})
+	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
 	}
@@ -350,6 +350,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Capacity:     capacity,
 		Quotas: session.Quotas{SandboxesPerPrincipal: lim.PerAgent.Sandboxes, ExecsPerPrincipal: lim.PerAgent.Execs,
 			ExecsPerSandbox: lim.PerSandbox.Execs},
+		Gate: pol.Exec.Gate,
 	})
 	if err != nil {
 		return err

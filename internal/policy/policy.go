@@ -1,6 +1,8 @@
 // Package policy reads the host-side policy file (`ironclaw serve --policy
 // FILE`): the default egress allowlist, what happens to unknown hosts, the
-// approval timeout and webhooks, and which commands need approval.
+// approval timeout and webhooks, and which programs and commands need
+// approval (exec.gate, the wall; exec.require_approval, an advisory: see
+// Exec).
 //
 // The file is YAML:
 //
@@ -14,7 +16,8 @@
 //	  webhooks: ["https://hooks.example.com/ironclaw"]
 //	  webhook_secret_file: /etc/ironclaw/webhook.secret
 //	exec:
-//	  require_approval: ["^curl ", "rm -rf /"]
+//	  gate: [curl, wget, /usr/bin/ssh]           # run only when approved, however spelled
+//	  require_approval: ["^curl ", "rm -rf /"]   # advisory: regexps over the command line
 //	limits:                   # see Limits
 //	  max: {memory: 1G, pids: 512, cpus: 2, timeout: 5m, ttl: 24h, idle: 2h}
 //	  overcommit: {memory: 1, cpus: 16, pids: 1}
@@ -33,7 +36,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"regexp"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/egress"
@@ -72,13 +74,6 @@ type Approvals struct {
 	WebhookSecretFile string   `yaml:"webhook_secret_file"`
 
 	Quotas `yaml:",inline"` // max_pending_per_principal, max_pending_total (approvals.go)
-}
-
-// Exec is the exec section.
-type Exec struct {
-	RequireApproval []string `yaml:"require_approval"`
-
-	patterns []*regexp.Regexp
 }
 
 // Duration is a time.Duration written as "10m" in YAML.
@@ -178,24 +173,5 @@ func (p *Policy) validate() error {
 	if err := p.Limits.validate(); err != nil {
 		return err
 	}
-	p.Exec.patterns = nil
-	for _, s := range p.Exec.RequireApproval {
-		re, err := regexp.Compile(s)
-		if err != nil {
-			return fmt.Errorf("%w: exec.require_approval %q: %v", ErrInvalid, s, err)
-		}
-		p.Exec.patterns = append(p.Exec.patterns, re)
-	}
-	return nil
-}
-
-// NeedsApproval reports whether a command line matches one of the patterns
-// that mark commands as needing approval, and which.
-func (e *Exec) NeedsApproval(commandLine string) (bool, string) {
-	for i, re := range e.patterns {
-		if re.MatchString(commandLine) {
-			return true, e.RequireApproval[i]
-		}
-	}
-	return false, ""
+	return p.Exec.validate()
 }

@@ -78,3 +78,26 @@ func TestInvalidPolicies(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// exec.gate names programs by name or absolute path; the API asks for an
+// approval when an exec's own program has a gated name.
+func TestExecGate(t *testing.T) {
+	p := mustParse(t, "exec:\n  gate: [curl, /usr/bin/ssh, curl]\n")
+	for argv0, want := range map[string]string{"curl": "curl", "/usr/bin/curl": "curl", "./curl": "curl", "ssh": "ssh",
+		"/opt/ssh": "ssh", "curl2": "", "c''url": "", "": "", "env": ""} {
+		if got := p.Exec.Gated(argv0); got != want {
+			t.Errorf("Gated(%q) = %q, want %q", argv0, got, want)
+		}
+	}
+	for _, doc := range []string{
+		"exec:\n  gate: [bin/curl]\n",
+		"exec:\n  gate: ['/workspace/curl']\n",
+		"exec:\n  gate: ['/usr/../bin/curl']\n",
+		"exec:\n  gate: ['']\n",
+		"exec:\n  gates: [curl]\n",
+	} {
+		if _, err := Parse(strings.NewReader(doc)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: %v", doc, err)
+		}
+	}
+}

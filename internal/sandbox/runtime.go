@@ -81,6 +81,12 @@ type ExecRequest struct {
 	Timeout time.Duration
 	// OutputBytes overrides the Spec's output cap if smaller and positive.
 	OutputBytes int64
+	// Gate, when set, is the key of a gated program (Spec.Gate; see
+	// package gate) that an operator approved for exactly this exec: if
+	// Argv[0] reaches that program's stub, the real program runs, for this
+	// one exec and only as its top-level program. Only the API sets it,
+	// after spending the approval.
+	Gate string
 }
 
 // FileInfo describes one directory entry inside a sandbox.

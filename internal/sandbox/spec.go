@@ -49,6 +49,11 @@ type Spec struct {
 	// Network says which loopback ports are reachable inside. The sandbox
 	// never has a network interface other than lo.
 	Network Network `json:"network"`
+	// Gate lists the programs (names looked up in PATH, or absolute paths)
+	// that run only as an approved exec (ExecRequest.Gate); every path of
+	// the root that reaches one is masked by a stub (package gate). The
+	// daemon sets it from the policy's exec.gate.
+	Gate []string `json:"gate,omitempty"`
 }
 
 // RootKind names a kind of root filesystem.
@@ -163,6 +168,7 @@ func (s Spec) WithDefaults() Spec {
 	}
 	s.Env = append([]string(nil), s.Env...)
 	s.Mounts = append([]Mount(nil), s.Mounts...)
+	s.Gate = append([]string(nil), s.Gate...)
 	return s
 }
 
@@ -259,6 +265,9 @@ func (s Spec) Validate() error {
 	}
 	if len(seen) > MaxMounts {
 		return bad("network: %d ports is more than the %d allowed", len(seen), MaxMounts)
+	}
+	if err := validGate(s.Gate); err != nil {
+		return bad("gate: %v", err)
 	}
 	return s.Limits.Validate()
 }

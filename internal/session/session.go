@@ -88,6 +88,9 @@ type Options struct {
 	// Quotas bound what one principal and one sandbox may hold at once;
 	// the zero value checks nothing.
 	Quotas Quotas
+	// Gate lists the gated programs (policy exec.gate) every sandbox is
+	// created with (sandbox.Spec.Gate).
+	Gate []string
 }
 
 // ImageResolver turns an image reference into a root, under the operator's
@@ -382,6 +385,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		}
 	}()
 
+	req.Spec.Gate = slices.Clone(m.opts.Gate)
 	req.Spec.Network.ExposedTCP = slices.Clone(req.Spec.Network.ExposedTCP)
 	if m.opts.Model != nil {
 		req.Spec.Network.ExposedTCP = append(req.Spec.Network.ExposedTCP, m.opts.Model.Port())
@@ -772,6 +776,9 @@ func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRe
 	if req.Timeout > 0 {
 		start["timeout_ms"] = req.Timeout.Milliseconds()
 	}
+	if req.Gate != "" {
+		start["gate"] = req.Gate // an approved run of this gated program
+	}
 	intent, err := m.log.Begin(ctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: start})
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
@@ -787,6 +794,9 @@ func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRe
 		"timed_out": res.TimedOut, "oom_killed": res.OOMKilled}
 	if execErr != nil {
 		data["error"] = execErr.Error()
+	}
+	if req.Gate != "" {
+		data["gate"] = req.Gate // an approved run of this gated program
 	}
 	// The command ran whatever becomes of this record: its start is on
 	// record, so a failure here is the daemon's to report, not the caller's.

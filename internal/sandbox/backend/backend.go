@@ -36,9 +36,10 @@ type Options struct {
 	// Exe is the ironclaw binary the backend runs inside sandboxes (the
 	// native init, the OCI helper); "" means this executable.
 	Exe string
-	// PoolSize and PoolExposedTCP configure the native warm pool.
+	// PoolSize, PoolExposedTCP and PoolGate configure the native warm pool.
 	PoolSize       int
 	PoolExposedTCP []uint16
+	PoolGate       []string
 	// StateDir holds the OCI backends' bundles and state; "" is their
 	// default.
 	StateDir string
@@ -51,7 +52,7 @@ type Options struct {
 func Open(ctx context.Context, opts Options) (sandbox.Runtime, error) {
 	switch opts.Name {
 	case "", Native:
-		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, Logf: opts.Logf, Exe: opts.Exe})
+		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, Logf: opts.Logf, Exe: opts.Exe})
 	case Runc, Crun, Runsc:
 		return oci.New(ctx, oci.Options{Runtime: opts.Name, StateDir: opts.StateDir, Exe: opts.Exe, Logf: opts.Logf})
 	case Docker:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
 	"github.com/moby/moby/api/types/container"
@@ -42,7 +43,10 @@ var dockerEtcFiles = []string{"hostname", "hosts", "resolv.conf"}
 //	  etc/    the synthetic /etc (host-toolchain view), bound read-only;
 //	          for a directory root, only hostname, hosts and resolv.conf
 //	  sock/   ctl.sock and <port>.sock, bound read-only at /.ironclaw/sock
-type state struct{ dir string }
+type state struct {
+	dir  string
+	gate *gate.Plan // the gated programs, whose stubs the container binds (nil: none)
+}
 
 func (s state) etc() string     { return filepath.Join(s.dir, "etc") }
 func (s state) sockDir() string { return filepath.Join(s.dir, "sock") }
@@ -168,6 +172,13 @@ func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
 			return p, fmt.Errorf("%w: mount source: %v", sandbox.ErrInvalidSpec, err)
 		}
 		bind(m.Source, m.Target, m.ReadOnly)
+	}
+	stubs, err := hostside.WriteStubs(filepath.Join(s.dir, "gate"), s.gate)
+	if err != nil {
+		return p, err
+	}
+	for _, st := range stubs {
+		bind(st.Host, st.Inside, true)
 	}
 	// The helper's mounts go last; nothing may shadow them.
 	bind(helperExe, helper.Path, true)

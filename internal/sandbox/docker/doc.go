@@ -73,6 +73,10 @@
 // own network namespace, and splices each connection to the socket. No
 // port is published; the container has no interface but lo.
 //
+// Gated programs (Spec.Gate) work as on the oci backend: their stubs are
+// read-only binds among the container's mounts, the agent gets the real
+// programs on its control connection and starts approved execs itself.
+//
 // # What Docker adds, and what it lacks
 //
 // dockerd runs as root and is the one creating the container: a sandbox's

@@ -112,7 +112,12 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if b.rt.runsc {
 		nproc = b.spec.Limits.Pids
 	}
-	a, err := b.attach(ctx, hostside.ExecArgv(nonce, nproc, params.Cwd, req.Argv), env, req.Stdin != nil)
+	argv, disarm, err := b.execArgv(nonce, nproc, params, req)
+	if err != nil {
+		return res, err
+	}
+	defer disarm()
+	a, err := b.attach(ctx, argv, env, req.Stdin != nil)
 	if err != nil {
 		return res, err
 	}

@@ -39,6 +39,7 @@ type Sandbox struct {
 	ctlMu sync.Mutex // serialises writes to ctl
 
 	listeners map[uint16]net.Listener // exposed port -> unix listener; fixed after Create
+	gateSock  string                  // the agent's socket for approved runs of gated programs; "" when none
 
 	done        chan struct{}
 	doneOnce    sync.Once
@@ -106,6 +107,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	for _, p := range spec.Network.ExposedTCP {
 		args = append(args, strconv.Itoa(int(p)))
 	}
+	plan, err := b.planGate()
+	if err != nil {
+		return nil, err
+	}
+	defer plan.Close()
 	cid, err := r.createContainer(ctx, id, b.st, spec, args)
 	if err != nil {
 		return nil, err
@@ -155,6 +161,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	// place (the socket file goes with the listener).
 	ctlL.Close()
 	b.ctl = ctl
+	if err := hostside.SendGate(ctl, plan, b.gateSock); err != nil {
+		ctl.Close()
+		return nil, err
+	}
 	rd, err := hostside.AgentReady(ctl, id, readyTimeout, func() string { return r.logTail(cid) })
 	if err != nil {
 		return nil, err

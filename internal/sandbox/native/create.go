@@ -244,6 +244,9 @@ func (r *Runtime) initConfig(spec sandbox.Spec) (*wire.Config, error) {
 		}
 		cfg.Mounts = append(cfg.Mounts, wire.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
+	if err := gateConfig(spec, cfg); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
 

@@ -39,6 +39,7 @@ func newPool(r *Runtime, size int) *pool {
 func (p *pool) shape() sandbox.Spec {
 	s := sandbox.Spec{}.WithDefaults()
 	s.Network.ExposedTCP = slices.Clone(p.r.opts.PoolExposedTCP)
+	s.Gate = slices.Clone(p.r.opts.PoolGate)
 	return s
 }
 
@@ -49,6 +50,7 @@ func (p *pool) fits(spec sandbox.Spec) bool {
 	l, dl := spec.Limits, d.Limits
 	return spec.Root == d.Root && spec.Hostname == d.Hostname && spec.Workspace == "" &&
 		len(spec.Mounts) == 0 && slices.Equal(spec.Network.ExposedTCP, d.Network.ExposedTCP) && len(spec.Network.LoopbackTCP) == 0 &&
+		slices.Equal(spec.Gate, d.Gate) && (len(d.Gate) == 0 || !slices.ContainsFunc(spec.Env, isPATH)) &&
 		l.WorkspaceBytes == dl.WorkspaceBytes && l.TmpBytes == dl.TmpBytes && l.OpenFiles == dl.OpenFiles
 }
 

@@ -50,6 +50,11 @@ type Options struct {
 	// a daemon that exposes its model proxy in every sandbox lists its port
 	// here so that its sandboxes still come from the pool.
 	PoolExposedTCP []uint16
+	// PoolGate is the gate (Spec.Gate) pooled sandboxes are made with: a
+	// daemon whose policy gates programs lists them here. A spec with
+	// another gate, or a PATH of its own (gated names are looked up in
+	// it), is created cold.
+	PoolGate []string
 }
 
 // Runtime is the native backend. It is safe for concurrent use; Close

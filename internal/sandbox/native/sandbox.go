@@ -265,7 +265,7 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		env = append(append([]string(nil), env...), "TERM=xterm-256color")
 	}
 	wreq := wire.Request{Op: wire.OpExec, Argv: req.Argv, Env: mergeEnv(env, b.spec.Env, req.Env), Dir: cwd,
-		TTY: req.TTY, Rows: req.WindowSize.Rows, Cols: req.WindowSize.Cols}
+		TTY: req.TTY, Rows: req.WindowSize.Rows, Cols: req.WindowSize.Cols, Gate: req.Gate}
 
 	oomBefore := b.oomKills()
 	id, ch := b.register()

@@ -11,7 +11,9 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
 )
 
 // The subset of the OCI runtime specification (v1.0.2) that IronClaw
@@ -174,7 +176,8 @@ func sealedProcess(args, env []string, cwd string, lim sandbox.Limits) *ociProce
 //	  sock/           ctl.sock and <port>.sock, bound read-only at /.ironclaw/sock
 //	  exec/           one process.json per running exec
 type bundle struct {
-	dir string
+	dir  string
+	gate *gate.Plan // the gated programs, whose stubs the bundle binds (nil: none)
 }
 
 func (b bundle) config() string  { return filepath.Join(b.dir, "config.json") }
@@ -313,6 +316,13 @@ func writeBundle(b bundle, c bundleConfig) error {
 				addFile(m.Target)
 			}
 		}
+	}
+	stubs, err := hostside.WriteStubs(filepath.Join(b.dir, "gate"), b.gate)
+	if err != nil {
+		return err
+	}
+	for _, st := range stubs {
+		mounts = append(mounts, bindMount(st.Host, st.Inside, true))
 	}
 	mounts = append(mounts,
 		bindMount(c.helperExe, helper.Path, true),

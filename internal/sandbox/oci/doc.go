@@ -75,6 +75,22 @@
 // /workspace or /tmp with openat2 RESOLVE_BENEATH, the data on stdin or
 // stdout.
 //
+// # Gated programs
+//
+// A Spec.Gate is resolved by the daemon in the root the bundle describes
+// (package gate); config.json binds a stub read-only over every path that
+// reaches a gated program, after the root's own binds. The real programs
+// go to the agent, open, beside the daemon's first message on the control
+// connection, so only pid 1 (not dumpable) holds them. An approved exec
+// (ExecRequest.Gate) arms the agent with its argv, environment and
+// directory over the control connection and starts the helper's gate-exec
+// front instead of the exec front: the agent checks argv[0] reaches that
+// program's stub and starts the real program from an unreadable memory
+// copy (0555 on runsc, which refuses to exec an unreadable file and hides
+// another process's exe and mem anyway), with the front's pipes as its
+// stdio; the front reports and copies as for any exec. See helper's
+// gate.go for the protocol.
+//
 // # Exposed ports
 //
 // For each Spec.Network.ExposedTCP port the daemon listens on the unix

@@ -76,8 +76,12 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 
 	nonce := hostside.RandHex(8)
-	pfile, err := b.newProcessFile(hostside.ExecArgv(nonce, b.nproc(), params.Cwd, req.Argv),
-		hostside.MergeEnv(hostside.BaseEnv, b.spec.Env, req.Env))
+	argv, disarm, err := b.execArgv(nonce, params, req)
+	if err != nil {
+		return res, err
+	}
+	defer disarm()
+	pfile, err := b.newProcessFile(argv, hostside.MergeEnv(hostside.BaseEnv, b.spec.Env, req.Env))
 	if err != nil {
 		return res, err
 	}

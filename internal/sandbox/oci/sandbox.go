@@ -37,6 +37,7 @@ type Sandbox struct {
 	ctlMu sync.Mutex // serialises writes to ctl
 
 	listeners map[uint16]net.Listener // exposed port -> unix listener; fixed after Create
+	gateSock  string                  // the agent's socket for approved runs of gated programs; "" when none
 
 	// oomKills counts the OOM kills the daemon asked the agent for (runsc,
 	// see watchMemory); the kernel's are in the cgroup.
@@ -110,10 +111,14 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	for _, p := range spec.Network.ExposedTCP {
 		args = append(args, strconv.Itoa(int(p)))
 	}
+	plan, err := b.planGate()
+	if err != nil {
+		return nil, err
+	}
+	defer plan.Close()
 	if err := r.layout(b.b, id, spec, args, spec.Network.ExposedTCP...); err != nil {
 		return nil, err
 	}
-	var err error
 	if b.cg, err = locateCgroup(cgroupRel(id)); err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
@@ -183,6 +188,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	// place (the socket file goes with the listener).
 	ctlL.Close()
 	b.ctl = ctl
+	if err := hostside.SendGate(ctl, plan, b.gateSock); err != nil {
+		ctl.Close()
+		return nil, err
+	}
 	rd, err := hostside.AgentReady(ctl, id, readyTimeout, b.diag.tail)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,8 @@
 //     namespaces whose uid 0 is not host root: run by mistake on the host,
 //     the mount steps below would shadow the host's own directories;
 //  2. read the Config, enter a cgroup namespace (cgroup v1), build the new
-//     root and pivot_root into it, bring up lo;
+//     root (masking the gated programs, whose real files pid 1 keeps: see
+//     gate.go) and pivot_root into it, bring up lo;
 //  3. seal: rlimits, drop every capability and the bounding set, switch to
 //     uid/gid 65532 with no groups, no_new_privs, not dumpable, landlock,
 //     and seccomp last; all of it on every thread, so every command forked

@@ -158,6 +158,9 @@ func buildRoot(cfg *wire.Config, trees []*os.File) error {
 			return fmt.Errorf("mount %s: %w", m.Target, err)
 		}
 	}
+	if err := maskGated(cfg, root); err != nil {
+		return err
+	}
 	// The root itself: nothing may be created at the top level.
 	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("read-only root: %w", err)

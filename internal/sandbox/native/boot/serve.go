@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/execpath"
+	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
 	"golang.org/x/sys/unix"
 )
@@ -92,7 +93,14 @@ func (a *agent) start(req wire.Request, files []*os.File) {
 		a.failStart(req.ID, req.Argv[0], errno)
 		return
 	}
-	attr := &syscall.ProcAttr{Dir: req.Dir, Env: req.Env, Sys: &syscall.SysProcAttr{Setsid: true}}
+	env := req.Env
+	if real, err := gateRun(&prog, &env, &req); err != nil {
+		a.fail(req.ID, "not-executable", gate.Errno(err), err)
+		return
+	} else if real != nil {
+		defer real.Close()
+	}
+	attr := &syscall.ProcAttr{Dir: req.Dir, Env: env, Sys: &syscall.SysProcAttr{Setsid: true}}
 	var master *os.File
 	if req.TTY {
 		m, slave, err := openPTY(req.Rows, req.Cols)

@@ -84,6 +84,8 @@ type Config struct {
 	ConnectTCP      []uint16 `json:"connect_tcp,omitempty"` // the exposed ports: the child binds them on lo before the seal and hands the listeners back with "ready"
 	BindTCP         []uint16 `json:"bind_tcp,omitempty"`
 	RequireLandlock bool     `json:"require_landlock"`
+	// Gate: the gated programs to mask (and to run for approved execs).
+	Gate []GateProgram `json:"gate,omitempty"`
 }
 
 // Mount is an extra bind from the host; the child opens nothing else of the
@@ -107,6 +109,7 @@ type Request struct {
 	Signal int      `json:"signal,omitempty"`
 	Path   string   `json:"path,omitempty"`
 	Mode   uint32   `json:"mode,omitempty"`
+	Gate   string   `json:"gate,omitempty"` // exec: the approved gated program's key (sandbox.ExecRequest.Gate)
 }
 
 // Reply is a child-to-parent message.

@@ -24,6 +24,7 @@ import (
 //	agent -> daemon   failed <text>\n           it cannot serve; it exits
 //	daemon -> agent   kill <pgid>\n             SIGKILL a command's group
 //	daemon -> agent   oom\n                      SIGKILL the largest process
+//	daemon -> agent   gate, arm, disarm         the gate (see gate.go)
 //
 // The daemon accepts exactly one connection on CtlSock and removes the
 // socket before any command runs, so nothing else in the sandbox can take
@@ -69,6 +70,10 @@ func agentMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "ironclaw: oci agent: control socket: %v\n", err)
 		return 1
 	}
+	if err := receiveGate(ctl); err != nil {
+		fmt.Fprintf(ctl, "%s gate: %v\n", MsgFailed, err)
+		return 1
+	}
 	for _, p := range ports {
 		l, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
@@ -103,9 +108,12 @@ func dialCtl() (net.Conn, error) {
 // serveCtl runs the daemon's requests until it hangs up.
 func serveCtl(ctl net.Conn) {
 	s := bufio.NewScanner(ctl)
+	s.Buffer(make([]byte, 4096), maxArmLine)
 	for s.Scan() {
 		word, arg, _ := strings.Cut(s.Text(), " ")
 		switch word {
+		case MsgArm, MsgDisarm:
+			gateCtl(word, arg)
 		case MsgKill:
 			// Only process groups: pgid 1 (us) and "all" (-1) are refused.
 			if pgid, err := strconv.Atoi(arg); err == nil && pgid > 1 {
@@ -190,6 +198,7 @@ func reap() {
 			if err != nil || pid <= 0 {
 				break
 			}
+			gateReaped(pid, ws)
 		}
 		<-c
 	}

@@ -17,6 +17,9 @@
 //	        until it exits (plus a short drain) and exits with its status.
 //	limit   the exec front's trampoline when the command must run under
 //	        RLIMIT_NPROC (runsc): sets it and execve's the command.
+//	gate-exec
+//	        the front of an approved exec of a gated program: the agent,
+//	        which holds the real program, starts it (see gate.go).
 //	write, read, list
 //	        file operations confined beneath /workspace or /tmp with openat2
 //	        RESOLVE_BENEATH, run with the sandbox's own identity and view.
@@ -70,6 +73,9 @@ const (
 	// ModeLimit is the exec front's trampoline (see limitMain), never
 	// started by the daemon.
 	ModeLimit = "limit"
+	// ModeGateExec is the front of an approved exec of a gated program
+	// (see gate.go): the agent starts the command.
+	ModeGateExec = "gate-exec"
 )
 
 // ExitRefused is the exit status when the helper refuses to run.
@@ -97,6 +103,8 @@ func Main() {
 		os.Exit(execMain(args))
 	case ModeLimit:
 		os.Exit(limitMain(args))
+	case ModeGateExec:
+		os.Exit(gateExecMain(args))
 	case ModeWrite, ModeRead, ModeList:
 		os.Exit(fileMain(os.Args[1], args))
 	case ModeProbe:
