@@ -52,6 +52,19 @@ type limitedBody struct {
 	failed error
 }
 
+// err is the body's own failure, or nil. The guard is asked too: its
+// failure cancels the request's context, which a consumer may report
+// before its own read returns.
+func (b *limitedBody) err() error {
+	if b.failed != nil {
+		return b.failed
+	}
+	if b.guard != nil && errors.Is(b.guard.Err(), netlimit.ErrSlowBody) {
+		return errBodyTimeout
+	}
+	return nil
+}
+
 func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if err != nil && err != io.EOF {

@@ -61,9 +61,18 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, who principal) err
 	// A stream lasts as long as its command: lift the server's write
 	// timeout, if any, for this response.
 	_ = st.rc.SetWriteDeadline(time.Time{})
-	st.begin()
 	req.Stdout, req.Stderr = st.stream("stdout"), st.stream("stderr")
-	res, err := s.m.Exec(r.Context(), who.Name, id, req)
+	// The status line goes out once the command is about to start (its
+	// audit record is durable), so a client sees the stream begin even
+	// while a command is silent, and a refused command is a plain error.
+	res, err := s.m.ExecStarting(r.Context(), who.Name, id, req, st.begin)
+	if !st.started() {
+		if err == nil {
+			st.begin()
+		} else if !isStartFailure(err) {
+			return s.notRunning(r, id, err)
+		}
+	}
 	st.finish()
 	fr := exitFrame{Exit: res.ExitCode, DurationMS: res.Duration.Milliseconds(), Truncated: res.Truncated, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
 	switch {
@@ -197,6 +206,13 @@ type frameStream struct {
 	closed  bool  // finish was called: late writes from the runtime are dropped
 	err     error // the first write error (the client went away)
 	streams []*streamWriter
+}
+
+// started reports whether the status line has gone out.
+func (f *frameStream) started() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.begun
 }
 
 // begin sends the status line and headers.

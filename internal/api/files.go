@@ -72,8 +72,8 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, who principal) 
 	}
 	body := s.uploadOf(w, r)
 	if err := s.m.WriteFile(r.Context(), who.Name, id, p, body, mode); err != nil {
-		if body.failed != nil {
-			return body.failed // the file was left as it was
+		if berr := body.err(); berr != nil {
+			return berr // the file was left as it was
 		}
 		return s.notRunning(r, id, err)
 	}

@@ -761,6 +761,14 @@ func (m *Manager) use(id string) (sandbox.Sandbox, func(), error) {
 // cannot be, the command does not run — and a sandbox.exec record (exit,
 // duration, bytes, truncation, the intent's seq; never the output) follows.
 func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	return m.ExecStarting(ctx, actor, id, req, nil)
+}
+
+// ExecStarting is Exec that calls starting (if set) once the command's
+// intent record is durable, just before it starts: a caller that streams
+// can send its status line then, and still answer a plain error when the
+// command is refused (its record could not be written, a quota).
+func (m *Manager) ExecStarting(ctx context.Context, actor, id string, req sandbox.ExecRequest, starting func()) (sandbox.ExecResult, error) {
 	sb, done, err := m.use(id)
 	if err != nil {
 		return sandbox.ExecResult{}, err
@@ -782,6 +790,9 @@ func (m *Manager) Exec(ctx context.Context, actor, id string, req sandbox.ExecRe
 	intent, err := m.log.Begin(ctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: start})
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
+	}
+	if starting != nil {
+		starting()
 	}
 	if env := m.extraEnv(id); len(env) > 0 {
 		// The daemon's values come last so a request cannot point the
