@@ -925,3 +925,55 @@ func TestHostileAuditCheckpointFIFO(t *testing.T) {
 		t.Fatal("verify read a FIFO as checkpoints")
 	}
 }
+
+// EndQueued does not wait for its record, but keeps its place: a record
+// appended after it follows it in the chain, and Close commits it.
+func TestIntentEndQueuedKeepsOrder(t *testing.T) {
+	ctx := context.Background()
+	ks := newKeyedSetup(t)
+	_, l := ks.open(t, nil)
+	var kinds []string
+	for i := range 20 {
+		in, err := l.Begin(ctx, Entry{Session: "sb-1", Actor: "agent", Kind: KindSandboxExec, Data: map[string]any{"i": i}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := in.EndQueued(map[string]any{"exit": i}, func(err error) { t.Errorf("queued end: %v", err) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := in.EndQueued(nil, nil); !errors.Is(err, ErrIntentEnded) {
+			t.Fatalf("second end: %v", err)
+		}
+		kinds = append(kinds, KindSandboxExec+IntentSuffix, KindSandboxExec)
+	}
+	if _, err := l.Append(ctx, Entry{Session: "sb-1", Actor: "agent", Kind: KindSandboxDestroy}); err != nil {
+		t.Fatal(err)
+	}
+	kinds = append(kinds, KindSandboxDestroy)
+	recs, _ := l.Tail(ctx, 0, 100)
+	var got []string
+	for i, r := range recs {
+		got = append(got, r.Kind)
+		if r.Kind == KindSandboxExec && !strings.Contains(string(r.Data), fmt.Sprintf(`"intent_seq":%d`, recs[i-1].Seq)) {
+			t.Fatalf("result %d does not follow its intent: %s", r.Seq, r.Data)
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(kinds, " ") {
+		t.Fatalf("order %v", got)
+	}
+	// Queued and then closed: still committed.
+	in, err := l.Begin(ctx, Entry{Session: "sb-1", Actor: "agent", Kind: KindSandboxExec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.EndQueued(map[string]any{"exit": 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, l2 := ks.open(t, nil)
+	if recs, _ := l2.Tail(ctx, 0, 100); recs[len(recs)-1].Kind != KindSandboxExec {
+		t.Fatalf("the queued end was lost at Close: last %s", recs[len(recs)-1].Kind)
+	}
+}

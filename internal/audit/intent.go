@@ -81,6 +81,41 @@ func (in *Intent) End(ctx context.Context, data any) (Record, error) {
 	return in.log.appendCanonical(ctx, in.base, canon)
 }
 
+// EndQueued is End without waiting for the result record to be durable:
+// the record is queued in order (a record the caller appends afterwards
+// comes after it in the chain) and committed with the next batch, and a
+// failure to commit it goes to onErr (if set). The intent is what makes
+// the log fail closed, and it is durable already; so an action's answer
+// need not wait for a second commit. Close commits what is queued.
+func (in *Intent) EndQueued(data any, onErr func(error)) error {
+	first := false
+	in.once.Do(func() { first = true })
+	if !first {
+		return ErrIntentEnded
+	}
+	canon, err := in.log.redact.Canonicalize(data)
+	if err != nil {
+		return fmt.Errorf("audit: end %s: %w", in.base.Kind, err)
+	}
+	canon, err = withMember(canon, IntentSeqKey, strconv.FormatInt(in.seq, 10))
+	if err != nil {
+		return fmt.Errorf("audit: end %s: %w", in.base.Kind, err)
+	}
+	p, err := in.log.enqueue(context.Background(), in.base, canon, true)
+	if err != nil {
+		return err
+	}
+	if onErr != nil {
+		go func() {
+			<-p.done
+			if p.err != nil {
+				onErr(p.err)
+			}
+		}()
+	}
+	return nil
+}
+
 // withMember adds member key with the JSON text val to canonical object
 // text, keeping it canonical (sorted keys). The result may exceed
 // MaxDataBytes by the member's length, which is small.

@@ -164,7 +164,17 @@ type pending struct {
 	rec                  Record
 	err                  error
 	done                 chan struct{} // closed by the committer
+	// lazy: nobody waits for this record (Intent.EndQueued), so the
+	// committer may hold it up to lazyDelay for a record somebody waits
+	// for, and commit both with one fsync.
+	lazy bool
 }
+
+// lazyDelay is how long a batch of only lazy records waits for company.
+// An action's result record then shares the fsync of the next action's
+// intent instead of paying one of its own; if the daemon dies meanwhile,
+// the result is lost and its intent says the action may have happened.
+const lazyDelay = 20 * time.Millisecond
 
 // maxIdentifier bounds Entry.Session, Actor and Kind: they are names the
 // daemon chooses, never agent text, so anything longer is a bug.
@@ -334,9 +344,29 @@ func (l *Log) Append(ctx context.Context, e Entry) (Record, error) {
 	return l.appendCanonical(ctx, e, data)
 }
 
-// appendCanonical queues a record whose data is already canonical.
+// appendCanonical queues a record whose data is already canonical and
+// waits until it is committed.
 func (l *Log) appendCanonical(ctx context.Context, e Entry, data []byte) (Record, error) {
+	p, err := l.enqueue(ctx, e, data, false)
+	if err != nil {
+		return Record{}, err
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return Record{}, p.err
+		}
+		return p.rec, nil
+	case <-ctx.Done():
+		return Record{}, fmt.Errorf("audit: append %s: %w (the record may still be committed)", e.Kind, ctx.Err())
+	}
+}
+
+// enqueue hands a record whose data is already canonical to the committer;
+// p.done closes once it is committed or has failed.
+func (l *Log) enqueue(ctx context.Context, e Entry, data []byte, lazy bool) (*pending, error) {
 	p := &pending{
+		lazy: lazy,
 		// Session and actor are identifiers, but a caller may build one from
 		// a credential by mistake; they are hashed and stored too.
 		session: l.redact.RedactString(e.Session),
@@ -346,29 +376,18 @@ func (l *Log) appendCanonical(ctx context.Context, e Entry, data []byte) (Record
 		done:    make(chan struct{}),
 	}
 	if err := ctx.Err(); err != nil {
-		return Record{}, fmt.Errorf("audit: append %s: %w", e.Kind, err)
+		return nil, fmt.Errorf("audit: append %s: %w", e.Kind, err)
 	}
 	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if l.closed {
-		l.mu.RUnlock()
-		return Record{}, ErrClosed
+		return nil, ErrClosed
 	}
 	select {
 	case l.reqs <- p:
+		return p, nil
 	case <-ctx.Done():
-		l.mu.RUnlock()
-		return Record{}, fmt.Errorf("audit: append %s: %w", e.Kind, ctx.Err())
-	}
-	l.mu.RUnlock()
-
-	select {
-	case <-p.done:
-		if p.err != nil {
-			return Record{}, p.err
-		}
-		return p.rec, nil
-	case <-ctx.Done():
-		return Record{}, fmt.Errorf("audit: append %s: %w (the record may still be committed)", e.Kind, ctx.Err())
+		return nil, fmt.Errorf("audit: append %s: %w", e.Kind, ctx.Err())
 	}
 }
 
@@ -450,6 +469,9 @@ func (l *Log) commitLoop() {
 		}
 		batch = append(batch[:0], p)
 		open := l.fill(&batch, &timer)
+		if open && allLazy(batch) {
+			open = l.awaitCompany(&batch, &timer)
+		}
 		l.commit(batch)
 		for i := range batch {
 			batch[i] = nil // let finished requests be collected
@@ -460,6 +482,38 @@ func (l *Log) commitLoop() {
 			return
 		}
 	}
+}
+
+func allLazy(batch []*pending) bool {
+	for _, p := range batch {
+		if !p.lazy {
+			return false
+		}
+	}
+	return true
+}
+
+// awaitCompany holds a batch of lazy records for up to lazyDelay, until a
+// record somebody waits for arrives (then the queue is drained as fill
+// does) or the batch is full. It reports whether the queue is still open.
+func (l *Log) awaitCompany(batch *[]*pending, timer **time.Timer) bool {
+	wait := time.NewTimer(lazyDelay)
+	defer wait.Stop()
+	for len(*batch) < l.opts.MaxBatch {
+		select {
+		case p, ok := <-l.reqs:
+			if !ok {
+				return false
+			}
+			*batch = append(*batch, p)
+			if !p.lazy {
+				return l.fill(batch, timer)
+			}
+		case <-wait.C:
+			return true
+		}
+	}
+	return true
 }
 
 // fill adds queued requests to batch until it is full, the queue is empty

@@ -809,10 +809,13 @@ func (m *Manager) ExecStarting(ctx context.Context, actor, id string, req sandbo
 	if req.Gate != "" {
 		data["gate"] = req.Gate // an approved run of this gated program
 	}
-	// The command ran whatever becomes of this record: its start is on
-	// record, so a failure here is the daemon's to report, not the caller's.
-	if _, err := intent.End(context.WithoutCancel(ctx), data); err != nil {
-		m.opts.Logf("session: audit of the end of an exec in %s: %v", id, err)
+	// The command ran whatever becomes of this record: its intent is on
+	// record, so the answer does not wait for this one's commit (it is
+	// queued in order, ahead of anything later), and a failure here is the
+	// daemon's to report, not the caller's.
+	logEnd := func(err error) { m.opts.Logf("session: audit of the end of an exec in %s: %v", id, err) }
+	if err := intent.EndQueued(data, logEnd); err != nil {
+		logEnd(err)
 	}
 	return res, execErr
 }
@@ -849,8 +852,9 @@ func (m *Manager) WriteFile(ctx context.Context, actor, id, path string, r io.Re
 	if werr != nil {
 		data["error"] = werr.Error()
 	}
-	if _, err := intent.End(context.WithoutCancel(ctx), data); err != nil {
-		m.opts.Logf("session: audit of the end of a file write in %s: %v", id, err)
+	logEnd := func(err error) { m.opts.Logf("session: audit of the end of a file write in %s: %v", id, err) }
+	if err := intent.EndQueued(data, logEnd); err != nil {
+		logEnd(err)
 	}
 	return werr
 }
