@@ -316,11 +316,19 @@ func TestConcurrentExecs(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	// Each exec's result record is queued behind its answer (its intent
+	// was durable before it ran): wait for the last ones to be committed.
 	n := 0
-	recs, _ := f.log.Tail(ctx, 0, 1000)
-	for _, r := range recs {
-		if r.Kind == audit.KindSandboxExec {
-			n++
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n = 0
+		recs, _ := f.log.Tail(ctx, 0, 1000)
+		for _, r := range recs {
+			if r.Kind == audit.KindSandboxExec {
+				n++
+			}
+		}
+		if n >= boxes*per || time.Now().After(deadline) {
+			break
 		}
 	}
 	if n != boxes*per {
