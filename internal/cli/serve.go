@@ -74,10 +74,20 @@ The policy file (--policy) is YAML:
   approvals:
     timeout: 10m              # then the request is expired (denied)
     max_pending: 20           # open requests per sandbox
+    max_pending_per_principal: 100
+    max_pending_total: 1000
     webhooks: ["https://hooks.example.com/ironclaw"]
     webhook_secret_file: ""   # default: webhook.secret in the data directory
   exec:
-    require_approval: ["^curl ", "rm -rf /"]   # regexps over the command line
+    gate: [curl, wget]        # run only when approved, however the command spells them
+    require_approval: ["^curl ", "rm -rf /"]   # advisory: regexps over the command line
+  limits:                     # what agents may ask for, and what the host may promise
+    max: {memory: 1G, pids: 512, cpus: 2, timeout: 5m, ttl: 24h, idle: 2h}
+    overcommit: {memory: 1, cpus: 16, pids: 1}
+    per_agent: {sandboxes: 50, execs: 64}
+    per_sandbox: {execs: 32}
+
+Every key: docs/configuration.md.
 
 Further operators: 'ironclaw operator add NAME' writes operators/NAME.token in
 the data directory; approvals decided with it record NAME as the decider.

@@ -23,7 +23,7 @@ const (
 )
 
 // DefaultBody is the zero BodyLimits' meaning: a body may wait a minute for
-// its client in all, a minute more for every 16 KiB it brings, and a
+// its client in all, one second more for every 16 KiB it brings, and a
 // minute for any one read.
 var DefaultBody = BodyLimits{Timeout: time.Minute, MinRate: 16 << 10, Idle: time.Minute}
 

@@ -68,7 +68,8 @@ type Options struct {
 	// Logf receives diagnostics; nil discards them.
 	Logf func(format string, args ...any)
 	// OnEnd, if set, is called once for every sandbox that ends (state is
-	// destroyed, reaped or lost; reason is e.g. "ttl", "idle"), for metrics.
+	// destroyed, reaped, lost or crashed; reason is e.g. "ttl", "idle"),
+	// for metrics and to withdraw its pending approvals.
 	OnEnd func(id, state, reason string)
 	// Model, if set, gives every sandbox the model proxy on its own
 	// loopback, with a per-sandbox token in its commands' environment.

@@ -11,7 +11,7 @@ import (
 // ExecCommand is an exec.command request: a command the policy marks, to
 // run once in one sandbox once approved. Its JSON form is
 //
-//	{"argv": ["curl", "https://example.com"], "mode": "exec", "command": "curl https://example.com", "pattern": "^curl "}
+//	{"argv": ["curl", "https://example.com"], "mode": "stream", "command": "curl https://example.com", "pattern": "^curl "}
 //
 // argv is the program and its arguments as they will be executed, mode
 // how (the exec gate's word for it: a one-shot exec, a background

@@ -1,5 +1,5 @@
 // Package conformance is the behaviour and containment suite every sandbox
-// backend must pass: one contract (docs: README "What a sandbox is"), the
+// backend must pass: one contract (docs/security.md, "The sandbox walls"), the
 // same checks against native, runc, crun, runsc and Docker. Backends call
 // Run from their own tests with a Runtime; the checks use only the
 // sandbox.Runtime interface and the shell tools of the host-toolchain view
