@@ -18,64 +18,12 @@ import (
 	"github.com/ironclaw/ironclaw/internal/textsafe"
 )
 
-// duration is a Go duration string in JSON ("30s", "1h30m").
-type duration time.Duration
-
-// MarshalJSON writes the string form, so a decoded body re-encodes to
-// something decodeJSON reads again (approval data).
-func (d duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
-}
-
-func (d *duration) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return errors.New(`a duration must be a string such as "30s"`)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("duration %q: %v", s, err)
-	}
-	if v < 0 {
-		return fmt.Errorf("duration %q is negative", s)
-	}
-	*d = duration(v)
-	return nil
-}
-
-// size is a byte count in JSON: a number, or a string sandbox.ParseBytes
-// reads ("256M").
-type size int64
-
-func (z *size) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		v, err := sandbox.ParseBytes(s)
-		if err != nil {
-			return err
-		}
-		*z = size(v)
-		return nil
-	}
-	var f float64
-	if err := json.Unmarshal(b, &f); err != nil {
-		return errors.New(`a size must be a number of bytes or a string such as "256M"`)
-	}
-	if f < 0 || f != math.Trunc(f) || f > math.MaxInt64/2 {
-		return fmt.Errorf("size %s must be a whole, non-negative number of bytes", b)
-	}
-	*z = size(f)
-	return nil
-}
+// duration and size are the JSON forms of durations ("30s") and sizes
+// (a number, or "256M") in request bodies.
+type (
+	duration = sandbox.Duration
+	size     = sandbox.Bytes
+)
 
 // decodeJSON reads exactly one JSON value into v, refusing unknown fields
 // and trailing data. An empty body is io.EOF. Errors other than a
