@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/session"
 )
@@ -214,7 +215,7 @@ func (s *Server) routes() {
 		s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		writeJSON(w, http.StatusOK, wire.Health{OK: true})
 	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
 }
@@ -257,12 +258,12 @@ func (s *Server) unmatched(w http.ResponseWriter, r *http.Request, h http.Handle
 	h.ServeHTTP(rec, r)
 	switch rec.status {
 	case http.StatusNotFound:
-		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such route: " + r.Method + " " + r.URL.Path})
+		writeError(w, &apiError{http.StatusNotFound, wire.CodeNotFound, "no such route: " + r.Method + " " + r.URL.Path})
 	case http.StatusMethodNotAllowed:
 		if allow := rec.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		writeError(w, &apiError{http.StatusMethodNotAllowed, "method_not_allowed", "method " + r.Method + " is not allowed here"})
+		writeError(w, &apiError{http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "method " + r.Method + " is not allowed here"})
 	default:
 		for k, v := range rec.header {
 			w.Header()[k] = v
@@ -282,17 +283,17 @@ func (s *Server) authed(need string, h handlerFunc) http.Handler {
 		who, ok := s.principal(r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ironclaw"`)
-			writeError(w, &apiError{http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"})
+			writeError(w, &apiError{http.StatusUnauthorized, wire.CodeUnauthorized, "a valid bearer token is required"})
 			return
 		}
 		if need == roleOperator && who.Role != roleOperator {
-			writeError(w, &apiError{http.StatusForbidden, "forbidden", "this route needs the operator token"})
+			writeError(w, &apiError{http.StatusForbidden, wire.CodeForbidden, "this route needs the operator token"})
 			return
 		}
 		if ok, wait := s.limiter.allow(who.Name); !ok {
 			secs := int((wait + 999_999_999) / 1_000_000_000)
 			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-			writeError(w, &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests for this token; retry later"})
+			writeError(w, &apiError{http.StatusTooManyRequests, wire.CodeRateLimited, "too many requests for this token; retry later"})
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, who))
@@ -314,7 +315,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if r.Context().Err() != nil && ae == errInternal {
 		// The client went away; nobody reads this response.
-		ae = &apiError{http.StatusServiceUnavailable, "unavailable", "request cancelled"}
+		ae = &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled"}
 	}
 	writeError(w, ae)
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/gateway/kinds"
 	"github.com/ironclaw/ironclaw/internal/session"
@@ -45,7 +46,7 @@ const maxApprovalWait = 5 * time.Minute
 // themselves (classify); only a closed gateway gets its own words.
 func gatewayError(err error) error {
 	if errors.Is(err, gateway.ErrClosed) {
-		return &apiError{http.StatusServiceUnavailable, "unavailable", "shutting down"}
+		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "shutting down"}
 	}
 	return err
 }
@@ -53,7 +54,7 @@ func gatewayError(err error) error {
 // pending answers 202 with a filed request.
 func pending(w http.ResponseWriter, a gateway.Approval) {
 	w.Header().Set("Location", "/v1/approvals/"+a.ID)
-	writeJSON(w, http.StatusAccepted, a)
+	writeJSON(w, http.StatusAccepted, approvalView(a))
 }
 
 // runningSandbox checks a request's sandbox exists, is who's to use, and
@@ -64,27 +65,18 @@ func (s *Server) runningSandbox(ctx context.Context, who principal, id string) e
 		return err
 	}
 	if info.State != session.StateRunning {
-		return &apiError{http.StatusConflict, "conflict", fmt.Sprintf("sandbox %s is %s", id, info.State)}
+		return &apiError{http.StatusConflict, wire.CodeConflict, fmt.Sprintf("sandbox %s is %s", id, info.State)}
 	}
 	return nil
 }
 
-// fileBody is POST /v1/approvals. Note is the agent's own text about the
-// request; Summary is its older name (the summary shown is always derived
-// from data).
-type fileBody struct {
-	Kind    string          `json:"kind"`
-	Session string          `json:"session"`
-	Note    string          `json:"note"`
-	Summary string          `json:"summary"`
-	Data    json.RawMessage `json:"data"`
-}
-
 // fileApproval lets an agent file the kinds that have no route of their
 // own: egress.host, exec.command and tool.call. The others carry requests
-// that their routes validate.
+// that their routes validate. Note is the agent's own text about the
+// request; Summary is its older name (the summary shown is always derived
+// from data).
 func (s *Server) fileApproval(w http.ResponseWriter, r *http.Request, who principal) error {
-	var b fileBody
+	var b wire.FileApprovalRequest
 	if err := decodeJSON(s.bodyOf(w, r), &b); err != nil {
 		if err == io.EOF {
 			return badRequest("empty body: kind and data are required")
@@ -160,12 +152,9 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, who princ
 	if err != nil {
 		return gatewayError(err)
 	}
-	if page.Approvals == nil {
-		page.Approvals = []gateway.Approval{}
-	}
-	out := map[string]any{"approvals": page.Approvals}
-	if page.Next != "" {
-		out["next"] = page.Next
+	out := wire.ApprovalList{Approvals: make([]wire.Approval, 0, len(page.Approvals)), Next: page.Next}
+	for _, a := range page.Approvals {
+		out.Approvals = append(out.Approvals, approvalView(a))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -195,7 +184,7 @@ func (s *Server) watchApprovals(w http.ResponseWriter, r *http.Request, who prin
 	enc := json.NewEncoder(w)
 	for {
 		for _, a := range page.Approvals {
-			if err := enc.Encode(a); err != nil {
+			if err := enc.Encode(approvalView(a)); err != nil {
 				return nil
 			}
 		}
@@ -222,7 +211,7 @@ func (s *Server) watchApprovals(w http.ResponseWriter, r *http.Request, who prin
 			if !approvalVisible(who, a) {
 				continue
 			}
-			if err := enc.Encode(a); err != nil {
+			if err := enc.Encode(approvalView(a)); err != nil {
 				return nil
 			}
 		case <-keepAlive.C:
@@ -267,20 +256,15 @@ func (s *Server) getApproval(w http.ResponseWriter, r *http.Request, who princip
 			return gatewayError(err)
 		}
 	}
-	writeJSON(w, http.StatusOK, a)
+	writeJSON(w, http.StatusOK, approvalView(a))
 	return nil
-}
-
-type decideBody struct {
-	Scope  string `json:"scope"`
-	Reason string `json:"reason"`
 }
 
 // decide approves or denies. The decider is the operator behind the token;
 // the body cannot name one (an unknown field is refused).
 func (s *Server) decide(approve bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, who principal) error {
-		var b decideBody
+		var b wire.DecideRequest
 		if err := decodeJSON(s.bodyOf(w, r), &b); err != nil && err != io.EOF {
 			return err
 		}
@@ -294,7 +278,7 @@ func (s *Server) decide(approve bool) handlerFunc {
 		if err != nil {
 			return gatewayError(err)
 		}
-		writeJSON(w, http.StatusOK, a)
+		writeJSON(w, http.StatusOK, approvalView(a))
 		return nil
 	}
 }
@@ -307,6 +291,10 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request, who principal
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tools": list})
+	out := wire.ToolList{Tools: make([]wire.Tool, 0, len(list))}
+	for _, t := range list {
+		out.Tools = append(out.Tools, toolView(t))
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

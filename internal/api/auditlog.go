@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/audit"
 )
 
@@ -49,10 +50,11 @@ func (s *Server) auditTail(w http.ResponseWriter, r *http.Request, who principal
 	if err != nil {
 		return err
 	}
-	if recs == nil {
-		recs = []audit.Record{}
+	out := wire.AuditPage{Records: make([]wire.AuditRecord, 0, len(recs))}
+	for _, rec := range recs {
+		out.Records = append(out.Records, recordView(rec))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"records": recs})
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -67,7 +69,7 @@ func (s *Server) auditFollow(w http.ResponseWriter, r *http.Request, after int64
 		return nil
 	}
 	err := s.log.Follow(r.Context(), after, func(rec audit.Record) error {
-		b, err := json.Marshal(rec)
+		b, err := json.Marshal(recordView(rec))
 		if err != nil {
 			return err
 		}
@@ -87,7 +89,7 @@ func (s *Server) auditVerify(w http.ResponseWriter, r *http.Request, who princip
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, verificationView(res))
 	return nil
 }
 

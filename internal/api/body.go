@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
 )
 
@@ -13,7 +14,7 @@ import (
 const minUploadRate = 16 << 10 // bytes per second
 
 // errBodyTimeout is a request body that did not arrive in time.
-var errBodyTimeout = &apiError{http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time"}
+var errBodyTimeout = &apiError{http.StatusRequestTimeout, wire.CodeRequestTimeout, "the request body did not arrive in time"}
 
 // bodyOf returns r's JSON body, bounded in size (MaxBodyBytes) and in time
 // (waiting for it may take BodyTimeout in all), so that a client cannot

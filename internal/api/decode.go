@@ -13,17 +13,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/session"
 	"github.com/ironclaw/ironclaw/internal/textsafe"
 )
 
-// duration and size are the JSON forms of durations ("30s") and sizes
-// (a number, or "256M") in request bodies.
-type (
-	duration = sandbox.Duration
-	size     = sandbox.Bytes
-)
+// duration is the JSON form of a duration ("30s") in the payloads the API
+// builds (ceiling.go).
+type duration = sandbox.Duration
 
 // decodeJSON reads exactly one JSON value into v, refusing unknown fields
 // and trailing data. An empty body is io.EOF. Errors other than a
@@ -60,43 +58,18 @@ func jsonErr(err error) error {
 	return badRequest("malformed JSON: " + err.Error())
 }
 
-// limitsBody is the limits object of a create request.
-type limitsBody struct {
-	Memory    size     `json:"memory,omitempty"`
-	Pids      int64    `json:"pids,omitempty"`
-	CPUs      float64  `json:"cpus,omitempty"`
-	Timeout   duration `json:"timeout,omitempty"`
-	Output    size     `json:"output,omitempty"`
-	Workspace size     `json:"workspace,omitempty"`
-	Tmp       size     `json:"tmp,omitempty"`
-	OpenFiles int64    `json:"open_files,omitempty"`
-}
-
-// createBody is POST /v1/sandboxes.
-type createBody struct {
-	Image  string            `json:"image,omitempty"`
-	Env    map[string]string `json:"env,omitempty"`
-	Limits *limitsBody       `json:"limits,omitempty"`
-	TTL    duration          `json:"ttl,omitempty"`
-	Idle   duration          `json:"idle,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
-	Egress *struct {
-		Allow []string `json:"allow"`
-	} `json:"egress,omitempty"`
-}
-
 // decodeCreate reads a create request. The result's spec, with defaults
 // applied, validates; an empty body asks for every default.
 func decodeCreate(r io.Reader) (session.CreateRequest, error) {
-	var b createBody
+	var b wire.CreateSandboxRequest
 	if err := decodeJSON(r, &b); err != nil && err != io.EOF {
 		return session.CreateRequest{}, err
 	}
-	return b.request()
+	return createRequest(b)
 }
 
-// request turns the body into a validated create request.
-func (b createBody) request() (session.CreateRequest, error) {
+// createRequest turns the body into a validated create request.
+func createRequest(b wire.CreateSandboxRequest) (session.CreateRequest, error) {
 	var req session.CreateRequest
 	if b.Image != "" {
 		// A local image must be a clean absolute path; whether it (or a
@@ -153,17 +126,6 @@ func envList(m map[string]string) ([]string, error) {
 	return out, nil
 }
 
-// execBody is POST /v1/sandboxes/{id}/exec.
-type execBody struct {
-	Cmd      *string           `json:"cmd"`
-	Argv     []string          `json:"argv"`
-	Stdin    *string           `json:"stdin"`
-	Cwd      string            `json:"cwd"`
-	Env      map[string]string `json:"env"`
-	Timeout  duration          `json:"timeout"`
-	Approval string            `json:"approval"`
-}
-
 // execCall is a decoded exec request.
 type execCall struct {
 	req sandbox.ExecRequest
@@ -203,7 +165,7 @@ func commandArgv(cmd *string, argv []string) ([]string, string, error) {
 // non-empty command without NUL bytes, valid env, a clean absolute cwd.
 // Output writers are left for the caller.
 func decodeExec(r io.Reader) (execCall, error) {
-	var b execBody
+	var b wire.ExecRequest
 	if err := decodeJSON(r, &b); err != nil {
 		if err == io.EOF {
 			return execCall{}, badRequest("empty body: a command (cmd or argv) is required")

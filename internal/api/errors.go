@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
@@ -19,29 +20,30 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
 
-var errInternal = &apiError{http.StatusInternalServerError, "internal", "internal error (see the daemon's log)"}
+var errInternal = &apiError{http.StatusInternalServerError, wire.CodeInternal, "internal error (see the daemon's log)"}
 
 func badRequest(msg string) error {
-	return &apiError{http.StatusBadRequest, "invalid_argument", msg}
+	return &apiError{http.StatusBadRequest, wire.CodeInvalidArgument, msg}
 }
 
 // statusOf renders each error class; it is the only place where errors
 // become HTTP statuses and codes. The codes are the API's contract
-// (docs/http-api.md).
+// (api/openapi.yaml's ErrorCode, docs/http-api.md), declared in package
+// wire.
 var statusOf = []struct {
 	class  error
 	status int
 	code   string
 }{
-	{errdefs.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
-	{errdefs.ErrNotFound, http.StatusNotFound, "not_found"},
-	{errdefs.ErrConflict, http.StatusConflict, "conflict"},
-	{errdefs.ErrForbidden, http.StatusForbidden, "forbidden"},
-	{errdefs.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
-	{errdefs.ErrLimitExceeded, http.StatusTooManyRequests, "limit_exceeded"},
-	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
-	{errdefs.ErrUnsupported, http.StatusServiceUnavailable, "unavailable"},
-	{errdefs.ErrInsufficientStorage, http.StatusInsufficientStorage, "insufficient_storage"},
+	{errdefs.ErrInvalidArgument, http.StatusBadRequest, wire.CodeInvalidArgument},
+	{errdefs.ErrNotFound, http.StatusNotFound, wire.CodeNotFound},
+	{errdefs.ErrConflict, http.StatusConflict, wire.CodeConflict},
+	{errdefs.ErrForbidden, http.StatusForbidden, wire.CodeForbidden},
+	{errdefs.ErrTooLarge, http.StatusRequestEntityTooLarge, wire.CodeTooLarge},
+	{errdefs.ErrLimitExceeded, http.StatusTooManyRequests, wire.CodeLimitExceeded},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, wire.CodeUnavailable},
+	{errdefs.ErrUnsupported, http.StatusServiceUnavailable, wire.CodeUnavailable},
+	{errdefs.ErrInsufficientStorage, http.StatusInsufficientStorage, wire.CodeInsufficientStorage},
 }
 
 // classify maps any error to its rendering. Classified errors carry
@@ -55,14 +57,14 @@ func classify(err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &tooBig):
-		return &apiError{http.StatusRequestEntityTooLarge, "too_large", "the request body is over the limit"}
+		return &apiError{http.StatusRequestEntityTooLarge, wire.CodeTooLarge, "the request body is over the limit"}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &apiError{http.StatusServiceUnavailable, "unavailable", "the operation timed out"}
+		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "the operation timed out"}
 	}
 	class := errdefs.Class(err)
 	if class == errdefs.ErrInsufficientStorage && !errors.Is(err, errdefs.ErrInsufficientStorage) {
 		// A raw ENOSPC or SQLITE_FULL: its text names files of the daemon.
-		return &apiError{http.StatusInsufficientStorage, "insufficient_storage", "the daemon's disk is full; nothing was changed (reads still work)"}
+		return &apiError{http.StatusInsufficientStorage, wire.CodeInsufficientStorage, "the daemon's disk is full; nothing was changed (reads still work)"}
 	}
 	for _, c := range statusOf {
 		if c.class == class {
@@ -72,17 +74,8 @@ func classify(err error) *apiError {
 	return errInternal
 }
 
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 func writeError(w http.ResponseWriter, e *apiError) {
-	var b errorBody
-	b.Error.Code, b.Error.Message = e.code, e.message
-	writeJSON(w, e.status, b)
+	writeJSON(w, e.status, wire.ErrorResponse{Error: wire.ErrorDetail{Code: e.code, Message: e.message}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

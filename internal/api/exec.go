@@ -12,22 +12,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/session"
 )
-
-// exitFrame is the last frame of an exec stream; with Stdout and Stderr it
-// is also the ?wait=1 response.
-type exitFrame struct {
-	Stdout     *string `json:"stdout,omitempty"`
-	Stderr     *string `json:"stderr,omitempty"`
-	Exit       int     `json:"exit"`
-	DurationMS int64   `json:"duration_ms"`
-	Truncated  bool    `json:"truncated"`
-	TimedOut   bool    `json:"timed_out"`
-	OOMKilled  bool    `json:"oom_killed"`
-	Error      string  `json:"error,omitempty"`
-}
 
 func isStartFailure(err error) bool {
 	return errors.Is(err, sandbox.ErrCommandNotFound) || errors.Is(err, sandbox.ErrNotExecutable)
@@ -74,7 +62,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, who principal) err
 		}
 	}
 	st.finish()
-	fr := exitFrame{Exit: res.ExitCode, DurationMS: res.Duration.Milliseconds(), Truncated: res.Truncated, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
+	fr := wire.ExecExitFrame{Exit: res.ExitCode, DurationMS: res.Duration.Milliseconds(), Truncated: res.Truncated, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
 	switch {
 	case err == nil || isStartFailure(err):
 		s.metrics.exited(res.ExitCode, res.Duration)
@@ -95,7 +83,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, who principal) err
 }
 
 // execWait runs a command to its end and answers one JSON object with its
-// output. The output is held in memory until then, so it has a cap of its
+// output (wire.ExecWaitResult). The output is held in memory until then, so it has a cap of its
 // own (WaitOutputBytes, below the sandbox's output limit when that is
 // larger): the rest is dropped and reported as truncated, as the stream
 // does past the sandbox's limit. The answer is encoded in chunks straight
@@ -113,7 +101,7 @@ func (s *Server) execWait(w http.ResponseWriter, r *http.Request, who principal,
 		return s.notRunning(r, id, err)
 	}
 	s.metrics.exited(res.ExitCode, res.Duration)
-	fr := exitFrame{Exit: res.ExitCode, DurationMS: res.Duration.Milliseconds(),
+	fr := wire.ExecExitFrame{Exit: res.ExitCode, DurationMS: res.Duration.Milliseconds(),
 		Truncated: res.Truncated || out.dropped, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled}
 	if err != nil {
 		fr.Error = err.Error()
@@ -127,6 +115,8 @@ func (s *Server) execWait(w http.ResponseWriter, r *http.Request, who principal,
 	w.WriteHeader(http.StatusOK)
 	out.mu.Lock()
 	defer out.mu.Unlock()
+	// wire.ExecWaitResult, written by hand so that the output is not
+	// copied again: the two strings, then the exit frame's members.
 	bw := bufio.NewWriterSize(w, 32<<10)
 	bw.WriteString(`{"stdout":`)
 	writeJSONString(bw, out.buf[0].Bytes())
@@ -241,7 +231,7 @@ func (f *frameStream) finish() {
 	defer f.mu.Unlock()
 	for _, s := range f.streams {
 		if len(s.carry) > 0 && !f.closed {
-			_ = f.writeLocked(map[string]string{s.name: string(s.carry)})
+			_ = f.writeLocked(s.frame(string(s.carry)))
 		}
 		s.carry = nil
 	}
@@ -286,8 +276,16 @@ func (f *frameStream) stream(name string) *streamWriter {
 
 type streamWriter struct {
 	f     *frameStream
-	name  string
+	name  string // stdout or stderr
 	carry []byte // guarded by f.mu
+}
+
+// frame is an output frame of this stream.
+func (s *streamWriter) frame(text string) wire.ExecOutputFrame {
+	if s.name == "stderr" {
+		return wire.ExecOutputFrame{Stderr: &text}
+	}
+	return wire.ExecOutputFrame{Stdout: &text}
 }
 
 func (s *streamWriter) Write(p []byte) (int, error) {
@@ -311,7 +309,7 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 				n = cut
 			}
 		}
-		if err := f.writeLocked(map[string]string{s.name: string(buf[:n])}); err != nil {
+		if err := f.writeLocked(s.frame(string(buf[:n]))); err != nil {
 			return 0, err
 		}
 		buf = buf[n:]

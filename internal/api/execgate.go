@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 )
 
@@ -89,7 +90,7 @@ func (s *Server) gateExec(w http.ResponseWriter, r *http.Request, who principal,
 			return true, gatewayError(err)
 		}
 		w.Header().Set("Location", "/v1/approvals/"+a.ID)
-		writeJSON(w, http.StatusAccepted, map[string]any{"approval": a})
+		writeJSON(w, http.StatusAccepted, wire.ExecPending{Approval: approvalView(a)})
 		return true, nil
 	}
 	err = s.cfg.Gateway.Use(r.Context(), call.approval, id, func(data json.RawMessage) error {

@@ -1,14 +1,14 @@
 package api
 
 import (
-	"sort"
-
 	"fmt"
-	"github.com/ironclaw/ironclaw/internal/errdefs"
 	"io/fs"
 	"net/http"
+	"sort"
 	"strconv"
-	"time"
+
+	"github.com/ironclaw/ironclaw/internal/api/wire"
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
 // filePath reads and checks ?path=: clean, absolute, under /workspace or
@@ -68,7 +68,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, who principal) 
 		mode = fs.FileMode(v)
 	}
 	if r.ContentLength > s.cfg.MaxUploadBytes {
-		return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the upload is over the %d-byte limit", s.cfg.MaxUploadBytes)}
+		return &apiError{http.StatusRequestEntityTooLarge, wire.CodeTooLarge, fmt.Sprintf("the upload is over the %d-byte limit", s.cfg.MaxUploadBytes)}
 	}
 	body := s.uploadOf(w, r)
 	if err := s.m.WriteFile(r.Context(), who.Name, id, p, body, mode); err != nil {
@@ -79,14 +79,6 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, who principal) 
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-type dirEntry struct {
-	Name  string    `json:"name"`
-	Type  string    `json:"type"`
-	Size  int64     `json:"size"`
-	Mode  string    `json:"mode"`
-	MTime time.Time `json:"mtime"`
 }
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request, who principal) error {
@@ -117,15 +109,15 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, who principal) 
 		if more {
 			page = page[:limit]
 		}
-		out := make([]dirEntry, 0, len(page))
+		out := wire.FileList{Entries: make([]wire.FileEntry, 0, len(page))}
 		for _, fi := range page {
-			out = append(out, dirEntry{Name: fi.Name, Type: fi.Type, Size: fi.Size, Mode: fmt.Sprintf("%04o", fi.Mode.Perm()), MTime: fi.ModTime.UTC()})
+			out.Entries = append(out.Entries, wire.FileEntry{Name: fi.Name, Type: fi.Type, Size: fi.Size,
+				Mode: fmt.Sprintf("%04o", fi.Mode.Perm()), MTime: fi.ModTime.UTC()})
 		}
-		body := map[string]any{"entries": out}
 		if more {
-			body["next"] = page[len(page)-1].Name
+			out.Next = page[len(page)-1].Name
 		}
-		writeJSON(w, http.StatusOK, body)
+		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
 	// A download is at most what the sandbox's writable areas can hold: a

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/modelproxy"
 )
 
@@ -36,12 +37,12 @@ func (s *Server) mintModelToken(w http.ResponseWriter, r *http.Request, who prin
 		return err
 	}
 	base := "http://" + r.Host + "/v1/model"
-	writeJSON(w, http.StatusCreated, map[string]string{
-		"session":            ht.Session,
-		"token":              ht.Token,
-		"expires_at":         ht.ExpiresAt.UTC().Format(time.RFC3339),
-		"openai_base_url":    base + "/openai/v1",
-		"anthropic_base_url": base + "/anthropic",
+	writeJSON(w, http.StatusCreated, wire.ModelToken{
+		Session:          ht.Session,
+		Token:            ht.Token,
+		ExpiresAt:        ht.ExpiresAt.UTC().Truncate(time.Second), // RFC 3339, whole seconds
+		OpenAIBaseURL:    base + "/openai/v1",
+		AnthropicBaseURL: base + "/anthropic",
 	})
 	return nil
 }

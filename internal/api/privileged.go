@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/gateway/kinds"
 )
@@ -61,9 +62,7 @@ func (s *Server) spawnAgent(w http.ResponseWriter, r *http.Request, who principa
 // widenEgress is POST /v1/sandboxes/{id}/egress {"allow": [...]}: a
 // sandbox.widen request for more egress rules.
 func (s *Server) widenEgress(w http.ResponseWriter, r *http.Request, who principal) error {
-	var b struct {
-		Allow []string `json:"allow"`
-	}
+	var b wire.EgressAllow
 	if err := decodeJSON(s.bodyOf(w, r), &b); err != nil {
 		if err == io.EOF {
 			return badRequest(`empty body: {"allow": [...]} is required`)

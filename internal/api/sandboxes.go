@@ -9,36 +9,27 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/session"
 )
 
-// sandboxView is the contract's sandbox object.
-type sandboxView struct {
-	ID          string            `json:"id"`
-	State       string            `json:"state"`
-	Labels      map[string]string `json:"labels"`
-	CreatedAt   time.Time         `json:"created_at"`
-	ExpiresAt   time.Time         `json:"expires_at,omitzero"`
-	IdleTimeout string            `json:"idle_timeout"`
-	LastUsedAt  time.Time         `json:"last_used_at"`
-	EndedAt     time.Time         `json:"ended_at,omitzero"`
-	EndReason   string            `json:"end_reason,omitempty"`
-}
-
-func view(in session.Info) sandboxView {
+// view is the API's sandbox object of in. Times are UTC.
+func view(in session.Info) wire.Sandbox {
 	labels := in.Labels
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	utc := func(t time.Time) time.Time {
-		if t.IsZero() {
-			return t
-		}
-		return t.UTC()
-	}
-	return sandboxView{ID: in.ID, State: in.State, Labels: labels, CreatedAt: utc(in.CreatedAt), ExpiresAt: utc(in.ExpiresAt),
+	return wire.Sandbox{ID: in.ID, State: in.State, Labels: labels, CreatedAt: utc(in.CreatedAt), ExpiresAt: utc(in.ExpiresAt),
 		IdleTimeout: in.Idle.String(), LastUsedAt: utc(in.LastUsedAt), EndedAt: utc(in.EndedAt), EndReason: in.EndReason}
+}
+
+// utc is t in UTC; the zero time stays zero.
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who principal) error {
@@ -82,7 +73,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who princ
 	if err != nil {
 		return err
 	}
-	out := createdView{sandboxView: view(info)}
+	out := wire.CreatedSandbox{Sandbox: view(info)}
 	if len(extra) > 0 || !grow.empty() {
 		data := map[string]any{}
 		if len(extra) > 0 {
@@ -98,19 +89,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who princ
 			s.cfg.Logf("api: widen request for %s: %v", info.ID, err)
 			out.ApprovalError = gatewayError(err).Error()
 		} else {
-			out.Approvals = []gateway.Approval{a}
+			out.Approvals = []wire.Approval{approvalView(a)}
 		}
 	}
 	writeJSON(w, http.StatusCreated, out)
 	return nil
-}
-
-// createdView is the create response: the sandbox, plus the widening
-// request filed for hosts the policy does not cover.
-type createdView struct {
-	sandboxView
-	Approvals     []gateway.Approval `json:"approvals,omitempty"`
-	ApprovalError string             `json:"approval_error,omitempty"`
 }
 
 // Listing pages: a page holds at most maxPage entries (default
@@ -158,15 +141,14 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, who princ
 	if err != nil {
 		return err
 	}
-	out := make([]sandboxView, 0, len(infos))
+	out := wire.SandboxList{Sandboxes: make([]wire.Sandbox, 0, len(infos))}
 	for _, in := range infos {
-		out = append(out, view(in))
+		out.Sandboxes = append(out.Sandboxes, view(in))
 	}
-	body := map[string]any{"sandboxes": out}
 	if more {
-		body["next"] = infos[len(infos)-1].ID
+		out.Next = infos[len(infos)-1].ID
 	}
-	writeJSON(w, http.StatusOK, body)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -229,7 +211,7 @@ func (s *Server) notRunning(r *http.Request, id string, err error) error {
 	if gerr != nil || info.State == session.StateRunning {
 		return err
 	}
-	return &apiError{http.StatusConflict, "conflict", "sandbox " + id + " is " + info.State + ", not running"}
+	return &apiError{http.StatusConflict, wire.CodeConflict, "sandbox " + id + " is " + info.State + ", not running"}
 }
 
 func quote(s string) string {

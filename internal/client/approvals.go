@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 )
 
 // Approval is an approval request of the gateway (docs/http-api.md).
@@ -21,36 +23,12 @@ import (
 // about it, never a description of what will happen. Every string here may
 // hold what an agent wrote: escape it before printing it
 // (textsafe.Escape).
-type Approval struct {
-	ID          string `json:"id"`
-	Kind        string `json:"kind"`
-	State       string `json:"state"` // pending, approved, denied, expired
-	Session     string `json:"session,omitempty"`
-	RequestedBy string `json:"requested_by"`
-	// Via names the part of the daemon that filed it for RequestedBy
-	// ("egress": a held connection).
-	Via       string          `json:"via,omitempty"`
-	Summary   string          `json:"summary"`
-	Fields    []ApprovalField `json:"fields"`
-	AgentNote string          `json:"agent_note,omitempty"`
-	Data      json.RawMessage `json:"data"`
-	CreatedAt time.Time       `json:"created_at"`
-	ExpiresAt time.Time       `json:"expires_at"`
-	DecidedAt *time.Time      `json:"decided_at,omitempty"`
-	DecidedBy string          `json:"decided_by,omitempty"`
-	Scope     string          `json:"scope,omitempty"`
-	Reason    string          `json:"reason,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-}
+type Approval = wire.Approval
 
 // ApprovalField is one decisive field of an approval: what the operator
 // must read to decide, in full. Format "json" marks a Value that is JSON
 // text (an argv, a tool's arguments).
-type ApprovalField struct {
-	Name   string `json:"name"`
-	Value  string `json:"value"`
-	Format string `json:"format,omitempty"`
-}
+type ApprovalField = wire.ApprovalField
 
 // ApprovalRequiredError is returned by Exec for a command the daemon's
 // policy marks: the request waits at the gateway. Once approved, run the
@@ -110,10 +88,7 @@ func (c *Client) ListApprovalsPage(ctx context.Context, f ApprovalFilter, cursor
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out struct {
-		Approvals []Approval `json:"approvals"`
-		Next      string     `json:"next"`
-	}
+	var out wire.ApprovalList
 	err := c.doJSON(ctx, operator, http.MethodGet, "/v1/approvals", q, nil, &out)
 	return out.Approvals, out.Next, err
 }
@@ -145,26 +120,15 @@ func (c *Client) ShowApproval(ctx context.Context, id string, wait time.Duration
 // Approve approves a request (operator). scope is "sandbox" (the default)
 // or "global", for egress.host requests only.
 func (c *Client) Approve(ctx context.Context, id, scope, reason string) (Approval, error) {
-	body := map[string]string{}
-	if scope != "" {
-		body["scope"] = scope
-	}
-	if reason != "" {
-		body["reason"] = reason
-	}
 	var a Approval
-	err := c.doJSON(ctx, operator, http.MethodPost, approvalPath(id, "/approve"), nil, body, &a)
+	err := c.doJSON(ctx, operator, http.MethodPost, approvalPath(id, "/approve"), nil, wire.DecideRequest{Scope: scope, Reason: reason}, &a)
 	return a, err
 }
 
 // Deny denies a request (operator).
 func (c *Client) Deny(ctx context.Context, id, reason string) (Approval, error) {
-	body := map[string]string{}
-	if reason != "" {
-		body["reason"] = reason
-	}
 	var a Approval
-	err := c.doJSON(ctx, operator, http.MethodPost, approvalPath(id, "/deny"), nil, body, &a)
+	err := c.doJSON(ctx, operator, http.MethodPost, approvalPath(id, "/deny"), nil, wire.DecideRequest{Reason: reason}, &a)
 	return a, err
 }
 
@@ -172,15 +136,13 @@ func (c *Client) Deny(ctx context.Context, id, reason string) (Approval, error) 
 // tool.call (agent). note is the agent's own text about it, shown to the
 // operator labelled as the agent's (printable, at most 500 bytes).
 func (c *Client) FileApproval(ctx context.Context, kind, session, note string, data any) (Approval, error) {
-	body := map[string]any{"kind": kind, "data": data}
-	if session != "" {
-		body["session"] = session
-	}
-	if note != "" {
-		body["note"] = note
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return Approval{}, fmt.Errorf("approval data: %w", err)
 	}
 	var a Approval
-	err := c.doJSON(ctx, agent, http.MethodPost, "/v1/approvals", nil, body, &a)
+	err = c.doJSON(ctx, agent, http.MethodPost, "/v1/approvals", nil,
+		wire.FileApprovalRequest{Kind: kind, Session: session, Note: note, Data: raw}, &a)
 	return a, err
 }
 
@@ -237,7 +199,7 @@ func (c *Client) SpawnAgent(ctx context.Context, body map[string]any) (Approval,
 
 // WidenEgress files a sandbox.widen request for more egress rules.
 func (c *Client) WidenEgress(ctx context.Context, id string, allow []string) (Approval, error) {
-	return c.postPending(ctx, sandboxPath(id, "/egress"), map[string]any{"allow": allow})
+	return c.postPending(ctx, sandboxPath(id, "/egress"), wire.EgressAllow{Allow: allow})
 }
 
 // WidenLimits files a sandbox.widen request for larger limits or a longer

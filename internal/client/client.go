@@ -1,6 +1,12 @@
 // Package client talks to an ironclaw daemon over its HTTP API (see
-// docs/http-api.md). The zero Client is usable: it finds the daemon and its
-// tokens from the environment and the default data directory.
+// docs/http-api.md and api/openapi.yaml). The zero Client is usable: it
+// finds the daemon and its tokens from the environment and the default
+// data directory.
+//
+// What it sends and decodes are the API's wire types (package wire), the
+// same the daemon writes; the answers are those types themselves (Sandbox,
+// Approval, ExecResult, ... are aliases), the requests are shaped for Go
+// callers (CreateRequest, ExecRequest) and turned into wire types here.
 package client
 
 import (
@@ -19,6 +25,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ironclaw/ironclaw/internal/api/wire"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
 )
 
 // Environment variables the zero Client reads.
@@ -215,12 +224,7 @@ func unwrapURL(err error) error {
 
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var env struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var env wire.ErrorResponse
 	e := &Error{Status: resp.StatusCode}
 	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
 		e.Code, e.Message = env.Error.Code, env.Error.Message
@@ -255,13 +259,22 @@ func (c *Client) doJSON(ctx context.Context, r role, method, path string, q url.
 
 // Health returns nil when the daemon answers /healthz.
 func (c *Client) Health(ctx context.Context) error {
-	return c.doJSON(ctx, agent, http.MethodGet, "/healthz", nil, nil, nil)
+	var h wire.Health
+	if err := c.doJSON(ctx, agent, http.MethodGet, "/healthz", nil, nil, &h); err != nil {
+		return err
+	}
+	if !h.OK {
+		return errors.New("the daemon answered /healthz without ok")
+	}
+	return nil
 }
 
 // ---- sandboxes ----
 
 // Limits of a sandbox; zero fields take the daemon's defaults. Sizes are
-// strings like "256M".
+// strings like "256M" (or a number of bytes), durations like "30s"; they
+// are checked before anything is sent (an *Error with code
+// invalid_argument).
 type Limits struct {
 	Memory    string  `json:"memory,omitempty"`
 	Pids      int64   `json:"pids,omitempty"`
@@ -271,6 +284,41 @@ type Limits struct {
 	Workspace string  `json:"workspace,omitempty"`
 	Tmp       string  `json:"tmp,omitempty"`
 	OpenFiles int64   `json:"open_files,omitempty"`
+}
+
+// wire turns l into the API's limits object (nil when l is all zero).
+func (l Limits) wire() (*wire.Limits, error) {
+	if l == (Limits{}) {
+		return nil, nil
+	}
+	out := &wire.Limits{Pids: l.Pids, CPUs: l.CPUs, OpenFiles: l.OpenFiles}
+	for _, f := range []struct {
+		name, v string
+		dst     *wire.Bytes
+	}{{"memory", l.Memory, &out.Memory}, {"output", l.Output, &out.Output}, {"workspace", l.Workspace, &out.Workspace}, {"tmp", l.Tmp, &out.Tmp}} {
+		if f.v == "" {
+			continue
+		}
+		n, err := sandbox.ParseBytes(f.v)
+		if err != nil {
+			return nil, invalid("limits." + f.name + ": " + err.Error())
+		}
+		*f.dst = wire.Bytes(n)
+	}
+	if l.Timeout != "" {
+		d, err := time.ParseDuration(l.Timeout)
+		if err != nil || d < 0 {
+			return nil, invalid(fmt.Sprintf("limits.timeout %q: want a duration such as 30s", l.Timeout))
+		}
+		out.Timeout = wire.Duration(d)
+	}
+	return out, nil
+}
+
+// invalid is a request the client refuses before sending it, in the
+// daemon's words for one it would refuse.
+func invalid(msg string) error {
+	return &Error{Status: http.StatusBadRequest, Code: wire.CodeInvalidArgument, Message: msg}
 }
 
 // CreateRequest asks for a sandbox.
@@ -285,49 +333,32 @@ type CreateRequest struct {
 	EgressAllow []string
 }
 
-func (r CreateRequest) MarshalJSON() ([]byte, error) {
-	type wire struct {
-		Image  string            `json:"image,omitempty"`
-		Env    map[string]string `json:"env,omitempty"`
-		Limits *Limits           `json:"limits,omitempty"`
-		TTL    string            `json:"ttl,omitempty"`
-		Idle   string            `json:"idle,omitempty"`
-		Labels map[string]string `json:"labels,omitempty"`
-		Egress *struct {
-			Allow []string `json:"allow"`
-		} `json:"egress,omitempty"`
-	}
-	w := wire{Image: r.Image, Env: r.Env, Labels: r.Labels}
+// Wire is r as the API's create body.
+func (r CreateRequest) Wire() (wire.CreateSandboxRequest, error) {
+	w := wire.CreateSandboxRequest{Image: r.Image, Env: r.Env, Labels: r.Labels,
+		TTL: wire.Duration(r.TTL), Idle: wire.Duration(r.Idle)}
 	if len(r.EgressAllow) > 0 {
-		w.Egress = &struct {
-			Allow []string `json:"allow"`
-		}{r.EgressAllow}
+		w.Egress = &wire.EgressAllow{Allow: r.EgressAllow}
 	}
-	if r.Limits != (Limits{}) {
-		l := r.Limits
-		w.Limits = &l
+	l, err := r.Limits.wire()
+	if err != nil {
+		return w, err
 	}
-	if r.TTL != 0 {
-		w.TTL = r.TTL.String()
-	}
-	if r.Idle != 0 {
-		w.Idle = r.Idle.String()
+	w.Limits = l
+	return w, nil
+}
+
+// MarshalJSON writes r as the API's create body.
+func (r CreateRequest) MarshalJSON() ([]byte, error) {
+	w, err := r.Wire()
+	if err != nil {
+		return nil, err
 	}
 	return json.Marshal(w)
 }
 
 // Sandbox describes a sandbox.
-type Sandbox struct {
-	ID          string            `json:"id"`
-	State       string            `json:"state"` // running, destroyed, reaped, lost
-	Labels      map[string]string `json:"labels"`
-	CreatedAt   time.Time         `json:"created_at"`
-	ExpiresAt   time.Time         `json:"expires_at,omitzero"`
-	IdleTimeout string            `json:"idle_timeout,omitempty"`
-	LastUsedAt  time.Time         `json:"last_used_at,omitzero"`
-	EndedAt     time.Time         `json:"ended_at,omitzero"`
-	EndReason   string            `json:"end_reason,omitempty"`
-}
+type Sandbox = wire.Sandbox
 
 func sandboxPath(id string, rest ...string) string {
 	return "/v1/sandboxes/" + url.PathEscape(id) + strings.Join(rest, "")
@@ -335,9 +366,21 @@ func sandboxPath(id string, rest ...string) string {
 
 // CreateSandbox starts a sandbox.
 func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (Sandbox, error) {
-	var sb Sandbox
-	err := c.doJSON(ctx, agent, http.MethodPost, "/v1/sandboxes", nil, req, &sb)
-	return sb, err
+	created, err := c.CreateSandboxFiled(ctx, req)
+	return created.Sandbox, err
+}
+
+// CreateSandboxFiled starts a sandbox and returns it with the sandbox.widen
+// request the daemon filed for what it asked beyond the operator's
+// ceilings and allowlist, if any.
+func (c *Client) CreateSandboxFiled(ctx context.Context, req CreateRequest) (wire.CreatedSandbox, error) {
+	var out wire.CreatedSandbox
+	body, err := req.Wire()
+	if err != nil {
+		return out, err
+	}
+	err = c.doJSON(ctx, agent, http.MethodPost, "/v1/sandboxes", nil, body, &out)
+	return out, err
 }
 
 // ListSandboxes returns the running sandboxes carrying every label given.
@@ -348,10 +391,7 @@ func (c *Client) ListSandboxes(ctx context.Context, labels map[string]string) ([
 	}
 	var all []Sandbox
 	for {
-		var out struct {
-			Sandboxes []Sandbox `json:"sandboxes"`
-			Next      string    `json:"next"`
-		}
+		var out wire.SandboxList
 		if err := c.doJSON(ctx, agent, http.MethodGet, "/v1/sandboxes", q, nil, &out); err != nil {
 			return all, err
 		}
@@ -395,58 +435,37 @@ type ExecRequest struct {
 	Stdout, Stderr io.Writer
 }
 
-// ExecResult is the final frame of an exec.
-type ExecResult struct {
-	Exit       int    `json:"exit"`
-	DurationMS int64  `json:"duration_ms"`
-	Truncated  bool   `json:"truncated"`
-	TimedOut   bool   `json:"timed_out"`
-	OOMKilled  bool   `json:"oom_killed"`
-	Error      string `json:"error,omitempty"` // why the command could not start (exit 126/127)
-}
+// ExecResult is the final frame of an exec: Exit, DurationMS, Truncated,
+// TimedOut, OOMKilled, and Error (why the command could not start, exit
+// 126/127, or why its end is unknown, exit -1).
+type ExecResult = wire.ExecExitFrame
 
-type execFrame struct {
-	Stdout *string `json:"stdout"`
-	Stderr *string `json:"stderr"`
-	Exit   *int    `json:"exit"`
-	ExecResult
+// Wire is r as the API's exec body.
+func (r ExecRequest) Wire() wire.ExecRequest {
+	w := wire.ExecRequest{Argv: r.Argv, Cwd: r.Cwd, Timeout: wire.Duration(r.Timeout), Approval: r.Approval}
+	if r.Cmd != "" {
+		w.Cmd = &r.Cmd
+	}
+	if r.Stdin != "" {
+		w.Stdin = &r.Stdin
+	}
+	if len(r.Env) > 0 {
+		w.Env = r.Env
+	}
+	return w
 }
 
 // Exec runs a command and streams its output to req.Stdout and req.Stderr.
 // It returns the final frame; an error means the command's outcome is
 // unknown (the stream broke) or the request was refused.
 func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
-	body := map[string]any{}
-	if req.Cmd != "" {
-		body["cmd"] = req.Cmd
-	}
-	if req.Argv != nil {
-		body["argv"] = req.Argv
-	}
-	if req.Stdin != "" {
-		body["stdin"] = req.Stdin
-	}
-	if req.Cwd != "" {
-		body["cwd"] = req.Cwd
-	}
-	if len(req.Env) > 0 {
-		body["env"] = req.Env
-	}
-	if req.Timeout != 0 {
-		body["timeout"] = req.Timeout.String()
-	}
-	if req.Approval != "" {
-		body["approval"] = req.Approval
-	}
-	resp, err := c.do(ctx, agent, http.MethodPost, sandboxPath(id, "/exec"), nil, body)
+	resp, err := c.do(ctx, agent, http.MethodPost, sandboxPath(id, "/exec"), nil, req.Wire())
 	if err != nil {
 		return ExecResult{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusAccepted {
-		var out struct {
-			Approval Approval `json:"approval"`
-		}
+		var out wire.ExecPending
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 			return ExecResult{}, fmt.Errorf("exec: decoding the approval request: %w", err)
 		}
@@ -459,7 +478,11 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		var f execFrame
+		// An output frame, or the exit frame (the one with "exit").
+		var f struct {
+			wire.ExecOutputFrame
+			Exit *int `json:"exit"`
+		}
 		if err := json.Unmarshal(line, &f); err != nil {
 			return ExecResult{}, fmt.Errorf("exec: bad frame from the daemon: %w", err)
 		}
@@ -474,8 +497,11 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 			}
 		}
 		if f.Exit != nil {
-			f.ExecResult.Exit = *f.Exit
-			return f.ExecResult, nil
+			var res ExecResult
+			if err := json.Unmarshal(line, &res); err != nil {
+				return ExecResult{}, fmt.Errorf("exec: bad exit frame from the daemon: %w", err)
+			}
+			return res, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -515,24 +541,15 @@ func (c *Client) GetFile(ctx context.Context, id, path string, w io.Writer) erro
 	return err
 }
 
-// FileEntry is one directory entry.
-type FileEntry struct {
-	Name  string    `json:"name"`
-	Type  string    `json:"type"` // file, dir, symlink, other
-	Size  int64     `json:"size"`
-	Mode  string    `json:"mode"`
-	MTime time.Time `json:"mtime"`
-}
+// FileEntry is one directory entry (Type: file, dir, symlink, other).
+type FileEntry = wire.FileEntry
 
 // ListFiles lists the directory at path inside the sandbox.
 func (c *Client) ListFiles(ctx context.Context, id, path string) ([]FileEntry, error) {
 	q := url.Values{"path": {path}, "list": {"1"}}
 	var all []FileEntry
 	for {
-		var out struct {
-			Entries []FileEntry `json:"entries"`
-			Next    string      `json:"next"`
-		}
+		var out wire.FileList
 		if err := c.doJSON(ctx, agent, http.MethodGet, sandboxPath(id, "/files"), q, nil, &out); err != nil {
 			return all, err
 		}
@@ -548,16 +565,7 @@ func (c *Client) ListFiles(ctx context.Context, id, path string) ([]FileEntry, e
 
 // AuditRecord is one audit log record as the daemon sends it. Time and
 // Data are kept exactly as sent, so exported records still verify.
-type AuditRecord struct {
-	Seq      int64           `json:"seq"`
-	Time     string          `json:"time"`
-	Session  string          `json:"session"`
-	Actor    string          `json:"actor"`
-	Kind     string          `json:"kind"`
-	Data     json.RawMessage `json:"data"`
-	PrevHash string          `json:"prev_hash"`
-	Hash     string          `json:"hash"`
-}
+type AuditRecord = wire.AuditRecord
 
 // AuditTail returns up to limit records after seq after (limit 0: the
 // daemon's default, 100; at most 1000).
@@ -566,9 +574,7 @@ func (c *Client) AuditTail(ctx context.Context, after int64, limit int) ([]Audit
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out struct {
-		Records []AuditRecord `json:"records"`
-	}
+	var out wire.AuditPage
 	err := c.doJSON(ctx, operator, http.MethodGet, "/v1/audit", q, nil, &out)
 	return out.Records, err
 }
@@ -603,29 +609,10 @@ func (c *Client) AuditFollow(ctx context.Context, after int64, fn func(AuditReco
 
 // VerifyResult is the daemon's verdict on the audit chain (see
 // audit.Result for the meaning of each field).
-type VerifyResult struct {
-	OK            bool              `json:"ok"`
-	Checked       int64             `json:"checked"`
-	LastSeq       int64             `json:"last_seq,omitempty"`
-	BadSeq        int64             `json:"bad_seq,omitempty"`
-	Problem       string            `json:"problem,omitempty"`
-	Reason        string            `json:"reason,omitempty"`
-	CheckpointSeq int64             `json:"checkpoint_seq,omitempty"`
-	KeyID         string            `json:"key_id,omitempty"`
-	Authenticated int64             `json:"authenticated"`
-	Legacy        int64             `json:"legacy,omitempty"`
-	Checkpoints   VerifyCheckpoints `json:"checkpoints"`
-}
+type VerifyResult = wire.AuditVerification
 
 // VerifyCheckpoints is what the daemon found in its audit checkpoint file.
-type VerifyCheckpoints struct {
-	File       string `json:"file,omitempty"`
-	Read       int64  `json:"read"`
-	Matched    int64  `json:"matched"`
-	NewestSeq  int64  `json:"newest_seq,omitempty"`
-	NewestTime string `json:"newest_time,omitempty"`
-	Unproven   int64  `json:"unproven"`
-}
+type VerifyCheckpoints = wire.AuditCheckpoints
 
 // AuditVerify checks the whole chain on the daemon's side.
 func (c *Client) AuditVerify(ctx context.Context) (VerifyResult, error) {

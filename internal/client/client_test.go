@@ -68,8 +68,21 @@ func TestClientAgainstFake(t *testing.T) {
 	}
 	var body map[string]any
 	json.Unmarshal([]byte(f.bodies[0]), &body)
-	if body["ttl"] != "1h0m0s" || body["limits"].(map[string]any)["memory"] != "256M" || body["idle"] != nil || f.auth[0] != "Bearer tok" {
+	// Sizes go as numbers of bytes (the API's wire.Bytes), durations as Go
+	// durations.
+	if body["ttl"] != "1h0m0s" || body["limits"].(map[string]any)["memory"] != float64(256<<20) || body["idle"] != nil || f.auth[0] != "Bearer tok" {
 		t.Errorf("create sent %s with %q", f.bodies[0], f.auth[0])
+	}
+	// A size or duration the daemon would refuse is refused before
+	// anything is sent, with the daemon's code.
+	n := len(f.bodies)
+	for _, l := range []Limits{{Memory: "lots"}, {Tmp: "-1M"}, {Timeout: "soon"}, {Timeout: "-1s"}} {
+		if _, err := c.CreateSandbox(ctx, CreateRequest{Limits: l}); !IsCode(err, "invalid_argument") {
+			t.Errorf("create with limits %+v: %v, want invalid_argument", l, err)
+		}
+	}
+	if len(f.bodies) != n {
+		t.Errorf("a refused create was sent: %q", f.bodies[n:])
 	}
 
 	var out, errb bytes.Buffer

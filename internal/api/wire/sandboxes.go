@@ -1,0 +1,73 @@
+package wire
+
+import "time"
+
+// Sandbox is the API's sandbox object (GET /v1/sandboxes/{id}). Times are
+// UTC. State is running, destroyed, reaped, lost or crashed.
+type Sandbox struct {
+	ID     string            `json:"id"`
+	State  string            `json:"state"`
+	Labels map[string]string `json:"labels"`
+	// CreatedAt, and ExpiresAt when the sandbox has a TTL (zero: none).
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// IdleTimeout is a Go duration string; "0s" is none.
+	IdleTimeout string    `json:"idle_timeout"`
+	LastUsedAt  time.Time `json:"last_used_at"`
+	// EndedAt and EndReason are set once it ended.
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	EndReason string    `json:"end_reason,omitempty"`
+}
+
+// CreatedSandbox is the answer to POST /v1/sandboxes: the sandbox, plus
+// the sandbox.widen request filed for what the create asked beyond the
+// operator's ceilings and allowlist (ApprovalError says why none could be
+// filed; the sandbox exists either way).
+type CreatedSandbox struct {
+	Sandbox
+	Approvals     []Approval `json:"approvals,omitempty"`
+	ApprovalError string     `json:"approval_error,omitempty"`
+}
+
+// SandboxList is one page of GET /v1/sandboxes. Next, when set, is the
+// ?after= of the next page.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+	Next      string    `json:"next,omitempty"`
+}
+
+// CreateSandboxRequest is POST /v1/sandboxes; every field is optional (an
+// empty body asks for every default).
+type CreateSandboxRequest struct {
+	// Image is a local image or directory beneath the daemon's image
+	// directory, or a registry reference; "" is the host-toolchain view.
+	Image  string            `json:"image,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+	Limits *Limits           `json:"limits,omitempty"`
+	// TTL and Idle: 0 is the daemon's default.
+	TTL    Duration          `json:"ttl,omitempty"`
+	Idle   Duration          `json:"idle,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Egress adds hosts to the sandbox's allowlist; those the policy does
+	// not cover are filed as a sandbox.widen request.
+	Egress *EgressAllow `json:"egress,omitempty"`
+}
+
+// Limits are a sandbox's resource limits; zero fields take the daemon's
+// defaults.
+type Limits struct {
+	Memory    Bytes    `json:"memory,omitempty"`
+	Pids      int64    `json:"pids,omitempty"`
+	CPUs      float64  `json:"cpus,omitempty"`
+	Timeout   Duration `json:"timeout,omitempty"` // wall time per command
+	Output    Bytes    `json:"output,omitempty"`  // output kept per command
+	Workspace Bytes    `json:"workspace,omitempty"`
+	Tmp       Bytes    `json:"tmp,omitempty"`
+	OpenFiles int64    `json:"open_files,omitempty"`
+}
+
+// EgressAllow lists egress rules (host names, optional :port): the egress
+// of a create, and POST /v1/sandboxes/{id}/egress.
+type EgressAllow struct {
+	Allow []string `json:"allow"`
+}
