@@ -109,6 +109,15 @@ type Server struct {
 	gather  prometheus.Gatherer
 	mux     *http.ServeMux
 	handler http.Handler
+	// routes lists what routes() registered, for the test that holds them
+	// to the API's description (api/openapi.yaml).
+	routes []route
+}
+
+// route is one registered pattern and the role it needs: roleAgent,
+// roleOperator, "model" (the model proxy's own tokens) or "none".
+type route struct {
+	pattern, role string
 }
 
 // New checks cfg and builds a Server. Metrics are registered on reg; nil
@@ -166,7 +175,7 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 		gather:  gather,
 		mux:     http.NewServeMux(),
 	}
-	s.routes()
+	s.register()
 	s.handler = http.HandlerFunc(s.serve)
 	return s, nil
 }
@@ -182,9 +191,17 @@ func (s *Server) OnEnd(id, state, reason string) { s.metrics.ended(state, reason
 // returns an error for writeError to render. who is the caller.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, who principal) error
 
-func (s *Server) routes() {
-	agent := func(pattern string, h handlerFunc) { s.mux.Handle(pattern, s.authed(roleAgent, h)) }
-	oper := func(pattern string, h handlerFunc) { s.mux.Handle(pattern, s.authed(roleOperator, h)) }
+// handle registers h for pattern, needing role.
+func (s *Server) handle(pattern, role string, h http.Handler) {
+	s.routes = append(s.routes, route{pattern, role})
+	s.mux.Handle(pattern, h)
+}
+
+// register mounts every route. Each is described in api/openapi.yaml
+// (routes_test.go checks both ways).
+func (s *Server) register() {
+	agent := func(pattern string, h handlerFunc) { s.handle(pattern, roleAgent, s.authed(roleAgent, h)) }
+	oper := func(pattern string, h handlerFunc) { s.handle(pattern, roleOperator, s.authed(roleOperator, h)) }
 	agent("POST /v1/sandboxes", s.createSandbox)
 	agent("GET /v1/sandboxes", s.listSandboxes)
 	agent("GET /v1/sandboxes/{id}", s.getSandbox)
@@ -211,13 +228,13 @@ func (s *Server) routes() {
 		agent("POST /v1/sandboxes/{id}/limits", s.widenLimits)
 	}
 	if s.cfg.Console != nil {
-		s.mux.Handle("GET /ui/", s.cfg.Console)
-		s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+		s.handle("GET /ui/", "none", s.cfg.Console)
+		s.handle("GET /ui", "none", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	}
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	s.handle("GET /healthz", "none", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, wire.Health{OK: true})
-	})
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
+	}))
+	s.handle("GET /metrics", "none", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
 }
 
 // serve is the outermost layer: panic recovery, the request counter, and

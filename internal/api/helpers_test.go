@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ironclaw/ironclaw/internal/api/openapi"
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
@@ -141,7 +142,42 @@ func (e *env) req(method, path, token string, body any) (*http.Response, []byte)
 	if err != nil {
 		e.t.Fatalf("%s %s: reading body: %v", method, path, err)
 	}
+	if err := checkAnswer(method, path, resp, b); err != nil {
+		e.t.Errorf("the answer disagrees with %s: %v", openapi.Path, err)
+	}
 	return resp, b
+}
+
+var apiDoc = sync.OnceValues(func() (*openapi.Document, error) { return openapi.LoadRepo(".") })
+
+// checkAnswer holds every answer the tests read to the API's description:
+// its status, content type and body (strictly: no member the document
+// does not name). An answer to a route the document does not have must be
+// the error shape.
+func checkAnswer(method, path string, resp *http.Response, body []byte) error {
+	doc, err := apiDoc()
+	if err != nil {
+		return err
+	}
+	p, _, _ := strings.Cut(path, "?")
+	if _, ok := doc.Find(method, p); ok {
+		return doc.CheckResponse(method, p, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if resp.StatusCode < 400 {
+		return fmt.Errorf("%s %s: %d from a route the document does not have", method, p, resp.StatusCode)
+	}
+	v, err := decodeNumbers(body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %d: %v", method, p, resp.StatusCode, err)
+	}
+	return doc.Validate(&openapi.Schema{Ref: "#/components/schemas/ErrorResponse"}, v, true)
+}
+
+func decodeNumbers(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	return v, dec.Decode(&v)
 }
 
 func (e *env) send(ctx context.Context, method, path, token string, body any) (*http.Response, error) {

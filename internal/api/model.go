@@ -22,8 +22,8 @@ type ModelProxy interface {
 func (s *Server) modelRoutes(agent func(pattern string, h handlerFunc)) {
 	agent("POST /v1/model/tokens", s.mintModelToken)
 	agent("DELETE /v1/model/tokens/{session}", s.revokeModelToken)
-	s.mux.Handle("/v1/model/openai/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
-	s.mux.Handle("/v1/model/anthropic/", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
+	s.handle("/v1/model/openai/", "model", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
+	s.handle("/v1/model/anthropic/", "model", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
 }
 
 // mintModelToken gives a program on the host a model-proxy token of the

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ironclaw/ironclaw/internal/api/wire"
+	"github.com/ironclaw/ironclaw/internal/modelproxy"
+)
+
+// stubModel stands in for the model proxy where only its routes matter.
+type stubModel struct{}
+
+func (stubModel) Handler() http.Handler { return http.NotFoundHandler() }
+func (stubModel) MintHost(string) (modelproxy.HostToken, error) {
+	return modelproxy.HostToken{}, nil
+}
+func (stubModel) RevokeHost(string, string) error { return nil }
+
+// The daemon serves exactly the routes the document describes, each with
+// the role the document names: a route cannot be added, dropped or
+// opened up on one side only.
+func TestRoutesMatchTheDocument(t *testing.T) {
+	e := newEnv(t, envOpts{gateway: true, cfg: Config{Model: stubModel{}, Console: http.NotFoundHandler()}})
+	doc, err := apiDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct{ method, path string }
+	docRoutes := map[key]string{}
+	for _, r := range doc.Routes() {
+		docRoutes[key{r.Method, r.Path}] = r.Op.Role
+		// The document's security says the same as its role.
+		var schemes []string
+		if r.Op.Security != nil {
+			for _, req := range *r.Op.Security {
+				for name := range req {
+					schemes = append(schemes, name)
+				}
+			}
+		} else {
+			schemes = []string{"agentToken", "operatorToken"}
+		}
+		slices.Sort(schemes)
+		want := map[string][]string{"agent": {"agentToken", "operatorToken"}, "operator": {"operatorToken"},
+			"model": {"modelApiKey", "modelToken"}, "none": nil}[r.Op.Role]
+		if !slices.Equal(schemes, want) {
+			t.Errorf("%s %s: role %s but security %v", r.Method, r.Path, r.Op.Role, schemes)
+		}
+	}
+	served := map[key]bool{}
+	for _, rt := range e.srv.routes {
+		method, path, ok := strings.Cut(rt.pattern, " ")
+		if !ok {
+			// A prefix the model proxy serves: the document lists its
+			// routes one by one.
+			path, method = rt.pattern, ""
+		}
+		var matched []key
+		for k := range docRoutes {
+			if method == "" && strings.HasPrefix(k.path, path) || k.method == method && k.path == path {
+				matched = append(matched, k)
+			}
+		}
+		if len(matched) == 0 && rt.pattern == "GET /ui" {
+			continue // the redirect to /ui/
+		}
+		if len(matched) == 0 {
+			t.Errorf("the daemon serves %s, which the document does not describe", rt.pattern)
+		}
+		for _, k := range matched {
+			served[k] = true
+			if docRoutes[k] != rt.role {
+				t.Errorf("%s %s: the daemon needs role %s, the document says %s", k.method, k.path, rt.role, docRoutes[k])
+			}
+		}
+	}
+	for k := range docRoutes {
+		if !served[k] {
+			t.Errorf("the document describes %s %s, which the daemon does not serve", k.method, k.path)
+		}
+	}
+	// And the roles are what the daemon enforces: no token is 401, the
+	// agent token on an operator route 403.
+	for k, role := range docRoutes {
+		path := strings.NewReplacer("{id}", "x", "{session}", "x").Replace(k.path)
+		switch role {
+		case "agent", "operator":
+			e.wantError(http.StatusUnauthorized, wire.CodeUnauthorized, k.method, path, "", nil)
+			if role == "operator" {
+				e.wantError(http.StatusForbidden, wire.CodeForbidden, k.method, path, agentTok, nil)
+			}
+		}
+	}
+}
+
+// Every error code the package writes is one of wire's constants (which
+// the document lists): no apiError spells its code as a string.
+func TestErrorCodesAreWireConstants(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range pkgs["api"].Files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			cl, ok := n.(*ast.CompositeLit)
+			if !ok {
+				return true
+			}
+			id, ok := cl.Type.(*ast.Ident)
+			if !ok || id.Name != "apiError" && id.Name != "statusOf" {
+				return true
+			}
+			if len(cl.Elts) >= 2 {
+				if lit, ok := cl.Elts[1].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					t.Errorf("%s: apiError with the code %s: use a wire.Code constant", fset.Position(lit.Pos()), lit.Value)
+				}
+			}
+			return true
+		})
+	}
+	for _, c := range statusOf {
+		if !slices.Contains(wire.ErrorCodes(), c.code) {
+			t.Errorf("statusOf renders %v as %q, which is not an error code of the document", c.class, c.code)
+		}
+	}
+}
