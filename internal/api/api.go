@@ -2,6 +2,12 @@
 // exec (streamed as NDJSON), files and, for the operator, the audit log,
 // plus /healthz and Prometheus /metrics.
 //
+// The API is described in api/openapi.yaml, and held to it by tests: the
+// routes and their roles (routes_test.go), and every answer the tests read
+// (helpers_test.go checks each against the document). Request and answer
+// bodies are package wire's types, shared with the Go client; views.go
+// turns the domain objects into them.
+//
 // Every handler returns an error; writeError maps it to a status and the
 // contract's {"error":{"code","message"}} body. Decisions the contract
 // leaves open, made here:

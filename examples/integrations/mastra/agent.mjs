@@ -9,7 +9,7 @@
 // It holds no provider key: it gets a proxy token from the daemon instead.
 import { writeFileSync } from 'node:fs';
 import { Agent } from '@mastra/core/agent';
-import { IronClawSandbox } from '@ironclaw/sdk';
+import { Sandbox } from '@ironclaw/sdk';
 import { makeSandboxTool } from '@ironclaw/sdk/mastra';
 import { fromEnv, TOOL_NAME, TOOL_ARG } from './scenario.mjs';
 
@@ -27,12 +27,12 @@ log('no provider key in this process (checked OPENAI_API_KEY, ANTHROPIC_API_KEY 
 const probes = fromEnv();
 
 // 2. A sandbox for this session, and a model-proxy token instead of a key.
-const sandbox = new IronClawSandbox({ addr: env.IRONCLAW_ADDR, token: env.IRONCLAW_API_TOKEN });
+const sandbox = new Sandbox({ addr: env.IRONCLAW_ADDR, token: env.IRONCLAW_API_TOKEN });
 let exitCode = 2;
 try {
   await sandbox.engage();
   const access = await sandbox.modelAccess();
-  log(`sandbox ${sandbox.id ?? ''} engaged; model proxy ${access.openai_base_url} (token ${access.token.slice(0, 4)}...)`);
+  log(`sandbox ${sandbox.id ?? ''} engaged; model proxy ${access.openaiBaseUrl} (token ${access.token.slice(0, 4)}...)`);
 
   // 3. The agent: an OpenAI-compatible model config pointed at the proxy.
   const agent = new Agent({
@@ -42,7 +42,7 @@ try {
       `You operate a Linux sandbox through the "${TOOL_NAME}" tool. ` +
       'When asked to run commands, run each one exactly as given, one tool call per command, in order, ' +
       'then summarize the results in one short paragraph.',
-    model: { id: `openai/${env.DEMO_MODEL || 'mock-gpt'}`, url: access.openai_base_url, apiKey: access.token },
+    model: { id: `openai/${env.DEMO_MODEL || 'mock-gpt'}`, url: access.openaiBaseUrl, apiKey: access.token },
     tools: { [TOOL_NAME]: makeSandboxTool(sandbox) },
   });
 

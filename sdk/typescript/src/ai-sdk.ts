@@ -2,7 +2,7 @@
 import { tool } from 'ai';
 import type { Tool } from 'ai';
 import { z } from 'zod';
-import type { IronClawSandbox } from './sandbox.js';
+import type { Sandbox } from './sandbox.js';
 import { SHELL_TOOL_DESCRIPTION, runShellTool } from './tool.js';
 import type { ShellToolOptions, ShellToolOutput } from './tool.js';
 
@@ -14,7 +14,7 @@ export type { ShellToolOptions, ShellToolOutput } from './tool.js';
  * `options.name` is only used to label `tool.call` approvals; the model sees the key you register the tool under.
  */
 export function sandboxTool(
-  sandbox: IronClawSandbox,
+  sandbox: Sandbox,
   options: ShellToolOptions = {},
 ): Tool<{ command: string }, ShellToolOutput> {
   return tool({

@@ -1,10 +1,21 @@
 import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { SandboxError, errorFromResponse } from './errors.js';
-import type { ConnectionOptions, Duration } from './types.js';
+import {
+  AbortError,
+  InvalidArgumentError,
+  SandboxError,
+  TimeoutError,
+  UnauthorizedError,
+  UnavailableError,
+  errorFromResponse,
+} from './errors.js';
+import type { CallOptions, ConnectionOptions } from './types.js';
 
 export const DEFAULT_ADDR = 'http://127.0.0.1:8787';
+
+/** The default `requestTimeoutMs`: how long a call waits for the daemon's answer. */
+export const REQUEST_TIMEOUT_MS = 60_000;
 
 /** `host:port` -> `http://host:port`; no trailing slash. */
 export function normalizeAddr(addr: string): string {
@@ -35,26 +46,42 @@ export function defaultToken(): string | undefined {
   return undefined;
 }
 
-/** A Go duration string from a Duration (numbers are milliseconds). */
-export function goDuration(d: Duration | undefined): string | undefined {
-  if (d === undefined) return undefined;
-  if (typeof d === 'string') return d;
-  if (!Number.isFinite(d) || d < 0) throw new SandboxError('invalid_argument', `bad duration: ${d}`);
-  return `${Math.round(d)}ms`;
+/** Checks a `...Ms` option: a finite number of milliseconds, not negative. */
+export function checkMs(name: string, ms: number | undefined): number | undefined {
+  if (ms === undefined) return undefined;
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
+    throw new InvalidArgumentError(`${name} must be a number of milliseconds, not ${String(ms)}`);
+  }
+  return ms;
 }
 
-export interface RequestOptions {
+export interface RequestOptions extends CallOptions {
+  /** A JSON body (the API's wire type). */
   body?: unknown;
   rawBody?: Uint8Array | string;
   query?: Record<string, string | undefined>;
-  signal?: AbortSignal | undefined;
   /** Accept these statuses besides 2xx without throwing. */
   accept?: number[];
+  /** Added to the request timeout: how long the daemon holds this request by design (a long-poll). */
+  holdMs?: number;
 }
 
-/** The HTTP transport: address, token, fetch, error mapping. */
+/**
+ * One call in flight: its answer, and `done`, which ends the call (the timer and the caller's signal are
+ * released; the body is cancelled if unread). For a stream the request timeout has already stopped: it bounds
+ * the wait for the answer to begin.
+ */
+export interface Call {
+  res: Response;
+  done(): void;
+  /** The error a failed body read means: aborted, timed out, or the daemon went away. */
+  fail(err: unknown): SandboxError;
+}
+
+/** The HTTP transport: address, token, fetch, timeouts and cancellation, error mapping. */
 export class Http {
   readonly addr: string;
+  readonly requestTimeoutMs: number;
   private readonly explicitToken: string | undefined;
   private cachedToken: string | undefined;
   private readonly fetchImpl: typeof globalThis.fetch;
@@ -63,21 +90,27 @@ export class Http {
     this.addr = normalizeAddr(opts.addr ?? process.env['IRONCLAW_ADDR'] ?? DEFAULT_ADDR);
     this.explicitToken = opts.token;
     this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    this.requestTimeoutMs = checkMs('requestTimeoutMs', opts.requestTimeoutMs) ?? REQUEST_TIMEOUT_MS;
   }
 
   private token(): string {
     if (this.explicitToken !== undefined) return this.explicitToken;
     this.cachedToken ??= defaultToken();
     if (!this.cachedToken) {
-      throw new SandboxError(
-        'unauthorized',
+      throw new UnauthorizedError(
         'no IronClaw token: pass { token }, set IRONCLAW_API_TOKEN, or run the daemon on this machine (its data dir holds agent.token)',
       );
     }
     return this.cachedToken;
   }
 
-  async request(method: string, path: string, opts: RequestOptions = {}): Promise<Response> {
+  /**
+   * Sends a request. With `stream`, the request timeout stops once the answer begins and the caller reads the
+   * body for as long as it lasts; otherwise it runs until `done()`. Either way the caller's signal aborts the
+   * call until `done()`. A non-2xx answer (not in `accept`) is thrown as its error.
+   */
+  async call(method: string, path: string, opts: RequestOptions = {}, stream = false): Promise<Call> {
+    const timeoutMs = checkMs('requestTimeoutMs', opts.requestTimeoutMs) ?? this.requestTimeoutMs;
     const url = new URL(this.addr + path);
     for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined) url.searchParams.append(k, v);
     const headers: Record<string, string> = { authorization: `Bearer ${this.token()}` };
@@ -89,49 +122,110 @@ export class Http {
       body = JSON.stringify(opts.body);
       headers['content-type'] = 'application/json';
     }
-    const init: RequestInit = { method, headers };
+
+    // One controller per call: the caller's signal and the timer both abort it, and the error says which.
+    const ctl = new AbortController();
+    const user = opts.signal;
+    let timedOut = false;
+    const onAbort = () => ctl.abort(user?.reason);
+    if (user?.aborted) ctl.abort(user.reason);
+    else user?.addEventListener('abort', onAbort, { once: true });
+    const limit = timeoutMs > 0 ? timeoutMs + (opts.holdMs ?? 0) : 0;
+    let timer: ReturnType<typeof setTimeout> | undefined =
+      limit > 0
+        ? setTimeout(() => {
+            timedOut = true;
+            ctl.abort(new Error(`request timeout (${limit} ms)`));
+          }, limit)
+        : undefined;
+    const stopTimer = () => {
+      if (timer !== undefined) clearTimeout(timer);
+      timer = undefined;
+    };
+    let res: Response | undefined;
+    let finished = false;
+    const done = () => {
+      if (finished) return;
+      finished = true;
+      stopTimer();
+      user?.removeEventListener('abort', onAbort);
+      res?.body?.cancel().catch(() => undefined);
+    };
+    const fail = (err: unknown): SandboxError => {
+      if (err instanceof SandboxError) return err;
+      if (user?.aborted) return new AbortError('the call was aborted', { cause: user.reason ?? err });
+      if (timedOut) {
+        return new TimeoutError(
+          `no answer from the IronClaw daemon at ${this.addr} within ${limit} ms (${method} ${path}; raise requestTimeoutMs, or 0 for none)`,
+          { cause: err },
+        );
+      }
+      const msg = err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err);
+      return new UnavailableError(`cannot reach the IronClaw daemon at ${this.addr}: ${msg}`, { cause: err });
+    };
+
+    const init: RequestInit = { method, headers, signal: ctl.signal };
     if (body !== undefined) init.body = body as NonNullable<RequestInit['body']>;
-    if (opts.signal) init.signal = opts.signal;
-    let res: Response;
     try {
       res = await this.fetchImpl(url, init);
     } catch (err) {
-      throw networkError(err, opts.signal, this.addr);
+      done();
+      throw fail(err);
     }
-    if (!res.ok && !(opts.accept ?? []).includes(res.status)) throw await errorFromResponse(res);
-    return res;
+    if (!res.ok && !(opts.accept ?? []).includes(res.status)) {
+      try {
+        throw await errorFromResponse(res);
+      } catch (err) {
+        throw fail(err);
+      } finally {
+        done();
+      }
+    }
+    if (stream) stopTimer();
+    return { res, done, fail };
   }
 
+  /** A call whose JSON answer is T (a wire type). */
   async json<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
-    const res = await this.request(method, path, opts);
+    const c = await this.call(method, path, opts);
     try {
-      return (await res.json()) as T;
+      return (await c.res.json()) as T;
     } catch (err) {
-      throw networkError(err, opts.signal, this.addr);
+      throw c.fail(err);
+    } finally {
+      c.done();
     }
   }
-}
 
-/** Maps a failed fetch or body read: aborted by the caller, else the daemon is unreachable. */
-export function networkError(err: unknown, signal: AbortSignal | undefined, addr: string): SandboxError {
-  if (err instanceof SandboxError) return err;
-  if (signal?.aborted) {
-    return new SandboxError('aborted', 'the request was aborted', { cause: signal.reason ?? err });
+  /** A call whose answer is bytes. */
+  async bytes(method: string, path: string, opts: RequestOptions = {}): Promise<Uint8Array> {
+    const c = await this.call(method, path, opts);
+    try {
+      return new Uint8Array(await c.res.arrayBuffer());
+    } catch (err) {
+      throw c.fail(err);
+    } finally {
+      c.done();
+    }
   }
-  const msg = err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err);
-  return new SandboxError('unavailable', `cannot reach the IronClaw daemon at ${addr}: ${msg}`, { cause: err });
+
+  /** A call whose answer has no body worth reading. */
+  async empty(method: string, path: string, opts: RequestOptions = {}): Promise<void> {
+    const c = await this.call(method, path, opts);
+    c.done();
+  }
 }
 
-/** Sleeps, or rejects with `aborted` when the signal fires. */
+/** Sleeps, or rejects with an AbortError when the signal fires. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) {
-      reject(new SandboxError('aborted', 'aborted', { cause: signal.reason }));
+      reject(new AbortError('aborted', { cause: signal.reason }));
       return;
     }
     const onAbort = () => {
       clearTimeout(t);
-      reject(new SandboxError('aborted', 'aborted', { cause: signal?.reason }));
+      reject(new AbortError('aborted', { cause: signal?.reason }));
     };
     const t = setTimeout(() => {
       signal?.removeEventListener('abort', onAbort);

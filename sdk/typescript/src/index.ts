@@ -1,7 +1,27 @@
-export { IronClawSandbox } from './sandbox.js';
+export { Sandbox, Sandbox as IronClawSandbox } from './sandbox.js';
 export { ExecResult } from './result.js';
-export { SandboxError } from './errors.js';
-export type { SandboxErrorCode } from './errors.js';
+export { REQUEST_TIMEOUT_MS } from './client.js';
+export {
+  AbortError,
+  ApprovalDeniedError,
+  ApprovalRequiredError,
+  ApprovalTimeoutError,
+  ConflictError,
+  ForbiddenError,
+  InsufficientStorageError,
+  InternalError,
+  InvalidArgumentError,
+  LimitExceededError,
+  NotFoundError,
+  ProtocolError,
+  RateLimitError,
+  SandboxError,
+  TimeoutError,
+  TooLargeError,
+  UnauthorizedError,
+  UnavailableError,
+} from './errors.js';
+export type { SandboxErrorCode, SandboxErrorOptions } from './errors.js';
 export type {
   Approval,
   ApprovalField,
@@ -9,12 +29,15 @@ export type {
   ApprovalRequest,
   ApprovalState,
   ByteSize,
+  CallOptions,
   ConnectionOptions,
   Duration,
   FileEntry,
   FileType,
   ModelAccess,
   RunOptions,
+  SandboxConnectOptions,
+  SandboxCreateOptions,
   SandboxInfo,
   SandboxLimits,
   SandboxOptions,
@@ -22,5 +45,6 @@ export type {
   WaitForApprovalOptions,
   WriteFileOptions,
 } from './types.js';
+export type * as wire from './wire.js';
 export { SHELL_TOOL_DESCRIPTION, runShellTool } from './tool.js';
 export type { ShellToolOptions, ShellToolOutput } from './tool.js';

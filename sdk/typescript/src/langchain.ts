@@ -1,7 +1,7 @@
 /** LangChain.js adapter: a shell tool for `@langchain/core` agents and chat models (`model.bindTools([sandboxTool(sbx)])`). */
 import { tool } from '@langchain/core/tools';
 import { z } from 'zod';
-import type { IronClawSandbox } from './sandbox.js';
+import type { Sandbox } from './sandbox.js';
 import { SHELL_TOOL_DESCRIPTION, runShellTool } from './tool.js';
 import type { ShellToolOptions } from './tool.js';
 
@@ -11,7 +11,7 @@ export type { ShellToolOptions } from './tool.js';
  * A LangChain tool (name `sandbox_shell` unless `options.name`) that runs `{ command }` in the sandbox and
  * returns the text the model should see: `ExecResult.toString()`, or `denied: ...` when an operator did not approve.
  */
-export function sandboxTool(sandbox: IronClawSandbox, options: ShellToolOptions = {}) {
+export function sandboxTool(sandbox: Sandbox, options: ShellToolOptions = {}) {
   const name = options.name ?? 'sandbox_shell';
   return tool(
     async ({ command }: { command: string }, config) => {

@@ -38,9 +38,17 @@ import type {
   WriteOptions,
 } from '@mastra/core/workspace';
 import { z } from 'zod';
-import { SandboxError } from './errors.js';
+import {
+  AbortError,
+  ApprovalDeniedError,
+  ApprovalTimeoutError,
+  ConflictError,
+  InvalidArgumentError,
+  NotFoundError,
+  SandboxError,
+} from './errors.js';
 import type { ExecResult } from './result.js';
-import { IronClawSandbox, resolvePath } from './sandbox.js';
+import { Sandbox, resolvePath } from './sandbox.js';
 import { SHELL_TOOL_DESCRIPTION, runShellTool } from './tool.js';
 import type { ShellToolOptions } from './tool.js';
 import type { RunOptions, SandboxOptions } from './types.js';
@@ -55,7 +63,7 @@ export interface MastraSandboxToolOptions extends Omit<ShellToolOptions, 'name'>
  * `ExecResult.toString()`. Output streams to the agent's writer as `data-sandbox-stdout`/`-stderr` chunks.
  * A command an operator did not approve returns `{ output: 'denied: ...', exitCode: -1, denied: true }`.
  */
-export function makeSandboxTool(sandbox: IronClawSandbox, opts: MastraSandboxToolOptions = {}) {
+export function makeSandboxTool(sandbox: Sandbox, opts: MastraSandboxToolOptions = {}) {
   const id = opts.id ?? 'sandbox_shell';
   return createTool({
     id,
@@ -103,7 +111,7 @@ export interface IronClawWorkspaceSandboxOptions extends SandboxOptions {
    */
   id?: string;
   /** Use this client (e.g. one shared with your own code) instead of making one. */
-  sandbox?: IronClawSandbox;
+  sandbox?: Sandbox;
   /** Text for the agent's instructions (default: a description of the sandbox). */
   instructions?: string;
   /** Working directory for commands (default `/workspace`). */
@@ -126,7 +134,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
   readonly provider = 'ironclaw';
   status: ProviderStatus = 'pending';
   private readonly options: IronClawWorkspaceSandboxOptions;
-  private _client: IronClawSandbox | undefined;
+  private _client: Sandbox | undefined;
   private readonly shared: boolean;
 
   constructor(opts: IronClawWorkspaceSandboxOptions = {}) {
@@ -145,8 +153,8 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
   }
 
   /** The IronClaw client (after start). */
-  get client(): IronClawSandbox {
-    if (!this._client) throw new SandboxError('conflict', `sandbox ${this.id} is not started`);
+  get client(): Sandbox {
+    if (!this._client) throw new ConflictError(`sandbox ${this.id} is not started`);
     return this._client;
   }
 
@@ -158,7 +166,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
   /** Get-or-create: reconnects to this logical sandbox if it is still running on the daemon, else creates it. */
   override async start(): Promise<SandboxStartResult> {
     if (this.shared) {
-      const client = this._client as IronClawSandbox;
+      const client = this._client as Sandbox;
       const had = client.id !== undefined;
       await client.engage();
       return { outcome: had ? 'connected' : 'created' };
@@ -169,22 +177,22 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     const known = this._client?.id ?? (this.id.startsWith('sbx-') ? this.id : undefined);
     if (known !== undefined) {
       try {
-        this._client = await IronClawSandbox.connect(known, rest);
+        this._client = await Sandbox.connect(known, rest);
         return { outcome: 'connected' };
       } catch (err) {
-        const gone = err instanceof SandboxError && (err.code === 'not_found' || err.code === 'conflict');
+        const gone = err instanceof NotFoundError || err instanceof ConflictError;
         if (!gone || this.id.startsWith('sbx-')) throw err;
       }
     }
     // 2. a running sandbox carrying our logical id
     const labels = { ...(rest.labels ?? {}), [MASTRA_ID_LABEL]: this.id };
-    const found = (await IronClawSandbox.list({ ...rest, labels }))[0];
+    const found = (await Sandbox.list({ ...rest, labels }))[0];
     if (found) {
-      this._client = await IronClawSandbox.connect(found.id, rest);
+      this._client = await Sandbox.connect(found.id, rest);
       return { outcome: 'connected' };
     }
     // 3. a new one
-    this._client = await IronClawSandbox.create({ ...rest, labels });
+    this._client = await Sandbox.create({ ...rest, labels });
     return { outcome: 'created' };
   }
 
@@ -212,7 +220,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
       name: this.name,
       provider: this.provider,
       status: this.status,
-      createdAt: info ? new Date(info.created_at) : new Date(),
+      createdAt: info ? info.createdAt : new Date(),
       metadata: {
         sandboxId: this._client?.id,
         state: info?.state,
@@ -220,8 +228,8 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
         addr: this._client?.addr,
       },
     };
-    if (info?.last_used_at) out.lastUsedAt = new Date(info.last_used_at);
-    if (info?.expires_at) out.timeoutAt = new Date(info.expires_at);
+    if (info?.lastUsedAt) out.lastUsedAt = info.lastUsedAt;
+    if (info?.expiresAt) out.timeoutAt = info.expiresAt;
     return out;
   }
 
@@ -240,7 +248,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     if (Object.keys(env).length) ropts.env = env;
     const cwd = options.cwd ?? this.workingDirectory;
     if (cwd !== undefined) ropts.cwd = cwd.startsWith('/') ? cwd : resolvePath(cwd);
-    if (options.timeout !== undefined) ropts.timeout = options.timeout;
+    if (options.timeout !== undefined) ropts.timeoutMs = options.timeout; // Mastra's timeout is in ms
     if (options.onStdout) ropts.onStdout = options.onStdout;
     if (options.onStderr) ropts.onStderr = options.onStderr;
     if (options.abortSignal) ropts.signal = options.abortSignal;
@@ -248,10 +256,10 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     try {
       r = await this.client.run(line, ropts);
     } catch (err) {
-      if (err instanceof SandboxError && err.code === 'aborted') {
+      if (err instanceof AbortError) {
         throw new SandboxAbortError('command', options.abortSignal?.reason);
       }
-      if (err instanceof SandboxError && (err.code === 'approval_denied' || err.code === 'approval_timeout')) {
+      if (err instanceof ApprovalDeniedError || err instanceof ApprovalTimeoutError) {
         const msg = `denied: ${err.message}`;
         options.onStderr?.(msg);
         return {
@@ -301,7 +309,7 @@ export function shellQuote(arg: string): string {
 
 export interface IronClawFilesystemOptions extends MastraFilesystemOptions {
   /** The sandbox whose files this is: the Workspace's sandbox (preferred) or a plain client. */
-  sandbox: IronClawWorkspaceSandbox | IronClawSandbox;
+  sandbox: IronClawWorkspaceSandbox | Sandbox;
   id?: string;
   readOnly?: boolean;
 }
@@ -325,7 +333,7 @@ export class IronClawFilesystem extends MastraFilesystem {
   readonly basePath = '/workspace';
   readonly readOnly: boolean;
   status: ProviderStatus = 'pending';
-  private readonly source: IronClawWorkspaceSandbox | IronClawSandbox;
+  private readonly source: IronClawWorkspaceSandbox | Sandbox;
 
   constructor(opts: IronClawFilesystemOptions) {
     const base: ConstructorParameters<typeof MastraFilesystem>[0] = { name: 'IronClawFilesystem' };
@@ -350,8 +358,8 @@ export class IronClawFilesystem extends MastraFilesystem {
     return resolvePath(path);
   }
 
-  private async client(): Promise<IronClawSandbox> {
-    if (this.source instanceof IronClawSandbox) {
+  private async client(): Promise<Sandbox> {
+    if (this.source instanceof Sandbox) {
       await this.source.engage();
       return this.source;
     }
@@ -406,8 +414,8 @@ export class IronClawFilesystem extends MastraFilesystem {
 
   private async mapFileError(err: unknown, path: string): Promise<unknown> {
     if (!(err instanceof SandboxError)) return err;
-    if (err.code === 'not_found' && !/sandbox/.test(err.message)) return new FileNotFoundError(path);
-    if (err.code === 'invalid_argument' && /not a regular file/.test(err.message)) return new IsDirectoryError(path);
+    if (err instanceof NotFoundError && !/sandbox/.test(err.message)) return new FileNotFoundError(path);
+    if (err instanceof InvalidArgumentError && /not a regular file/.test(err.message)) return new IsDirectoryError(path);
     return err;
   }
 
@@ -531,10 +539,10 @@ export class IronClawFilesystem extends MastraFilesystem {
       try {
         entries = await c.list(dir);
       } catch (err) {
-        if (err instanceof SandboxError && err.code === 'not_found' && !/sandbox/.test(err.message)) {
+        if (err instanceof NotFoundError && !/sandbox/.test(err.message)) {
           throw new DirectoryNotFoundError(path);
         }
-        if (err instanceof SandboxError && err.code === 'invalid_argument' && /directory/.test(err.message)) {
+        if (err instanceof InvalidArgumentError && /directory/.test(err.message)) {
           throw new NotDirectoryError(path);
         }
         throw err;

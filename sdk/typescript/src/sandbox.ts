@@ -1,41 +1,68 @@
 import { posix } from 'node:path';
-import { Http, goDuration, networkError, sleep } from './client.js';
-import { SandboxError } from './errors.js';
+import { Http, checkMs, sleep } from './client.js';
+import type { Call } from './client.js';
+import { approval as toApproval, createRequest, durationOption, fileEntry, modelAccess, sandboxInfo } from './convert.js';
+import {
+  ApprovalDeniedError,
+  ApprovalRequiredError,
+  ApprovalTimeoutError,
+  ConflictError,
+  ProtocolError,
+  UnavailableError,
+} from './errors.js';
 import { ExecResult } from './result.js';
 import type {
   Approval,
   ApprovalRequest,
-  ConnectionOptions,
+  CallOptions,
   FileEntry,
   ModelAccess,
   RunOptions,
+  SandboxConnectOptions,
+  SandboxCreateOptions,
   SandboxInfo,
   SandboxOptions,
   WaitForApprovalOptions,
   WriteFileOptions,
 } from './types.js';
+import type * as wire from './wire.js';
 
 /** Longest single long-poll on an approval (the daemon allows up to 5m). */
 const POLL_MS = 30_000;
+
+/** The call options of `o` that are set. */
+function call(o: CallOptions | undefined): CallOptions {
+  const out: CallOptions = {};
+  if (o?.signal) out.signal = o.signal;
+  if (o?.requestTimeoutMs !== undefined) out.requestTimeoutMs = o.requestTimeoutMs;
+  return out;
+}
 
 /**
  * One IronClaw sandbox: a sealed Linux environment on the daemon, with a writable `/workspace` and `/tmp`.
  *
  * ```ts
- * const sbx = await new IronClawSandbox().engage();
+ * const sbx = await Sandbox.create({ ttlMs: 10 * 60_000 });
  * console.log((await sbx.run('uname -a')).toString());
  * await sbx.destroy();
  * ```
- * Every method engages the sandbox first if needed, so `engage()` is optional.
+ * `new Sandbox(opts)` makes a handle without calling the daemon; every method engages it first if needed (creates
+ * it, or checks the sandbox `opts.id` runs), so a tool can be built before its sandbox exists.
+ * `IronClawSandbox` is the same class.
+ *
+ * Every method takes `signal` and `requestTimeoutMs` (see {@link CallOptions}); failures are `SandboxError`s of
+ * one class per kind (`NotFoundError`, `RateLimitError`, ...).
  */
-export class IronClawSandbox {
+export class Sandbox {
   private readonly http: Http;
   private readonly opts: SandboxOptions;
   private _id: string | undefined;
   private _info: SandboxInfo | undefined;
   private engaging: Promise<this> | undefined;
-  /** Approvals the create request filed (pending `sandbox.widen` for egress hosts the policy does not cover). */
+  /** Approvals the create request filed (pending `sandbox.widen` for what it asked beyond the operator's ceilings and allowlist). */
   approvals: Approval[] = [];
+  /** Why those could not be filed, if they could not (the sandbox exists either way). */
+  approvalError: string | undefined;
 
   constructor(opts: SandboxOptions = {}) {
     this.opts = opts;
@@ -43,30 +70,36 @@ export class IronClawSandbox {
     this._id = opts.id;
   }
 
-  /** Creates and engages a sandbox. */
-  static create(opts: SandboxOptions = {}): Promise<IronClawSandbox> {
-    const { id: _ignored, ...rest } = opts;
-    return new IronClawSandbox(rest).engage();
+  /** Creates a sandbox and returns it running. */
+  static create(opts?: SandboxCreateOptions): Promise<Sandbox>;
+  /** Creates a sandbox whose root is `image` (a local image or directory, or a registry reference). */
+  static create(image: string, opts?: SandboxCreateOptions): Promise<Sandbox>;
+  static create(a?: string | SandboxCreateOptions, b?: SandboxCreateOptions): Promise<Sandbox> {
+    const opts = typeof a === 'string' ? { ...b, image: a } : { ...a };
+    const { id: _ignored, signal, ...rest } = opts;
+    return new this(rest).engage(signal ? { signal } : {});
   }
 
-  /** Reconnects to a running sandbox by id. */
-  static connect(id: string, opts: ConnectionOptions = {}): Promise<IronClawSandbox> {
-    return new IronClawSandbox({ ...opts, id }).engage();
+  /** Reconnects to a running sandbox by id (`ConflictError` if it ended, `NotFoundError` if unknown). */
+  static connect(id: string, opts: SandboxConnectOptions = {}): Promise<Sandbox> {
+    const { signal, ...conn } = opts;
+    return new this({ ...conn, id }).engage(signal ? { signal } : {});
   }
 
   /** Running sandboxes, optionally only those carrying every given label. */
-  static async list(opts: ConnectionOptions & { labels?: Record<string, string> } = {}): Promise<SandboxInfo[]> {
+  static async list(opts: SandboxConnectOptions & { labels?: Record<string, string> } = {}): Promise<SandboxInfo[]> {
     const http = new Http(opts);
-    const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(opts.labels ?? {})) q.append('label', `${k}=${v}`);
+    const labels = Object.entries(opts.labels ?? {}).map(([k, v]) => `${k}=${v}`);
     const all: SandboxInfo[] = [];
+    let after: string | undefined;
     // The daemon answers a page at a time; `next` continues it.
     for (;;) {
-      const qs = q.toString();
-      const body = await http.json<{ sandboxes: SandboxInfo[]; next?: string }>('GET', `/v1/sandboxes${qs ? `?${qs}` : ''}`);
-      all.push(...(body.sandboxes ?? []));
-      if (!body.next) return all;
-      q.set('after', body.next);
+      const q = new URLSearchParams(labels.map((l): [string, string] => ['label', l]));
+      if (after !== undefined) q.set('after', after);
+      const page = await http.json<wire.SandboxList>('GET', `/v1/sandboxes?${q}`, call(opts));
+      all.push(...(page.sandboxes ?? []).map(sandboxInfo));
+      if (!page.next) return all;
+      after = page.next;
     }
   }
 
@@ -87,106 +120,99 @@ export class IronClawSandbox {
 
   /**
    * Creates the sandbox (`POST /v1/sandboxes`) or, when an `id` was given, checks that it is running.
-   * Idempotent: later calls return the same sandbox.
+   * Idempotent: later calls return the same sandbox (and share the first call's `signal`).
    */
-  engage(): Promise<this> {
-    this.engaging ??= this.doEngage().catch((err: unknown) => {
+  engage(opts: CallOptions = {}): Promise<this> {
+    this.engaging ??= this.doEngage(opts).catch((err: unknown) => {
       this.engaging = undefined; // let a later call try again
       throw err;
     });
     return this.engaging;
   }
 
-  private async doEngage(): Promise<this> {
+  private async doEngage(opts: CallOptions): Promise<this> {
     if (this._id !== undefined) {
-      const info = await this.http.json<SandboxInfo>('GET', `/v1/sandboxes/${encodeURIComponent(this._id)}`);
+      const info = sandboxInfo(await this.http.json<wire.Sandbox>('GET', `/v1/sandboxes/${encodeURIComponent(this._id)}`, call(opts)));
       this._info = info;
       if (info.state !== 'running') {
-        throw new SandboxError('conflict', `sandbox ${info.id} is ${info.state}, not running`, { status: 409 });
+        throw new ConflictError(`sandbox ${info.id} is ${info.state}, not running`, { status: 409 });
       }
       return this;
     }
-    const o = this.opts;
-    const body: Record<string, unknown> = {};
-    if (o.image !== undefined) body['image'] = o.image;
-    if (o.env !== undefined) body['env'] = o.env;
-    if (o.labels !== undefined) body['labels'] = o.labels;
-    if (o.egress !== undefined) body['egress'] = o.egress;
-    if (o.ttl !== undefined) body['ttl'] = goDuration(o.ttl);
-    if (o.idle !== undefined) body['idle'] = goDuration(o.idle);
-    if (o.limits !== undefined) {
-      const { openFiles, timeout, ...rest } = o.limits;
-      const limits: Record<string, unknown> = { ...rest };
-      if (timeout !== undefined) limits['timeout'] = goDuration(timeout);
-      if (openFiles !== undefined) limits['open_files'] = openFiles;
-      body['limits'] = limits;
-    }
-    const info = await this.http.json<SandboxInfo>('POST', '/v1/sandboxes', { body });
-    this._id = info.id;
-    this._info = info;
-    this.approvals = info.approvals ?? [];
+    const body = createRequest(this.opts);
+    const created = await this.http.json<wire.CreatedSandbox>('POST', '/v1/sandboxes', { ...call(opts), body });
+    this._id = created.id;
+    this._info = sandboxInfo(created);
+    this.approvals = (created.approvals ?? []).map(toApproval);
+    this.approvalError = created.approval_error;
     return this;
   }
 
-  private async sid(): Promise<string> {
-    await this.engage();
+  private async sid(opts?: CallOptions): Promise<string> {
+    await this.engage(call(opts));
     return encodeURIComponent(this._id as string);
   }
 
   /** Fetches the sandbox's current state (any state, not only running). */
-  async getInfo(): Promise<SandboxInfo> {
-    if (this._id === undefined) await this.engage();
-    this._info = await this.http.json<SandboxInfo>('GET', `/v1/sandboxes/${encodeURIComponent(this._id as string)}`);
+  async getInfo(opts: CallOptions = {}): Promise<SandboxInfo> {
+    if (this._id === undefined) await this.engage(call(opts));
+    const w = await this.http.json<wire.Sandbox>('GET', `/v1/sandboxes/${encodeURIComponent(this._id as string)}`, call(opts));
+    this._info = sandboxInfo(w);
     return this._info;
   }
 
   /**
    * Runs a command: a string is a shell line (`/bin/sh -c`), an array is an argv.
    * Output streams to `onStdout`/`onStderr` as it arrives. A non-zero exit is a result, not an error.
+   * `requestTimeoutMs` bounds the wait for the output to begin; `timeoutMs` is the command's own wall time.
    */
   async run(command: string | string[], opts: RunOptions = {}): Promise<ExecResult> {
-    const id = await this.sid();
-    const body: Record<string, unknown> = typeof command === 'string' ? { cmd: command } : { argv: command };
-    if (opts.stdin !== undefined) body['stdin'] = opts.stdin;
-    if (opts.cwd !== undefined) body['cwd'] = opts.cwd;
-    if (opts.env !== undefined) body['env'] = opts.env;
-    if (opts.timeout !== undefined) body['timeout'] = goDuration(opts.timeout);
+    const id = await this.sid(opts);
+    const body: wire.ExecRequest = typeof command === 'string' ? { cmd: command } : { argv: command };
+    if (opts.stdin !== undefined) body.stdin = opts.stdin;
+    if (opts.cwd !== undefined) body.cwd = opts.cwd;
+    if (opts.env !== undefined) body.env = opts.env;
+    const timeout = durationOption('timeoutMs', opts.timeoutMs, opts.timeout);
+    if (timeout !== undefined) body.timeout = timeout;
+    checkMs('approvalTimeoutMs', opts.approvalTimeoutMs);
     const shown = typeof command === 'string' ? command : command.join(' ');
     let approved: string | undefined;
     for (;;) {
-      const res = await this.http.request('POST', `/v1/sandboxes/${id}/exec`, {
-        body: approved ? { ...body, approval: approved } : body,
-        signal: opts.signal,
-      });
-      if (res.status !== 202) return readExecStream(res, opts, this.http.addr);
-      const held = await res.json().catch((err: unknown) => {
-        throw networkError(err, opts.signal, this.http.addr);
-      });
-      const approval = (held as { approval?: Approval }).approval;
-      if (!approval?.id) throw new SandboxError('protocol', 'exec answered 202 without an approval', { status: 202 });
+      const c = await this.http.call(
+        'POST',
+        `/v1/sandboxes/${id}/exec`,
+        { ...call(opts), body: approved ? { ...body, approval: approved } : body },
+        true,
+      );
+      if (c.res.status !== 202) return readExecStream(c, opts);
+      let held: wire.ExecPending;
+      try {
+        held = (await c.res.json()) as wire.ExecPending;
+      } catch (err) {
+        throw c.fail(err);
+      } finally {
+        c.done();
+      }
+      if (!held?.approval?.id) throw new ProtocolError('exec answered 202 without an approval', { status: 202 });
+      const pending = toApproval(held.approval);
       if (approved !== undefined || opts.approval === 'fail') {
-        throw new SandboxError(
-          'approval_required',
-          `"${shown}" needs an operator's approval (${approval.id}${approval.summary ? `: ${approval.summary}` : ''})`,
-          { status: 202, approval },
+        throw new ApprovalRequiredError(
+          `"${shown}" needs an operator's approval (${pending.id}${pending.summary ? `: ${pending.summary}` : ''})`,
+          { status: 202, approval: pending },
         );
       }
-      opts.onApproval?.(approval);
-      const wopts: WaitForApprovalOptions = {};
+      opts.onApproval?.(pending);
+      const wopts: WaitForApprovalOptions = call(opts);
       if (opts.approvalTimeoutMs !== undefined) wopts.timeoutMs = opts.approvalTimeoutMs;
-      if (opts.signal) wopts.signal = opts.signal;
-      const final = await this.waitForApproval(approval.id, wopts);
+      const final = await this.waitForApproval(pending.id, wopts);
       if (final.state === 'approved') {
         approved = final.id;
         continue;
       }
       if (final.state === 'pending') {
-        throw new SandboxError('approval_timeout', `no operator decided on "${shown}" (${final.id}) in time`, {
-          approval: final,
-        });
+        throw new ApprovalTimeoutError(`no operator decided on "${shown}" (${final.id}) in time`, { approval: final });
       }
-      throw new SandboxError(
-        'approval_denied',
+      throw new ApprovalDeniedError(
         `"${shown}" was ${final.state === 'expired' ? 'not approved in time (expired)' : 'denied'}${final.reason ? `: ${final.reason}` : ''} (${final.id})`,
         { approval: final },
       );
@@ -195,78 +221,76 @@ export class IronClawSandbox {
 
   /** Writes a file (parents are created). Relative paths are under `/workspace`. */
   async writeFile(path: string, data: string | Uint8Array, opts: WriteFileOptions = {}): Promise<void> {
-    const id = await this.sid();
+    const id = await this.sid(opts);
     const query: Record<string, string | undefined> = { path: resolvePath(path) };
     if (opts.mode !== undefined) {
       query['mode'] = typeof opts.mode === 'number' ? opts.mode.toString(8).padStart(4, '0') : opts.mode;
     }
-    await this.http.request('PUT', `/v1/sandboxes/${id}/files`, { query, rawBody: data });
+    await this.http.empty('PUT', `/v1/sandboxes/${id}/files`, { ...call(opts), query, rawBody: data });
   }
 
   /** Reads a file's bytes. */
-  async readFile(path: string): Promise<Uint8Array> {
-    const id = await this.sid();
-    const res = await this.http.request('GET', `/v1/sandboxes/${id}/files`, { query: { path: resolvePath(path) } });
-    try {
-      return new Uint8Array(await res.arrayBuffer());
-    } catch (err) {
-      throw networkError(err, undefined, this.http.addr);
-    }
+  async readFile(path: string, opts: CallOptions = {}): Promise<Uint8Array> {
+    const id = await this.sid(opts);
+    return this.http.bytes('GET', `/v1/sandboxes/${id}/files`, { ...call(opts), query: { path: resolvePath(path) } });
   }
 
   /** Reads a file as UTF-8 text. */
-  async readTextFile(path: string): Promise<string> {
-    return new TextDecoder().decode(await this.readFile(path));
+  async readTextFile(path: string, opts: CallOptions = {}): Promise<string> {
+    return new TextDecoder().decode(await this.readFile(path, opts));
   }
 
   /** Lists a directory. */
-  async list(path = '/workspace'): Promise<FileEntry[]> {
-    const id = await this.sid();
+  async list(path = '/workspace', opts: CallOptions = {}): Promise<FileEntry[]> {
+    const id = await this.sid(opts);
     const all: FileEntry[] = [];
     let after: string | undefined;
     // The daemon answers a page at a time; `next` continues it.
     for (;;) {
-      const body = await this.http.json<{ entries: FileEntry[]; next?: string }>('GET', `/v1/sandboxes/${id}/files`, {
+      const page = await this.http.json<wire.FileList>('GET', `/v1/sandboxes/${id}/files`, {
+        ...call(opts),
         query: { path: resolvePath(path), list: '1', after },
       });
-      all.push(...(body.entries ?? []));
-      if (!body.next) return all;
-      after = body.next;
+      all.push(...(page.entries ?? []).map(fileEntry));
+      if (!page.next) return all;
+      after = page.next;
     }
   }
 
   /** Files a request for an operator's decision (`POST /v1/approvals`); returns it, pending. */
-  async requestApproval(req: ApprovalRequest): Promise<Approval> {
-    const body: Record<string, unknown> = { kind: req.kind, data: req.data };
+  async requestApproval(req: ApprovalRequest, opts: CallOptions = {}): Promise<Approval> {
+    const body: wire.FileApprovalRequest = { kind: req.kind as wire.FileApprovalRequest['kind'], data: req.data };
     const note = req.note ?? req.summary;
-    if (note !== undefined) body['note'] = note;
+    if (note !== undefined) body.note = note;
     if (req.session === undefined) {
-      await this.engage();
-      body['session'] = this._id;
+      await this.engage(call(opts));
+      body.session = this._id as string;
     } else if (req.session !== null) {
-      body['session'] = req.session;
+      body.session = req.session;
     }
-    return this.http.json<Approval>('POST', '/v1/approvals', { body });
+    return toApproval(await this.http.json<wire.Approval>('POST', '/v1/approvals', { ...call(opts), body }));
   }
 
   /** One approval as it is now. */
-  async getApproval(id: string): Promise<Approval> {
-    return this.http.json<Approval>('GET', `/v1/approvals/${encodeURIComponent(id)}`);
+  async getApproval(id: string, opts: CallOptions = {}): Promise<Approval> {
+    return toApproval(await this.http.json<wire.Approval>('GET', `/v1/approvals/${encodeURIComponent(id)}`, call(opts)));
   }
 
   /**
    * Long-polls an approval until it is no longer `pending` (approved, denied or expired) and returns it.
-   * With `timeoutMs`, returns it as it is (possibly still pending) once that much time has passed.
+   * With `timeoutMs`, returns it as it is (possibly still pending) once that much time has passed. Each poll may
+   * take its wait plus `requestTimeoutMs`.
    */
   async waitForApproval(id: string, opts: WaitForApprovalOptions = {}): Promise<Approval> {
-    const deadline = opts.timeoutMs === undefined ? Infinity : Date.now() + opts.timeoutMs;
+    const timeoutMs = checkMs('timeoutMs', opts.timeoutMs);
+    const deadline = timeoutMs === undefined ? Infinity : Date.now() + timeoutMs;
     const path = `/v1/approvals/${encodeURIComponent(id)}`;
     for (;;) {
       const left = deadline - Date.now();
-      const waitMs = Math.min(POLL_MS, Math.max(0, left));
+      const waitMs = Math.ceil(Math.min(POLL_MS, Math.max(0, left)));
       const started = Date.now();
-      const query: Record<string, string | undefined> = waitMs >= 1 ? { wait: `${Math.ceil(waitMs)}ms` } : {};
-      const a = await this.http.json<Approval>('GET', path, { query, signal: opts.signal });
+      const query: Record<string, string | undefined> = waitMs >= 1 ? { wait: `${waitMs}ms` } : {};
+      const a = toApproval(await this.http.json<wire.Approval>('GET', path, { ...call(opts), query, holdMs: waitMs }));
       if (a.state !== 'pending' || Date.now() >= deadline) return a;
       // A daemon that answered a long-poll early with the state unchanged: do not spin.
       if (Date.now() - started < Math.min(250, waitMs)) await sleep(250, opts.signal);
@@ -274,18 +298,19 @@ export class IronClawSandbox {
   }
 
   /** Mints a model-proxy token: point an OpenAI or Anthropic client at the returned base URL with the token as key. */
-  async modelAccess(): Promise<ModelAccess> {
-    return this.http.json<ModelAccess>('POST', '/v1/model/tokens', { body: {} });
+  async modelAccess(opts: CallOptions = {}): Promise<ModelAccess> {
+    return modelAccess(await this.http.json<wire.ModelToken>('POST', '/v1/model/tokens', { ...call(opts), body: {} }));
   }
 
   /** Destroys the sandbox (every process and file in it). A no-op for a sandbox never engaged. */
-  async destroy(): Promise<void> {
+  async destroy(opts: CallOptions = {}): Promise<void> {
     if (this._id === undefined) {
       if (!this.engaging) return;
       await this.engaging.catch(() => undefined);
       if (this._id === undefined) return;
     }
-    this._info = await this.http.json<SandboxInfo>('DELETE', `/v1/sandboxes/${encodeURIComponent(this._id)}`);
+    const w = await this.http.json<wire.Sandbox>('DELETE', `/v1/sandboxes/${encodeURIComponent(this._id)}`, call(opts));
+    this._info = sandboxInfo(w);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -301,30 +326,26 @@ export function resolvePath(path: string): string {
   return clean.length > 1 ? clean.replace(/\/+$/, '') : clean;
 }
 
-interface ExecFrame {
-  stdout?: string;
-  stderr?: string;
-  exit?: number;
-  duration_ms?: number;
-  truncated?: boolean;
-  timed_out?: boolean;
-  oom_killed?: boolean;
-  error?: string;
-}
+/** One line of the exec stream, any frame: the members of both kinds, all optional. */
+type AnyFrame = Partial<wire.ExecOutputFrame & wire.ExecExitFrame>;
 
-async function readExecStream(res: Response, opts: RunOptions, addr: string): Promise<ExecResult> {
-  if (!res.body) throw new SandboxError('protocol', 'exec answered without a body', { status: res.status });
+async function readExecStream(c: Call, opts: RunOptions): Promise<ExecResult> {
+  const { res } = c;
+  if (!res.body) {
+    c.done();
+    throw new ProtocolError('exec answered without a body', { status: res.status });
+  }
   const decoder = new TextDecoder();
   let buf = '';
   let stdout = '';
   let stderr = '';
   const handle = (line: string): ExecResult | undefined => {
     if (!line.trim()) return undefined;
-    let f: ExecFrame;
+    let f: AnyFrame;
     try {
-      f = JSON.parse(line) as ExecFrame;
+      f = JSON.parse(line) as AnyFrame;
     } catch {
-      throw new SandboxError('protocol', `bad exec frame: ${line.slice(0, 200)}`);
+      throw new ProtocolError(`bad exec frame: ${line.slice(0, 200)}`);
     }
     if (typeof f.stdout === 'string') {
       stdout += f.stdout;
@@ -366,9 +387,10 @@ async function readExecStream(res: Response, opts: RunOptions, addr: string): Pr
     const r = handle(buf);
     if (r) return r;
   } catch (err) {
-    throw networkError(err, opts.signal, addr);
+    throw c.fail(err);
   } finally {
     reader.cancel().catch(() => undefined);
+    c.done();
   }
-  throw new SandboxError('unavailable', 'the exec stream ended before the command finished (daemon gone?)');
+  throw new UnavailableError('the exec stream ended before the command finished (daemon gone?)');
 }

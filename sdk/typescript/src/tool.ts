@@ -1,5 +1,5 @@
-import { SandboxError } from './errors.js';
-import type { IronClawSandbox } from './sandbox.js';
+import { ApprovalDeniedError, ApprovalTimeoutError } from './errors.js';
+import type { Sandbox } from './sandbox.js';
 import type { Approval, Duration, RunOptions } from './types.js';
 
 /** What the shell tools tell the model. */
@@ -20,7 +20,9 @@ export interface ShellToolOptions {
    * operator approves it. A denial is returned to the model as text, not thrown.
    */
   requireApproval?: boolean;
-  /** Wall-time limit per command. */
+  /** Wall-time limit per command, in milliseconds. */
+  timeoutMs?: number;
+  /** @deprecated Use `timeoutMs`. Milliseconds or a Go duration string. */
   timeout?: Duration;
   /** Stop waiting for an operator after this long (the command then counts as denied). Default: until decided or expired. */
   approvalTimeoutMs?: number;
@@ -47,7 +49,7 @@ export interface ShellToolCall {
  * a denied approval (filed by the tool or by the daemon's exec policy) becomes a `denied: ...` answer.
  */
 export async function runShellTool(
-  sandbox: IronClawSandbox,
+  sandbox: Sandbox,
   command: string,
   opts: ShellToolOptions = {},
   call: ShellToolCall = {},
@@ -63,7 +65,8 @@ export async function runShellTool(
     if (final.state !== 'approved') return denied(final, command);
   }
   const ropts: RunOptions = { approval: 'wait' };
-  if (opts.timeout !== undefined) ropts.timeout = opts.timeout;
+  if (opts.timeoutMs !== undefined) ropts.timeoutMs = opts.timeoutMs;
+  else if (opts.timeout !== undefined) ropts.timeout = opts.timeout;
   if (opts.approvalTimeoutMs !== undefined) ropts.approvalTimeoutMs = opts.approvalTimeoutMs;
   if (call.signal) ropts.signal = call.signal;
   if (call.onStdout) ropts.onStdout = call.onStdout;
@@ -72,11 +75,7 @@ export async function runShellTool(
     const r = await sandbox.run(command, ropts);
     return { output: r.toString(), exitCode: r.exitCode };
   } catch (err) {
-    if (
-      err instanceof SandboxError &&
-      (err.code === 'approval_denied' || err.code === 'approval_timeout') &&
-      err.approval
-    ) {
+    if (err instanceof ApprovalDeniedError || err instanceof ApprovalTimeoutError) {
       return denied(err.approval, command);
     }
     throw err;

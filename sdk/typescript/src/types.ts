@@ -1,20 +1,40 @@
-/** A duration: a Go duration string such as `"30s"` or `"1m30s"`, or a number of milliseconds. */
+import type * as wire from './wire.js';
+
+/**
+ * A duration in the deprecated options (`timeout`, `ttl`, `idle`): a number of milliseconds or a Go duration
+ * string such as `"30s"`. The current options are `...Ms` numbers.
+ */
 export type Duration = string | number;
 
 /** A byte size: a number of bytes or a string such as `"256M"`. */
-export type ByteSize = string | number;
+export type ByteSize = wire.ByteSize;
 
 /** How to reach the daemon. Every field defaults from the environment. */
 export interface ConnectionOptions {
-  /** Daemon address, `http://host:port` or `host:port`. Default: `$IRONCLAW_ADDR`, else `http://127.0.0.1:8787`. */
+  /** Daemon address, `http://host:port` or `host:port`. @default `$IRONCLAW_ADDR`, else `http://127.0.0.1:8787` */
   addr?: string;
   /**
-   * Agent token. Default: `$IRONCLAW_API_TOKEN`, else the `agent.token` file of
-   * `$IRONCLAW_DATA_DIR`, `$XDG_DATA_HOME/ironclaw` or `~/.local/share/ironclaw`.
+   * Agent token. @default `$IRONCLAW_API_TOKEN`, else the `agent.token` file of `$IRONCLAW_DATA_DIR`,
+   * `$XDG_DATA_HOME/ironclaw` or `~/.local/share/ironclaw`
    */
   token?: string;
-  /** A `fetch` implementation (default: the global one). */
+  /** A `fetch` implementation. @default the global one */
   fetch?: typeof globalThis.fetch;
+  /**
+   * How long each call waits for the daemon's answer, in milliseconds, unless the call says otherwise; `0`
+   * waits as long as it takes. A stream (a command's output) is bounded only until it begins, and a long-poll
+   * (waiting for an approval) gets its wait on top. Past it the call throws a `TimeoutError`.
+   * @default 60_000
+   */
+  requestTimeoutMs?: number;
+}
+
+/** What every call takes. */
+export interface CallOptions {
+  /** Aborting it cancels the call (an `AbortError`); for a command, the daemon then kills it. */
+  signal?: AbortSignal;
+  /** This call's request timeout, in milliseconds (`0`: none). @default the connection's `requestTimeoutMs` */
+  requestTimeoutMs?: number;
 }
 
 /** Resource limits of a sandbox (all optional; the daemon's defaults apply). */
@@ -22,7 +42,9 @@ export interface SandboxLimits {
   memory?: ByteSize;
   pids?: number;
   cpus?: number;
-  /** Wall time per command. */
+  /** Wall time per command, in milliseconds. */
+  timeoutMs?: number;
+  /** @deprecated Use `timeoutMs`. Milliseconds or a Go duration string. */
   timeout?: Duration;
   /** Output bytes kept per command. */
   output?: ByteSize;
@@ -33,49 +55,64 @@ export interface SandboxLimits {
   openFiles?: number;
 }
 
+/** What a sandbox is to be, and how to reach the daemon. */
 export interface SandboxOptions extends ConnectionOptions {
   /** Reconnect to this existing sandbox instead of creating one. */
   id?: string;
-  /** Absolute path of a directory on the daemon's host to use as the root (default: the host-toolchain view). */
+  /**
+   * The root filesystem: a local image or directory beneath the daemon's `--image-dir`, or a registry reference
+   * from an `--image-registry` host. @default the host-toolchain view
+   */
   image?: string;
   env?: Record<string, string>;
   limits?: SandboxLimits;
   /** Hosts to reach through the egress broker; those the policy does not already allow are filed as a `sandbox.widen` approval. */
   egress?: { allow: string[] };
   labels?: Record<string, string>;
-  /** Lifetime of the sandbox (0 or absent: the daemon's default). */
+  /** Lifetime of the sandbox, in milliseconds (E2B's `timeoutMs`). @default the daemon's */
+  ttlMs?: number;
+  /** Idle timeout of the sandbox, in milliseconds. @default the daemon's */
+  idleMs?: number;
+  /** @deprecated Use `ttlMs`. Milliseconds or a Go duration string. */
   ttl?: Duration;
-  /** Idle timeout of the sandbox (0 or absent: the daemon's default). */
+  /** @deprecated Use `idleMs`. Milliseconds or a Go duration string. */
   idle?: Duration;
 }
 
-export type SandboxState = 'running' | 'destroyed' | 'reaped' | 'lost';
-
-/** A sandbox as the daemon describes it (`GET /v1/sandboxes/{id}`). */
-export interface SandboxInfo {
-  id: string;
-  state: SandboxState | (string & {});
-  labels: Record<string, string>;
-  created_at: string;
-  expires_at?: string;
-  idle_timeout?: string;
-  last_used_at?: string;
-  ended_at?: string;
-  end_reason?: string;
-  /** Pending approvals filed by the create request (e.g. `sandbox.widen` for extra egress hosts). */
-  approvals?: Approval[];
+/** `Sandbox.create`'s options: the sandbox, and the create call's own `signal`. */
+export interface SandboxCreateOptions extends SandboxOptions {
+  /** Aborts the create call (not the sandbox's later calls). */
+  signal?: AbortSignal;
 }
 
-export type ApprovalState = 'pending' | 'approved' | 'denied' | 'expired';
+/** `Sandbox.connect`'s and `Sandbox.list`'s options. */
+export interface SandboxConnectOptions extends ConnectionOptions {
+  /** Aborts this call. */
+  signal?: AbortSignal;
+}
 
-export type ApprovalKind =
-  | 'egress.host'
-  | 'sandbox.widen'
-  | 'tool.register'
-  | 'agent.spawn'
-  | 'exec.command'
-  | 'tool.call'
-  | (string & {});
+export type SandboxState = wire.SandboxState;
+
+/** A sandbox as the daemon describes it. */
+export interface SandboxInfo {
+  /** `sbx-...` */
+  id: string;
+  /** `running`, `destroyed`, `reaped` (TTL or idle timeout), `lost` (its daemon run died) or `crashed` (its pid 1 died). */
+  state: SandboxState | (string & {});
+  labels: Record<string, string>;
+  createdAt: Date;
+  /** When its TTL ends, if it has one. */
+  expiresAt?: Date;
+  /** Its idle timeout in milliseconds; `0` is none. */
+  idleTimeoutMs: number;
+  lastUsedAt: Date;
+  /** When it ended, once it did. */
+  endedAt?: Date;
+  endReason?: string;
+}
+
+export type ApprovalState = wire.ApprovalState;
+export type ApprovalKind = wire.ApprovalKind | (string & {});
 
 /** One decisive field of an approval: what an operator must read to decide, in full. */
 export interface ApprovalField {
@@ -87,32 +124,39 @@ export interface ApprovalField {
 
 /** A request for an operator's decision, held by the daemon's approval gateway. */
 export interface Approval {
+  /** `apr-...` */
   id: string;
   kind: ApprovalKind;
   state: ApprovalState | (string & {});
+  /** The sandbox it concerns, if any. */
   session?: string;
   /** The principal that asked ("agent", "agent:NAME", an operator). */
-  requested_by?: string;
-  /** The part of the daemon that filed it for `requested_by` (`egress`: a held connection). */
+  requestedBy: string;
+  /** The part of the daemon that filed it for `requestedBy` (`egress`: a held connection). */
   via?: string;
   /** One line derived by the daemon from `data`, what an approval applies; never the requester's text. */
-  summary?: string;
+  summary: string;
   /** The decisive fields of `data`, derived by the daemon. */
-  fields?: ApprovalField[];
+  fields: ApprovalField[];
   /** The requester's own text about the request (`note` when filed), shown to operators labelled as such. */
-  agent_note?: string;
-  data?: unknown;
-  created_at?: string;
-  expires_at?: string;
-  decided_at?: string;
-  decided_by?: string;
+  agentNote?: string;
+  /** The kind's payload, as filed (its members are the API's, snake_case). */
+  data: unknown;
+  createdAt: Date;
+  expiresAt: Date;
+  decidedAt?: Date;
+  /** The operator token's name, or `gateway` for an expiry or withdrawal. */
+  decidedBy?: string;
+  /** `sandbox` or `global`, for an approved `egress.host`. */
   scope?: string;
   reason?: string;
+  /** What the approved action did, e.g. `{ sandbox: 'sbx-...' }`. */
   result?: unknown;
 }
 
 export interface ApprovalRequest {
   kind: ApprovalKind;
+  /** The kind's payload, in the API's members (e.g. `{ tool, input }` for `tool.call`). */
   data: unknown;
   /**
    * Your own words about the request, shown to the operator as the agent's note (never as what will be
@@ -125,14 +169,15 @@ export interface ApprovalRequest {
   session?: string | null;
 }
 
-export interface WaitForApprovalOptions {
+export interface WaitForApprovalOptions extends CallOptions {
   /** Give up after this many milliseconds and return the approval as it is (still `pending`). Default: wait until decided or expired. */
   timeoutMs?: number;
-  signal?: AbortSignal;
 }
 
-export interface RunOptions {
-  /** Wall-time limit of this command (number: milliseconds). */
+export interface RunOptions extends CallOptions {
+  /** Wall-time limit of this command, in milliseconds. @default the sandbox's `limits.timeoutMs` */
+  timeoutMs?: number;
+  /** @deprecated Use `timeoutMs`. Milliseconds or a Go duration string. */
   timeout?: Duration;
   cwd?: string;
   env?: Record<string, string>;
@@ -141,20 +186,18 @@ export interface RunOptions {
   onStdout?: (data: string) => void;
   /** Called with each chunk of standard error as it arrives. */
   onStderr?: (data: string) => void;
-  /** Aborting cancels the request; the daemon kills the command when the client goes away. */
-  signal?: AbortSignal;
   /**
-   * What to do when the daemon's policy requires an operator's approval for this command:
-   * `'wait'` (default) waits for the decision and runs it once approved; `'fail'` throws `approval_required`.
+   * What to do when the daemon's policy requires an operator's approval for this command: `'wait'` (default)
+   * waits for the decision and runs it once approved; `'fail'` throws an `ApprovalRequiredError`.
    */
   approval?: 'wait' | 'fail';
-  /** With `approval: 'wait'`, stop waiting after this long and throw `approval_timeout`. Default: until decided or expired. */
+  /** With `approval: 'wait'`, stop waiting after this long and throw an `ApprovalTimeoutError`. Default: until decided or expired. */
   approvalTimeoutMs?: number;
   /** Called once when the command is held for approval (e.g. to tell a user who to ask). */
   onApproval?: (approval: Approval) => void;
 }
 
-export type FileType = 'file' | 'dir' | 'symlink' | 'other';
+export type FileType = wire.FileType;
 
 export interface FileEntry {
   name: string;
@@ -162,11 +205,11 @@ export interface FileEntry {
   size: number;
   /** Permission bits, octal, e.g. `"0644"`. */
   mode: string;
-  /** Modification time, RFC 3339. */
-  mtime: string;
+  /** Modification time. */
+  mtime: Date;
 }
 
-export interface WriteFileOptions {
+export interface WriteFileOptions extends CallOptions {
   /** Permission bits: a number (`0o600`) or an octal string (`"0600"`). */
   mode?: number | string;
 }
@@ -176,8 +219,10 @@ export interface ModelAccess {
   /** Proxy token (`icp_...`): use it as the provider API key. */
   token: string;
   /** Base URL for OpenAI-compatible clients (includes `/v1`). */
-  openai_base_url: string;
+  openaiBaseUrl: string;
   /** Base URL for Anthropic clients. */
-  anthropic_base_url: string;
-  session?: string;
+  anthropicBaseUrl: string;
+  /** Names the token. */
+  session: string;
+  expiresAt: Date;
 }

@@ -40,7 +40,7 @@ describe('ai-sdk', () => {
 
   test('generateText drives it through the IronClaw model proxy (mock provider)', async () => {
     const access = await sbx.modelAccess();
-    const openai = createOpenAI({ baseURL: access.openai_base_url, apiKey: access.token });
+    const openai = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token });
     const res = await generateText({
       model: openai.chat('gpt-4o-mini'),
       tools: { sandbox_shell: aiSdkTool(sbx) },

@@ -4,8 +4,15 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { IronClawSandbox, SandboxError } from '../src/index.js';
-import type { Approval } from '../src/index.js';
+import {
+  ApprovalDeniedError,
+  ApprovalRequiredError,
+  ApprovalTimeoutError,
+  IronClawSandbox,
+  SandboxError,
+  TimeoutError,
+} from '../src/index.js';
+import type { Approval, wire } from '../src/index.js';
 import { sandboxTool as langchainTool } from '../src/langchain.js';
 import { IronClawWorkspaceSandbox, makeSandboxTool } from '../src/mastra.js';
 import { eventually, startDaemon } from './helpers/daemon.js';
@@ -25,21 +32,21 @@ after(async () => {
 
 const seen = new Set<string>();
 
-/** The next pending approval of this session and kind (one not returned before), as the operator sees it. */
-async function pending(kind: string, session = sbx.id!): Promise<Approval> {
+/** The next pending approval of this session and kind (one not returned before), as the operator sees it on the wire. */
+async function pending(kind: string, session = sbx.id!): Promise<wire.Approval> {
   const a = await eventually(async () => {
     const r = await d.operator('GET', `/v1/approvals?state=pending&session=${session}&kind=${kind}`);
     assert.equal(r.status, 200, JSON.stringify(r.body));
-    return (r.body.approvals as Approval[]).find((x) => !seen.has(x.id));
+    return (r.body as wire.ApprovalList).approvals.find((x) => !seen.has(x.id));
   });
   seen.add(a.id);
   return a;
 }
 
-async function decide(id: string, how: 'approve' | 'deny', reason?: string): Promise<Approval> {
+async function decide(id: string, how: 'approve' | 'deny', reason?: string): Promise<wire.Approval> {
   const r = await d.operator('POST', `/v1/approvals/${id}/${how}`, reason ? { reason } : {});
   assert.equal(r.status, 200, JSON.stringify(r.body));
-  return r.body as Approval;
+  return r.body as wire.Approval;
 }
 
 describe('requestApproval / waitForApproval', () => {
@@ -55,7 +62,11 @@ describe('requestApproval / waitForApproval', () => {
     assert.equal(a.session, sbx.id);
     // The summary is the daemon's, from data; the agent's words are its note.
     assert.equal(a.summary, 'call the tool deploy');
-    assert.equal(a.agent_note, 'deploy to prod');
+    assert.equal(a.agentNote, 'deploy to prod');
+    assert.equal(a.requestedBy, 'agent');
+    assert.ok(a.createdAt instanceof Date && a.expiresAt instanceof Date && a.expiresAt > a.createdAt);
+    assert.equal(a.decidedAt, undefined);
+    assert.equal('agent_note' in a, false);
     assert.deepEqual(
       a.fields?.find((f) => f.name === 'arguments'),
       { name: 'arguments', value: '{"env":"prod"}', format: 'json' },
@@ -72,7 +83,8 @@ describe('requestApproval / waitForApproval', () => {
     const final = await waiting;
     assert.equal(final.state, 'approved');
     assert.equal(final.reason, 'looks fine');
-    assert.ok(final.decided_by, 'decided_by is the operator token name');
+    assert.equal(final.decidedBy, 'operator', 'decidedBy is the operator token name');
+    assert.ok(final.decidedAt instanceof Date);
     assert.ok(Date.now() - t0 < 3000, 'the long-poll returned promptly');
   });
 
@@ -90,7 +102,7 @@ describe('requestApproval / waitForApproval', () => {
     const a = await sbx.requestApproval({ kind: 'tool.call', data: { tool: 't', input: null } });
     const ac = new AbortController();
     setTimeout(() => ac.abort(), 200);
-    await assert.rejects(sbx.waitForApproval(a.id, { signal: ac.signal }), { code: 'aborted' });
+    await assert.rejects(sbx.waitForApproval(a.id, { signal: ac.signal }), { name: 'AbortError', code: 'aborted' });
     await decide(a.id, 'deny');
   });
 
@@ -104,7 +116,7 @@ describe('policy-gated exec', () => {
 
   test("approval: 'fail' throws approval_required with the exec.command approval", async () => {
     await assert.rejects(sbx.run(cmd, { approval: 'fail' }), (err: unknown) => {
-      assert.ok(err instanceof SandboxError);
+      assert.ok(err instanceof ApprovalRequiredError && err instanceof SandboxError);
       assert.equal(err.code, 'approval_required');
       assert.equal(err.status, 202);
       assert.equal(err.approval?.kind, 'exec.command');
@@ -134,10 +146,10 @@ describe('policy-gated exec', () => {
   });
 
   test('a denied command throws approval_denied with the approval', async () => {
-    let held: Approval | undefined;
+    let held: wire.Approval | undefined;
     // assert.rejects attaches its handler now: the rejection comes as soon as the operator decides
     const rejected = assert.rejects(sbx.run('curl http://example.com/ > /workspace/fetched'), (err: unknown) => {
-      assert.ok(err instanceof SandboxError);
+      assert.ok(err instanceof ApprovalDeniedError);
       assert.equal(err.code, 'approval_denied');
       assert.equal(err.approval?.id, held?.id);
       assert.equal(err.approval?.state, 'denied');
@@ -152,7 +164,7 @@ describe('policy-gated exec', () => {
 
   test('approvalTimeoutMs gives up with approval_timeout', async () => {
     await assert.rejects(sbx.run('curl http://example.com/slow', { approvalTimeoutMs: 300 }), (err: unknown) => {
-      assert.ok(err instanceof SandboxError);
+      assert.ok(err instanceof ApprovalTimeoutError && err instanceof TimeoutError);
       assert.equal(err.code, 'approval_timeout');
       assert.equal(err.approval?.state, 'pending');
       return true;

@@ -3,7 +3,17 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { ExecResult, IronClawSandbox, SandboxError } from '../src/index.js';
+import {
+  AbortError,
+  ConflictError,
+  ExecResult,
+  InvalidArgumentError,
+  IronClawSandbox,
+  NotFoundError,
+  SandboxError,
+  UnauthorizedError,
+  UnavailableError,
+} from '../src/index.js';
 import { startDaemon } from './helpers/daemon.js';
 import type { Daemon } from './helpers/daemon.js';
 
@@ -59,20 +69,46 @@ describe('engage', () => {
     }
   });
 
-  test('creates with env, limits, ttl and idle', async () => {
+  test('creates with env, limits, ttlMs and idleMs; the info is camelCase with Dates', async () => {
+    const before = Date.now();
     const s = await IronClawSandbox.create({
       addr: d.addr,
       token: d.agentToken,
       env: { GREETING: 'hello' },
-      limits: { memory: '256M', pids: 64, timeout: 5_000, openFiles: 256 },
+      limits: { memory: '256M', pids: 64, timeoutMs: 5_000, openFiles: 256 },
+      ttlMs: 10 * 60_000,
+      idleMs: 60_000,
+    });
+    try {
+      const info = s.info!;
+      assert.ok(info.createdAt instanceof Date && info.lastUsedAt instanceof Date);
+      assert.ok(info.expiresAt instanceof Date);
+      const ttl = info.expiresAt.getTime() - info.createdAt.getTime();
+      assert.ok(Math.abs(ttl - 10 * 60_000) < 1000, `ttl ${ttl} ms`);
+      assert.ok(info.createdAt.getTime() >= before - 1000);
+      assert.equal(info.idleTimeoutMs, 60_000);
+      assert.equal(info.endedAt, undefined);
+      assert.equal('created_at' in info, false);
+      const r = await s.run('echo $GREETING; ulimit -n');
+      assert.equal(r.stdout, 'hello\n256\n');
+    } finally {
+      await s.destroy();
+    }
+  });
+
+  test('the deprecated ttl, idle and limits.timeout still work', async () => {
+    const s = await IronClawSandbox.create({
+      addr: d.addr,
+      token: d.agentToken,
+      limits: { timeout: '400ms' },
       ttl: '10m',
       idle: 60_000,
     });
     try {
-      assert.match(s.info!.expires_at!, /^\d{4}-/);
-      assert.equal(s.info!.idle_timeout, '1m0s');
-      const r = await s.run('echo $GREETING; ulimit -n');
-      assert.equal(r.stdout, 'hello\n256\n');
+      assert.equal(s.info!.idleTimeoutMs, 60_000);
+      assert.ok(s.info!.expiresAt instanceof Date);
+      assert.equal((await s.run('sleep 5')).timedOut, true);
+      assert.equal((await s.run('sleep 5', { timeout: '200ms' })).timedOut, true);
     } finally {
       await s.destroy();
     }
@@ -129,12 +165,12 @@ describe('run', () => {
   });
 
   test('timeout kills the command and says so', async () => {
-    const r = await sbx.run('echo started; sleep 10', { timeout: 500 });
+    const r = await sbx.run('echo started; sleep 10', { timeoutMs: 500 });
     assert.equal(r.timedOut, true);
     assert.equal(r.exitCode, 137);
     assert.ok(r.durationMs < 5000);
     assert.equal(r.toString(), 'started\n[exit 137: timed out]');
-    const r2 = await sbx.run('sleep 10', { timeout: '300ms' });
+    const r2 = await sbx.run('sleep 10', { timeoutMs: 300 });
     assert.equal(r2.timedOut, true);
   });
 
@@ -149,8 +185,9 @@ describe('run', () => {
       },
     });
     await assert.rejects(p, (err: unknown) => {
-      assert.ok(err instanceof SandboxError);
+      assert.ok(err instanceof AbortError && err instanceof SandboxError);
       assert.equal(err.code, 'aborted');
+      assert.equal(err.name, 'AbortError');
       return true;
     });
     assert.deepEqual(seen, ['begin\n']);
@@ -210,7 +247,7 @@ describe('files', () => {
     assert.equal(byName['a.txt']!.type, 'file');
     assert.equal(byName['a.txt']!.size, 6);
     assert.equal(byName['b.bin']!.mode, '0600');
-    assert.match(byName['b.bin']!.mtime, /^\d{4}-\d\d-\d\dT/);
+    assert.ok(byName['b.bin']!.mtime instanceof Date && Math.abs(byName['b.bin']!.mtime.getTime() - Date.now()) < 60_000);
     const root = await sbx.list();
     assert.equal(root.find((e) => e.name === 'dir')?.type, 'dir');
     // files written by commands are readable, and the other way round
@@ -219,8 +256,14 @@ describe('files', () => {
   });
 
   test('missing file is not_found; paths outside /workspace and /tmp are refused', async () => {
-    await assert.rejects(sbx.readFile('/workspace/missing.txt'), { name: 'SandboxError', code: 'not_found', status: 404 });
-    await assert.rejects(sbx.readFile('/etc/passwd'), { code: 'invalid_argument', status: 400 });
+    await assert.rejects(sbx.readFile('/workspace/missing.txt'), (err: unknown) => {
+      assert.ok(err instanceof NotFoundError && err instanceof SandboxError);
+      assert.equal(err.name, 'NotFoundError');
+      assert.equal(err.code, 'not_found');
+      assert.equal(err.status, 404);
+      return true;
+    });
+    await assert.rejects(sbx.readFile('/etc/passwd'), (err: unknown) => err instanceof InvalidArgumentError && err.status === 400);
     await assert.rejects(sbx.writeFile('../../etc/x', 'x'), { code: 'invalid_argument' });
   });
 });
@@ -229,7 +272,7 @@ describe('errors', () => {
   test('bad token is unauthorized', async () => {
     const s = new IronClawSandbox({ addr: d.addr, token: 'not-a-token' });
     await assert.rejects(s.engage(), (err: unknown) => {
-      assert.ok(err instanceof SandboxError);
+      assert.ok(err instanceof UnauthorizedError);
       assert.equal(err.code, 'unauthorized');
       assert.equal(err.status, 401);
       return true;
@@ -242,15 +285,14 @@ describe('errors', () => {
   });
 
   test('unknown sandbox is not_found', async () => {
-    await assert.rejects(IronClawSandbox.connect('sbx-0000000000000000', { addr: d.addr, token: d.agentToken }), {
-      code: 'not_found',
-      status: 404,
-    });
+    await assert.rejects(IronClawSandbox.connect('sbx-0000000000000000', { addr: d.addr, token: d.agentToken }), (err: unknown) =>
+      err instanceof NotFoundError && err.status === 404,
+    );
   });
 
   test('daemon unreachable is unavailable', async () => {
     const s = new IronClawSandbox({ addr: '127.0.0.1:1', token: 'x' });
-    await assert.rejects(s.engage(), { code: 'unavailable' });
+    await assert.rejects(s.engage(), (err: unknown) => err instanceof UnavailableError && err.code === 'unavailable');
   });
 
   test('no token anywhere is unauthorized before any request', async () => {
@@ -271,9 +313,10 @@ describe('errors', () => {
 
   test('invalid request is invalid_argument', async () => {
     await assert.rejects(sbx.run(''), { code: 'invalid_argument', status: 400 });
-    await assert.rejects(IronClawSandbox.create({ addr: d.addr, token: d.agentToken, limits: { memory: 'lots' } }), {
-      code: 'invalid_argument',
-    });
+    await assert.rejects(IronClawSandbox.create({ addr: d.addr, token: d.agentToken, limits: { memory: 'lots' } }), InvalidArgumentError);
+    // A bad ...Ms value is refused before anything is sent.
+    await assert.rejects(sbx.run('true', { timeoutMs: -1 }), (err: unknown) => err instanceof InvalidArgumentError && err.status === undefined);
+    await assert.rejects(IronClawSandbox.create({ addr: d.addr, token: d.agentToken, ttlMs: Number.NaN }), InvalidArgumentError);
   });
 });
 
@@ -281,9 +324,11 @@ describe('model access', () => {
   test('mints a proxy token that the model proxy accepts', async () => {
     const m = await sbx.modelAccess();
     assert.match(m.token, /^icp_/);
-    assert.equal(m.openai_base_url, `${d.addr}/v1/model/openai/v1`);
-    assert.equal(m.anthropic_base_url, `${d.addr}/v1/model/anthropic`);
-    const res = await fetch(`${m.openai_base_url}/chat/completions`, {
+    assert.match(m.session, /^api-/);
+    assert.ok(m.expiresAt instanceof Date && m.expiresAt.getTime() > Date.now());
+    assert.equal(m.openaiBaseUrl, `${d.addr}/v1/model/openai/v1`);
+    assert.equal(m.anthropicBaseUrl, `${d.addr}/v1/model/anthropic`);
+    const res = await fetch(`${m.openaiBaseUrl}/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${m.token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] }),
@@ -300,7 +345,8 @@ describe('destroy', () => {
     await s.run('true');
     await s.destroy();
     assert.equal(s.info?.state, 'destroyed');
-    await assert.rejects(s.run('true'), { code: 'conflict', status: 409 });
+    await assert.rejects(s.run('true'), (err: unknown) => err instanceof ConflictError && err.status === 409);
+    assert.ok(s.info?.endedAt instanceof Date);
     await s.destroy();
     assert.equal((await s.getInfo()).state, 'destroyed');
     await assert.rejects(IronClawSandbox.connect(s.id!, { addr: d.addr, token: d.agentToken }), { code: 'conflict' });

@@ -35,7 +35,7 @@ after(async () => {
 /** A Mastra model that talks to the IronClaw mock provider through the daemon's model proxy. */
 async function proxyModel(sbx: IronClawSandbox): Promise<MastraModelConfig> {
   const access = await sbx.modelAccess();
-  const openai = createOpenAI({ baseURL: access.openai_base_url, apiKey: access.token });
+  const openai = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token });
   // Cast: @ai-sdk/openai's LanguageModelV4 is newer than the one bundled in @mastra/core (type drift only).
   return openai.chat('gpt-4o-mini') as unknown as MastraModelConfig;
 }
@@ -53,7 +53,7 @@ describe('makeSandboxTool', () => {
     const ok = await tool.execute!({ command: 'echo hi; echo oops >&2; exit 2' }, {} as any);
     assert.deepEqual(ok, { output: 'hi\n[stderr]\noops\n[exit 2]', exitCode: 2 });
     assert.ok(sbx.id, 'the tool engaged the sandbox on first use');
-    const custom = makeSandboxTool(sbx, { id: 'shell', description: 'mine', timeout: 300 });
+    const custom = makeSandboxTool(sbx, { id: 'shell', description: 'mine', timeoutMs: 300 });
     assert.equal(custom.id, 'shell');
     const slow = (await custom.execute!({ command: 'sleep 5' }, {} as any)) as { output: string; exitCode: number };
     assert.equal(slow.exitCode, 137);

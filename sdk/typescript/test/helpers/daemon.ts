@@ -4,6 +4,7 @@
  * The binary comes from $IRONCLAW_BIN, else it is built from this repository with `go build`.
  */
 import { execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -51,7 +52,9 @@ function findGo(): string {
 export function ironclawBin(): string {
   const env = process.env['IRONCLAW_BIN'];
   if (env) return resolve(env);
-  const outDir = join(tmpdir(), `ironclaw-sdk-test-${process.getuid?.() ?? 0}`);
+  // One build directory per checkout: worktrees testing side by side must not run each other's binary.
+  const checkout = createHash('sha256').update(repoRoot()).digest('hex').slice(0, 12);
+  const outDir = join(tmpdir(), `ironclaw-sdk-test-${process.getuid?.() ?? 0}-${checkout}`);
   mkdirSync(outDir, { recursive: true });
   const out = join(outDir, 'ironclaw');
   const tmp = `${out}.${process.pid}`;
