@@ -24,7 +24,8 @@ var (
 // and each member's type matches, recursively (a struct against the object
 // it refers to, a slice against an array, a map against
 // additionalProperties). time.Time is a date-time string, json.RawMessage
-// any JSON (a schema without a type, or an object without members), and a
+// any JSON (a schema without a type, possibly a oneOf or anyOf of shapes,
+// or an object without members), and a
 // type in forms must refer to the schema forms names. Enums, bounds and
 // descriptions are not compared.
 func (d *Document) MatchGo(name string, t reflect.Type, forms Forms) error {
@@ -70,8 +71,9 @@ func (m *matcher) match(s *Schema, t reflect.Type, at string) error {
 		}
 		return nil
 	case t == rawType:
-		if len(s.Types) == 0 && len(s.OneOf)+len(s.AnyOf)+len(s.AllOf) == 0 ||
-			s.Types.Has("object") && len(s.Properties) == 0 && s.AdditionalProperties == nil {
+		// Raw JSON: any value, an object without members, or one of the
+		// shapes the schema lists (checked where the value is decoded).
+		if len(s.Types) == 0 || s.Types.Has("object") && len(s.Properties) == 0 && s.AdditionalProperties == nil {
 			return nil
 		}
 		return fmt.Errorf("%s: a json.RawMessage is any JSON, not %s", at, describe(s))

@@ -259,7 +259,11 @@ export class Sandbox {
 
   /** Files a request for an operator's decision (`POST /v1/approvals`); returns it, pending. */
   async requestApproval(req: ApprovalRequest, opts: CallOptions = {}): Promise<Approval> {
-    const body: wire.FileApprovalRequest = { kind: req.kind as wire.FileApprovalRequest['kind'], data: req.data };
+    // The daemon validates kind and data (strictly, per kind); the SDK passes them on.
+    const body: wire.FileApprovalRequest = {
+      kind: req.kind as wire.FileApprovalRequest['kind'],
+      data: req.data as wire.FileApprovalRequest['data'],
+    };
     const note = req.note ?? req.summary;
     if (note !== undefined) body.note = note;
     if (req.session === undefined) {

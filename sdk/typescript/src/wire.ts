@@ -240,11 +240,8 @@ export interface Approval {
   fields: ApprovalField[];
   /** the requester's own words (its note) */
   agent_note?: string;
-  /**
-   * the kind's payload: EgressHostData, SandboxWidenData, ToolRegisterRequest, AgentSpawnRequest,
-   * ExecCommandData or ToolCallData
-   */
-  data: unknown;
+  /** the kind's payload, validated and stored canonically when filed */
+  data: EgressHostData | SandboxWidenData | ToolRegisterRequest | AgentSpawnRequest | ExecCommandData | ToolCallData;
   created_at: string;
   expires_at: string;
   decided_at?: string;
@@ -283,8 +280,8 @@ export interface FileApprovalRequest {
    * @deprecated
    */
   summary?: string;
-  /** the kind's payload (EgressHostData, ExecCommandData, ToolCallData) */
-  data: unknown;
+  /** the kind's payload */
+  data: EgressHostData | ExecCommandData | ToolCallData;
 }
 
 export interface DecideRequest {
