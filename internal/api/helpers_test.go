@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ironclaw/ironclaw/internal/api/openapi"
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
@@ -233,15 +234,10 @@ func (e *env) wantError(status int, code, method, path, token string, body any) 
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		e.t.Fatalf("%s %s: content type %q", method, path, ct)
 	}
-	var eb struct {
-		Error *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var eb wire.ErrorResponse
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&eb); err != nil || eb.Error == nil || eb.Error.Message == "" {
+	if err := dec.Decode(&eb); err != nil || eb.Error.Code == "" || eb.Error.Message == "" {
 		e.t.Fatalf("%s %s: error body %s does not have the contract's shape (%v)", method, path, b, err)
 	}
 	if eb.Error.Code != code {
@@ -250,6 +246,8 @@ func (e *env) wantError(status int, code, method, path, token string, body any) 
 	return eb.Error.Message
 }
 
+// sbx is a sandbox object with its times as sent (absent ones are ""), so
+// tests can check the encoding itself; the type is wire.Sandbox.
 type sbx struct {
 	ID          string            `json:"id"`
 	State       string            `json:"state"`
@@ -269,16 +267,9 @@ func (e *env) create(body any) sbx {
 	return s
 }
 
-type result struct {
-	Stdout     string `json:"stdout"`
-	Stderr     string `json:"stderr"`
-	Exit       int    `json:"exit"`
-	DurationMS int64  `json:"duration_ms"`
-	Truncated  bool   `json:"truncated"`
-	TimedOut   bool   `json:"timed_out"`
-	OOMKilled  bool   `json:"oom_killed"`
-	Error      string `json:"error"`
-}
+// result is an exec's outcome: the ?wait=1 answer, or a stream's output
+// and exit frame.
+type result = wire.ExecWaitResult
 
 // frame is one NDJSON frame of an exec stream.
 type frame struct {

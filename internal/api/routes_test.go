@@ -132,3 +132,66 @@ func TestErrorCodesAreWireConstants(t *testing.T) {
 		}
 	}
 }
+
+// A body cannot carry what the document does not describe: every request
+// schema the document closes (additionalProperties: false) is refused with
+// a member it does not name, on every route that takes it, whatever the
+// member claims to be (an approval's decider, a sandbox's owner).
+func TestHostileUndocumentedMembersAreRefused(t *testing.T) {
+	e := newEnv(t, envOpts{gateway: true})
+	doc, err := apiDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.create(nil)
+	var filed wire.Approval
+	e.must(http.StatusAccepted, "POST", "/v1/approvals", agentTok,
+		map[string]any{"kind": "tool.call", "session": s.ID, "data": map[string]any{"tool": "t"}}, &filed)
+	tried := 0
+	for _, r := range doc.Routes() {
+		rb := r.Op.RequestBody
+		if rb == nil || rb.Content["application/json"] == nil {
+			continue
+		}
+		schema, err := doc.Schema(rb.Content["application/json"].Schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if schema.AdditionalProperties == nil || schema.AdditionalProperties.Allowed {
+			continue
+		}
+		tok := agentTok
+		if r.Op.Role == "operator" {
+			tok = operTok
+		}
+		path := strings.NewReplacer("{id}", s.ID).Replace(r.Path)
+		if strings.HasPrefix(r.Path, "/v1/approvals/{id}") {
+			path = strings.Replace(r.Path, "{id}", filed.ID, 1)
+		}
+		for _, member := range []string{"x_undocumented", "decided_by", "principal", "requested_by"} {
+			if schema.Properties.Get(member) != nil {
+				continue
+			}
+			tried++
+			msg := e.wantError(http.StatusBadRequest, wire.CodeInvalidArgument, r.Method, path, tok, map[string]any{member: "alice"})
+			if !strings.Contains(msg, member) {
+				t.Errorf("%s %s with %q: refused for another reason: %s", r.Method, r.Path, member, msg)
+			}
+		}
+	}
+	if tried < 4*8 {
+		t.Errorf("only %d refusals tried: the document closes fewer request bodies than expected", tried)
+	}
+	// Nothing of it took effect: the approval is still pending, and the
+	// only sandbox is the one created above.
+	var a wire.Approval
+	e.must(http.StatusOK, "GET", "/v1/approvals/"+filed.ID, operTok, nil, &a)
+	if a.State != "pending" || a.DecidedBy != "" {
+		t.Errorf("approval after the refused decisions: %+v", a)
+	}
+	var list wire.SandboxList
+	e.must(http.StatusOK, "GET", "/v1/sandboxes", operTok, nil, &list)
+	if len(list.Sandboxes) != 1 {
+		t.Errorf("%d sandboxes after refused creates", len(list.Sandboxes))
+	}
+}
