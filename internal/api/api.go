@@ -115,7 +115,7 @@ type Server struct {
 	gather  prometheus.Gatherer
 	mux     *http.ServeMux
 	handler http.Handler
-	// routes lists what routes() registered, for the test that holds them
+	// routes lists what register mounted, for the test that holds them
 	// to the API's description (api/openapi.yaml).
 	routes []route
 }

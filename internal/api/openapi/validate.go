@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"mime"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,6 +88,15 @@ func (d *Document) validate(s *Schema, v any, strict bool, at string) error {
 		}
 		if s.MaxLength != nil && len([]rune(x)) > *s.MaxLength {
 			return fmt.Errorf("%s: longer than %d", at, *s.MaxLength)
+		}
+		if s.Pattern != "" {
+			re, err := regexp.Compile(s.Pattern)
+			if err != nil {
+				return fmt.Errorf("%s: pattern %q: %v", at, s.Pattern, err)
+			}
+			if !re.MatchString(x) {
+				return fmt.Errorf("%s: %q does not match %s", at, x, s.Pattern)
+			}
 		}
 	case json.Number:
 		f, _ := x.Float64()
