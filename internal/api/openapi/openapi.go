@@ -365,41 +365,37 @@ func RefName(s *Schema) string {
 	return name
 }
 
-// Response resolves r's $ref, if any.
-func (d *Document) Response(r *Response) (*Response, error) {
-	if r == nil || r.Ref == "" {
-		return r, nil
+// resolve returns what ref names among the components in m (under
+// prefix), or v itself when ref is empty.
+func resolve[T any](v *T, ref, prefix string, m map[string]*T) (*T, error) {
+	if v == nil || ref == "" {
+		return v, nil
 	}
-	name, ok := strings.CutPrefix(r.Ref, "#/components/responses/")
-	out := d.Components.Responses[name]
+	name, ok := strings.CutPrefix(ref, prefix)
+	out := m[name]
 	if !ok || out == nil {
-		return nil, fmt.Errorf("openapi: unresolvable $ref %q", r.Ref)
+		return nil, fmt.Errorf("openapi: unresolvable $ref %q", ref)
 	}
 	return out, nil
+}
+
+// Response resolves r's $ref, if any.
+func (d *Document) Response(r *Response) (*Response, error) {
+	if r == nil {
+		return nil, nil
+	}
+	return resolve(r, r.Ref, "#/components/responses/", d.Components.Responses)
 }
 
 func (d *Document) parameter(p *Parameter) (*Parameter, error) {
-	if p.Ref == "" {
-		return p, nil
-	}
-	name, ok := strings.CutPrefix(p.Ref, "#/components/parameters/")
-	out := d.Components.Parameters[name]
-	if !ok || out == nil {
-		return nil, fmt.Errorf("openapi: unresolvable $ref %q", p.Ref)
-	}
-	return out, nil
+	return resolve(p, p.Ref, "#/components/parameters/", d.Components.Parameters)
 }
 
 func (d *Document) requestBody(b *RequestBody) (*RequestBody, error) {
-	if b == nil || b.Ref == "" {
-		return b, nil
+	if b == nil {
+		return nil, nil
 	}
-	name, ok := strings.CutPrefix(b.Ref, "#/components/requestBodies/")
-	out := d.Components.RequestBodies[name]
-	if !ok || out == nil {
-		return nil, fmt.Errorf("openapi: unresolvable $ref %q", b.Ref)
-	}
-	return out, nil
+	return resolve(b, b.Ref, "#/components/requestBodies/", d.Components.RequestBodies)
 }
 
 // checkRefs resolves every reference of the document once.

@@ -185,11 +185,11 @@ export class Http {
     return { res, done, fail };
   }
 
-  /** A call whose JSON answer is T (a wire type). */
-  async json<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+  /** A call whose answer `read` takes from its body; the call ends once it has. */
+  private async read<T>(method: string, path: string, opts: RequestOptions, read: (res: Response) => Promise<T>): Promise<T> {
     const c = await this.call(method, path, opts);
     try {
-      return (await c.res.json()) as T;
+      return await read(c.res);
     } catch (err) {
       throw c.fail(err);
     } finally {
@@ -197,16 +197,14 @@ export class Http {
     }
   }
 
+  /** A call whose JSON answer is T (a wire type). */
+  json<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+    return this.read(method, path, opts, async (res) => (await res.json()) as T);
+  }
+
   /** A call whose answer is bytes. */
-  async bytes(method: string, path: string, opts: RequestOptions = {}): Promise<Uint8Array> {
-    const c = await this.call(method, path, opts);
-    try {
-      return new Uint8Array(await c.res.arrayBuffer());
-    } catch (err) {
-      throw c.fail(err);
-    } finally {
-      c.done();
-    }
+  bytes(method: string, path: string, opts: RequestOptions = {}): Promise<Uint8Array> {
+    return this.read(method, path, opts, async (res) => new Uint8Array(await res.arrayBuffer()));
   }
 
   /** A call whose answer has no body worth reading. */
