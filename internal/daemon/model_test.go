@@ -9,9 +9,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
 )
@@ -306,11 +308,18 @@ func TestHostileModelBudgetInsideSandbox(t *testing.T) {
 	if ok == 0 || ok >= 100 || !strings.Contains(out, "429") || !strings.Contains(out, "limit_exceeded") {
 		t.Fatalf("%d streams passed: %s", ok, out)
 	}
-	// The refusal and the settled streams are in the audit log.
+	// The refusal and the settled streams are in the audit log (the proxy
+	// writes a request's end after its answer: wait for the refusal).
 	op := r.client(t, true)
-	recs, err := op.AuditTail(ctx, 0, 1000)
-	if err != nil {
-		t.Fatal(err)
+	var recs []client.AuditRecord
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if recs, err = op.AuditTail(ctx, 0, 1000); err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(recs, func(r client.AuditRecord) bool { return strings.Contains(string(r.Data), `"refused"`) }) || time.Now().After(deadline) {
+			break
+		}
 	}
 	var settled, refused int64
 	for _, rec := range recs {
