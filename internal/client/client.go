@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ironclaw/ironclaw/internal/defaults"
 )
 
 // Environment variables the zero Client reads.
@@ -30,7 +32,7 @@ const (
 )
 
 // DefaultAddr is where the daemon listens unless told otherwise.
-const DefaultAddr = "http://127.0.0.1:8787"
+const DefaultAddr = defaults.Addr
 
 // Token file names inside the data directory.
 const (
@@ -49,16 +51,7 @@ func DefaultDataDir() string {
 
 // BaseDataDir is $XDG_DATA_HOME/ironclaw, else ~/.local/share/ironclaw
 // (ignoring IRONCLAW_DATA_DIR).
-func BaseDataDir() string {
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "ironclaw")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		home = "/"
-	}
-	return filepath.Join(home, ".local", "share", "ironclaw")
-}
+func BaseDataDir() string { return defaults.DataDir() }
 
 // Client calls the daemon. Fields left empty are filled from the
 // environment at each call.
