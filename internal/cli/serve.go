@@ -36,7 +36,9 @@ func newServeCmd(e *env) *cobra.Command {
 		Short: "Run the IronClaw daemon: the HTTP API for sandboxes, exec, files and the audit log",
 		Long: `Run the IronClaw daemon. It serves the HTTP API (docs/http-api.md) on a loopback
 address, keeps its database, lock and tokens in the data directory, and runs
-until SIGINT or SIGTERM, when it destroys its sandboxes and exits.
+until SIGINT, SIGTERM or SIGHUP (unless started with SIGHUP ignored, as under
+nohup), when it destroys its sandboxes and exits; a second signal ends it at
+once.
 
 On first start it writes two random tokens, agent.token and operator.token
 (mode 0600), into the data directory; clients read them from there or from
@@ -114,7 +116,7 @@ to be rotated or deleted). 'ironclaw audit verify' checks both.`,
 			}
 			cfg := s.cfg
 			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "ironclaw: "+format+"\n", args...) }
-			// Until the root context ends (SIGINT, SIGTERM): the daemon then
+			// Until the root context ends (SIGINT, SIGTERM, SIGHUP): the daemon then
 			// destroys its sandboxes and returns nil.
 			return daemon.Run(c.Context(), cfg)
 		},
