@@ -1,5 +1,11 @@
 // Package cli is the ironclaw command line. main only calls Main; every
 // subcommand lives in its own file here.
+//
+// What holds for every command lives in one place each: the root context
+// that signals cancel (signals.go), the flag types for durations and the
+// daemon's numbers (flags.go), the printers that escape what an agent
+// wrote and the --json of every listing (printer.go), and what --image
+// means (image.go). The serve flags' defaults are package defaults'.
 package cli
 
 import (

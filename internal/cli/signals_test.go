@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -124,6 +125,9 @@ func selfExe(t *testing.T) string {
 func TestSecondSignalExits(t *testing.T) {
 	for _, first := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		t.Run(first.String(), func(t *testing.T) {
+			if signal.Ignored(first) {
+				t.Skipf("the tests run with %v ignored, and so would the child", first)
+			}
 			p := startProc(t, []string{"IRONCLAW_CLI_TEST_SIGNALS=1"}, selfExe(t))
 			if l := p.next(); l != "ready" {
 				t.Fatalf("child says %q", l)
@@ -257,4 +261,28 @@ func TestOneSignalHandler(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Ctrl-C during 'run' tears the sandbox down (no cgroup of it is left)
+// and exits 130: run's signals are the root context's.
+func TestInterruptRun(t *testing.T) {
+	needSandbox(t)
+	p := startProc(t, []string{"IRONCLAW_CLI_TEST_MAIN=1"}, selfExe(t), "run", "--", "sh", "-c", "echo started; exec sleep 600")
+	if l := p.next(); l != "started" {
+		t.Fatalf("run says %q", l)
+	}
+	pid := p.cmd.Process.Pid
+	p.signal(syscall.SIGINT)
+	code, err := p.wait()
+	if code != ExitInterrupted || err != nil || !strings.Contains(p.errb.String(), "interrupted; sandbox torn down") {
+		t.Fatalf("run after Ctrl-C: exit %d, %v, stderr %q", code, err, p.errb.String())
+	}
+	prefix := fmt.Sprintf("ic-%d.", pid)
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), prefix) {
+			t.Errorf("the interrupted run left %s", path)
+			return filepath.SkipDir
+		}
+		return nil
+	})
 }

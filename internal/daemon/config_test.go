@@ -95,11 +95,13 @@ func TestConfigNegativeIsNone(t *testing.T) {
 		{"Model.AgentBudget", c.Model.AgentBudget, int64(0)},
 		{"Model.BudgetWindow", c.Model.BudgetWindow, time.Duration(0)},
 		{"Egress.Port", c.Egress.Port, -1},
-		{"Egress.TunnelIdle (egress: negative is none)", c.Egress.TunnelIdle, time.Duration(neg)},
-		{"Egress.DenyWindow (egress: negative is none)", c.Egress.DenyWindow, time.Duration(neg)},
+		{"Egress.TunnelIdle (egress: negative is none)", c.Egress.TunnelIdle, time.Duration(-1)},
+		{"Egress.DenyWindow (egress: negative is none)", c.Egress.DenyWindow, time.Duration(-1)},
 		{"Egress.Body.MinRate (netlimit: not positive is none)", c.Egress.Body.MinRate, int64(-1)},
-		{"Egress.Body.Idle", c.Egress.Body.Idle, time.Duration(neg)},
-		{"Inside.HeaderTimeout (netlimit: negative is none)", c.Inside.HeaderTimeout, time.Duration(neg)},
+		{"Egress.Body.Idle (netlimit: not positive is none)", c.Egress.Body.Idle, time.Duration(-1)},
+		{"Inside.HeaderTimeout (netlimit: negative is none)", c.Inside.HeaderTimeout, time.Duration(-1)},
+		{"Inside.IdleTimeout", c.Inside.IdleTimeout, time.Duration(-1)},
+		{"Inside.WriteTimeout", c.Inside.WriteTimeout, time.Duration(-1)},
 	} {
 		if f.got != f.want {
 			t.Errorf("%s: %v, want %v", f.name, f.got, f.want)

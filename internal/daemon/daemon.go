@@ -168,42 +168,39 @@ func (c Config) Validate() error {
 }
 
 // withDefaults applies the rule of Config to every field: a zero becomes
-// its default, a negative becomes the form its user reads as none (0 for
-// the pool, the lifetimes and the model budgets; -1 for the ports and the
-// size warning; left negative for the timeouts of netlimit and egress,
-// whose none it is), or is refused.
+// its default; a negative value becomes none in the form the package
+// reading it takes for none (0 for the pool, the lifetimes and the model
+// budgets; -1 for the ports, the size warning and the timeouts of netlimit
+// and egress), or is refused.
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
-	refuse := func(name string, v any) {
-		errs = append(errs, fmt.Errorf("%w: %s is %v: must not be negative (0 means the default)", ErrInvalidConfig, name, v))
-	}
 	if c.Listen == "" {
 		c.Listen = defaults.Listen
 	}
 	if c.DataDir == "" {
 		c.DataDir = defaults.DataDir()
 	}
-	c.PoolSize = count(c.PoolSize, defaults.PoolSize, 0, "PoolSize", refuse)
-	c.MaxSandboxes = count(c.MaxSandboxes, defaults.MaxSandboxes, refused, "MaxSandboxes", refuse)
-	c.DefaultTTL = count(c.DefaultTTL, defaults.TTL, 0, "DefaultTTL", refuse)
-	c.DefaultIdle = count(c.DefaultIdle, defaults.Idle, 0, "DefaultIdle", refuse)
+	c.PoolSize = orNone(c.PoolSize, defaults.PoolSize, 0)
+	c.MaxSandboxes = bound(&errs, "MaxSandboxes", c.MaxSandboxes, defaults.MaxSandboxes)
+	c.DefaultTTL = orNone(c.DefaultTTL, defaults.TTL, 0)
+	c.DefaultIdle = orNone(c.DefaultIdle, defaults.Idle, 0)
 	switch r := c.RatePerSecond; {
 	case math.IsNaN(r) || math.IsInf(r, 0) || r < 0:
-		refuse("RatePerSecond", r)
+		errs = append(errs, fmt.Errorf("%w: RatePerSecond is %v: want a number, not negative (0 means the default)", ErrInvalidConfig, r))
 	case r == 0:
 		c.RatePerSecond = defaults.RatePerSecond
 	}
-	c.RateBurst = count(c.RateBurst, defaults.RateBurst, refused, "RateBurst", refuse)
-	c.MaxBodyBytes = count(c.MaxBodyBytes, defaults.MaxBodyBytes, refused, "MaxBodyBytes", refuse)
-	c.MaxUploadBytes = count(c.MaxUploadBytes, defaults.MaxUploadBytes, refused, "MaxUploadBytes", refuse)
-	c.WaitOutputBytes = count(c.WaitOutputBytes, defaults.WaitOutputBytes, refused, "WaitOutputBytes", refuse)
-	c.BodyTimeout = count(c.BodyTimeout, defaults.BodyTimeout, refused, "BodyTimeout", refuse)
-	c.ShutdownGrace = count(c.ShutdownGrace, defaults.ShutdownGrace, refused, "ShutdownGrace", refuse)
-	c.ShutdownTimeout = count(c.ShutdownTimeout, defaults.ShutdownTimeout, refused, "ShutdownTimeout", refuse)
-	c.StoreSizeWarn = count(c.StoreSizeWarn, defaults.StoreSizeWarn, -1, "StoreSizeWarn", refuse)
-	c.Model = c.Model.withDefaults(refuse)
-	c.Egress = c.Egress.withDefaults(refuse)
-	c.Inside = insideWithDefaults(c.Inside, refuse)
+	c.RateBurst = bound(&errs, "RateBurst", c.RateBurst, defaults.RateBurst)
+	c.MaxBodyBytes = bound(&errs, "MaxBodyBytes", c.MaxBodyBytes, defaults.MaxBodyBytes)
+	c.MaxUploadBytes = bound(&errs, "MaxUploadBytes", c.MaxUploadBytes, defaults.MaxUploadBytes)
+	c.WaitOutputBytes = bound(&errs, "WaitOutputBytes", c.WaitOutputBytes, defaults.WaitOutputBytes)
+	c.BodyTimeout = bound(&errs, "BodyTimeout", c.BodyTimeout, defaults.BodyTimeout)
+	c.ShutdownGrace = bound(&errs, "ShutdownGrace", c.ShutdownGrace, defaults.ShutdownGrace)
+	c.ShutdownTimeout = bound(&errs, "ShutdownTimeout", c.ShutdownTimeout, defaults.ShutdownTimeout)
+	c.StoreSizeWarn = orNone(c.StoreSizeWarn, defaults.StoreSizeWarn, -1)
+	c.Model = c.Model.withDefaults(&errs)
+	c.Egress = c.Egress.withDefaults(&errs)
+	c.Inside = insideWithDefaults(&errs, c.Inside)
 	for _, p := range []struct {
 		name string
 		v    int
@@ -221,55 +218,54 @@ func (c Config) withDefaults() (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-// refused, as count's none, refuses a negative value.
-const refused = math.MinInt64
+// number is what Config's rule applies to: counts, sizes and durations.
+type number interface{ ~int | ~int64 }
 
-// count applies Config's rule to one number or duration v: 0 is def, a
-// negative value is none, or refused (reported with name) when none is
-// refused.
-func count[T int | int64 | time.Duration](v, def T, none int64, name string, refuse func(string, any)) T {
+// orNone applies Config's rule to a field that can be off: 0 is def, a
+// negative value is none.
+func orNone[T number](v, def, none T) T {
 	switch {
 	case v == 0:
 		return def
-	case v > 0:
-		return v
-	case none == refused:
-		refuse(name, v)
-		return v
+	case v < 0:
+		return none
 	}
-	return T(none)
+	return v
 }
 
-// insideWithDefaults applies Config's rule to the in-sandbox servers'
-// bounds: counts refuse negative values; timeouts keep them, which
-// netlimit reads as none.
-func insideWithDefaults(n netlimit.Config, refuse func(string, any)) netlimit.Config {
-	n.MaxConns = count(n.MaxConns, defaults.InsideMaxConns, refused, "Inside.MaxConns", refuse)
-	n.MaxHeaderBytes = count(n.MaxHeaderBytes, defaults.InsideMaxHeaderBytes, refused, "Inside.MaxHeaderBytes", refuse)
-	n.HeaderTimeout = timeout(n.HeaderTimeout, defaults.InsideHeaderTimeout)
-	n.IdleTimeout = timeout(n.IdleTimeout, defaults.InsideIdleTimeout)
-	n.WriteTimeout = timeout(n.WriteTimeout, defaults.InsideWriteTimeout)
-	n.Body = bodyWithDefaults(n.Body, "Inside.Body", refuse)
-	return n
-}
-
-// bodyWithDefaults applies Config's rule to each field of a BodyLimits:
-// Timeout refuses a negative value (a body must arrive some time);
-// MinRate and Idle keep it, which netlimit reads as none.
-func bodyWithDefaults(b netlimit.BodyLimits, name string, refuse func(string, any)) netlimit.BodyLimits {
-	b.Timeout = count(b.Timeout, defaults.InsideBodyTimeout, refused, name+".Timeout", refuse)
-	b.MinRate = count(b.MinRate, defaults.InsideBodyMinRate, -1, name+".MinRate", refuse)
-	b.Idle = timeout(b.Idle, defaults.InsideBodyIdle)
-	return b
-}
-
-// timeout is 0 as def; any other value, a negative one included (none for
-// the packages that read it), as it is.
-func timeout(v, def time.Duration) time.Duration {
+// bound applies Config's rule to a field that cannot be off: 0 is def, a
+// negative value is refused (added to errs, naming the field).
+func bound[T number](errs *[]error, name string, v, def T) T {
+	if v < 0 {
+		*errs = append(*errs, fmt.Errorf("%w: %s is %v: must not be negative (0 means the default)", ErrInvalidConfig, name, v))
+	}
 	if v == 0 {
 		return def
 	}
 	return v
+}
+
+// insideWithDefaults applies Config's rule to the in-sandbox servers'
+// bounds: the counts cannot be off; the timeouts can (-1, which netlimit
+// reads as none).
+func insideWithDefaults(errs *[]error, n netlimit.Config) netlimit.Config {
+	n.MaxConns = bound(errs, "Inside.MaxConns", n.MaxConns, defaults.InsideMaxConns)
+	n.MaxHeaderBytes = bound(errs, "Inside.MaxHeaderBytes", n.MaxHeaderBytes, defaults.InsideMaxHeaderBytes)
+	n.HeaderTimeout = orNone(n.HeaderTimeout, defaults.InsideHeaderTimeout, -1)
+	n.IdleTimeout = orNone(n.IdleTimeout, defaults.InsideIdleTimeout, -1)
+	n.WriteTimeout = orNone(n.WriteTimeout, defaults.InsideWriteTimeout, -1)
+	n.Body = bodyWithDefaults(errs, "Inside.Body", n.Body)
+	return n
+}
+
+// bodyWithDefaults applies Config's rule to each field of a BodyLimits:
+// Timeout cannot be off (a body must arrive some time); MinRate and Idle
+// can (-1, which netlimit reads as none).
+func bodyWithDefaults(errs *[]error, name string, b netlimit.BodyLimits) netlimit.BodyLimits {
+	b.Timeout = bound(errs, name+".Timeout", b.Timeout, defaults.InsideBodyTimeout)
+	b.MinRate = orNone(b.MinRate, defaults.InsideBodyMinRate, -1)
+	b.Idle = orNone(b.Idle, defaults.InsideBodyIdle, -1)
+	return b
 }
 
 // Run serves until ctx ends, then shuts down: it stops accepting, lets

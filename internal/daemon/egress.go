@@ -72,17 +72,17 @@ type EgressConfig struct {
 	DenyWindow time.Duration
 }
 
-// withDefaults applies Config's rule; the durations' none stays negative,
-// which is what package egress reads as none.
-func (e EgressConfig) withDefaults(refuse func(string, any)) EgressConfig {
-	e.Port = count(e.Port, defaults.EgressPort, -1, "Egress.Port", refuse)
-	e.MaxConns = count(e.MaxConns, defaults.EgressMaxConns, refused, "Egress.MaxConns", refuse)
-	e.MaxConnsTotal = count(e.MaxConnsTotal, defaults.EgressMaxConnsTotal, refused, "Egress.MaxConnsTotal", refuse)
-	e.MaxWaiting = count(e.MaxWaiting, defaults.EgressMaxWaiting, refused, "Egress.MaxWaiting", refuse)
-	e.MaxWaitingPerHost = count(e.MaxWaitingPerHost, defaults.EgressMaxWaitingPerHost, refused, "Egress.MaxWaitingPerHost", refuse)
-	e.TunnelIdle = timeout(e.TunnelIdle, defaults.EgressTunnelIdle)
-	e.Body = bodyWithDefaults(e.Body, "Egress.Body", refuse)
-	e.DenyWindow = timeout(e.DenyWindow, defaults.EgressDenyWindow)
+// withDefaults applies Config's rule; the durations' none is -1, which is
+// what package egress reads as none.
+func (e EgressConfig) withDefaults(errs *[]error) EgressConfig {
+	e.Port = orNone(e.Port, defaults.EgressPort, -1)
+	e.MaxConns = bound(errs, "Egress.MaxConns", e.MaxConns, defaults.EgressMaxConns)
+	e.MaxConnsTotal = bound(errs, "Egress.MaxConnsTotal", e.MaxConnsTotal, defaults.EgressMaxConnsTotal)
+	e.MaxWaiting = bound(errs, "Egress.MaxWaiting", e.MaxWaiting, defaults.EgressMaxWaiting)
+	e.MaxWaitingPerHost = bound(errs, "Egress.MaxWaitingPerHost", e.MaxWaitingPerHost, defaults.EgressMaxWaitingPerHost)
+	e.TunnelIdle = orNone(e.TunnelIdle, defaults.EgressTunnelIdle, -1)
+	e.Body = bodyWithDefaults(errs, "Egress.Body", e.Body)
+	e.DenyWindow = orNone(e.DenyWindow, defaults.EgressDenyWindow, -1)
 	return e
 }
 

@@ -61,17 +61,17 @@ type ModelConfig struct {
 	MaxTokens int
 }
 
-// withDefaults applies Config's rule; the budgets' none is 0, which is
-// what modelproxy reads as none.
-func (m ModelConfig) withDefaults(refuse func(string, any)) ModelConfig {
-	m.Port = count(m.Port, defaults.ModelPort, -1, "Model.Port", refuse)
-	m.RequestsPerMinute = count(m.RequestsPerMinute, 0, 0, "Model.RequestsPerMinute", refuse)
-	m.SandboxBudget = count(m.SandboxBudget, 0, 0, "Model.SandboxBudget", refuse)
-	m.AgentBudget = count(m.AgentBudget, 0, 0, "Model.AgentBudget", refuse)
-	m.BudgetWindow = count(m.BudgetWindow, 0, 0, "Model.BudgetWindow", refuse)
-	m.MaxOutput = count(m.MaxOutput, defaults.ModelMaxOutput, refused, "Model.MaxOutput", refuse)
-	m.TokenTTL = count(m.TokenTTL, defaults.ModelTokenTTL, refused, "Model.TokenTTL", refuse)
-	m.MaxTokens = count(m.MaxTokens, defaults.ModelMaxTokens, refused, "Model.MaxTokens", refuse)
+// withDefaults applies Config's rule; the limits' none is 0, which is
+// what modelproxy reads as none (it refuses negative ones).
+func (m ModelConfig) withDefaults(errs *[]error) ModelConfig {
+	m.Port = orNone(m.Port, defaults.ModelPort, -1)
+	m.RequestsPerMinute = orNone(m.RequestsPerMinute, 0, 0)
+	m.SandboxBudget = orNone(m.SandboxBudget, 0, 0)
+	m.AgentBudget = orNone(m.AgentBudget, 0, 0)
+	m.BudgetWindow = orNone(m.BudgetWindow, 0, 0)
+	m.MaxOutput = bound(errs, "Model.MaxOutput", m.MaxOutput, defaults.ModelMaxOutput)
+	m.TokenTTL = bound(errs, "Model.TokenTTL", m.TokenTTL, defaults.ModelTokenTTL)
+	m.MaxTokens = bound(errs, "Model.MaxTokens", m.MaxTokens, defaults.ModelMaxTokens)
 	return m
 }
 
