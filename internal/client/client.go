@@ -4,6 +4,8 @@
 package client
 
 import (
+	"github.com/ironclaw/ironclaw/internal/defaults"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -19,8 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ironclaw/ironclaw/internal/defaults"
 )
 
 // Environment variables the zero Client reads.
