@@ -39,6 +39,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/session"
 )
 
@@ -142,22 +143,22 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 		return nil, errors.New("api: a session manager and an audit log are required")
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 1 << 20
+		cfg.MaxBodyBytes = defaults.MaxBodyBytes
 	}
 	if cfg.MaxUploadBytes <= 0 {
-		cfg.MaxUploadBytes = 256 << 20
+		cfg.MaxUploadBytes = defaults.MaxUploadBytes
 	}
 	if cfg.WaitOutputBytes <= 0 {
-		cfg.WaitOutputBytes = 1 << 20
+		cfg.WaitOutputBytes = defaults.WaitOutputBytes
 	}
 	if cfg.BodyTimeout <= 0 {
-		cfg.BodyTimeout = 30 * time.Second
+		cfg.BodyTimeout = defaults.BodyTimeout
 	}
 	if cfg.RatePerSecond <= 0 {
-		cfg.RatePerSecond = 50
+		cfg.RatePerSecond = defaults.RatePerSecond
 	}
 	if cfg.RateBurst <= 0 {
-		cfg.RateBurst = 100
+		cfg.RateBurst = defaults.RateBurst
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -76,7 +75,7 @@ func newApprovalsLsCmd(e *env) *cobra.Command {
 		Short: "List approval requests (pending by default) with what each will apply; --watch prints each change as it happens",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			ctx := ctxOf(c)
+			ctx := c.Context()
 			cl := newClient()
 			if all {
 				state = ""
@@ -98,8 +97,8 @@ func newApprovalsLsCmd(e *env) *cobra.Command {
 					}
 					return w.Flush()
 				})
-				if errors.Is(err, ctx.Err()) {
-					return nil
+				if ctx.Err() != nil {
+					return nil // watched until the root context ended (Ctrl-C)
 				}
 				return err
 			}
@@ -127,18 +126,9 @@ func newApprovalsLsCmd(e *env) *cobra.Command {
 	c.Flags().StringVar(&session, "session", "", "only requests about this sandbox")
 	c.Flags().StringVar(&kind, "kind", "", "only this kind (egress.host, sandbox.widen, tool.register, agent.spawn, exec.command, tool.call)")
 	c.Flags().BoolVarP(&watch, "watch", "w", false, "print pending requests, then every request as it is filed or decided, until interrupted")
-	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line (control and bidi characters as \\u escapes)")
+	jsonFlag(c.Flags(), &asJSON)
 	c.Flags().BoolVar(&brief, "brief", false, "one line per request, without its fields and note")
 	return c
-}
-
-func writeJSONLines(w io.Writer, list []client.Approval) error {
-	for _, a := range list {
-		if err := writeJSONLine(w, a); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // writeApproval prints one approval for a human: what it is, what it will
@@ -210,7 +200,7 @@ func newApprovalsShowCmd(e *env) *cobra.Command {
 		Short: "Print one approval request: what it will apply, the agent's note apart, and its decision",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			a, err := newClient().ShowApproval(ctxOf(c), args[0], wait)
+			a, err := newClient().ShowApproval(c.Context(), args[0], wait)
 			if err != nil {
 				return err
 			}
@@ -225,7 +215,7 @@ func newApprovalsShowCmd(e *env) *cobra.Command {
 			return writeApproval(e.stdout, a)
 		},
 	}
-	c.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for a pending request to be decided")
+	durationVar(c.Flags(), &wait, "wait", "", 0, "wait up to this long for a pending request to be decided, e.g. 30s")
 	c.Flags().BoolVar(&asJSON, "json", false, "the approval object as JSON (control and bidi characters as \\u escapes)")
 	return c
 }
@@ -245,9 +235,9 @@ func newApprovalsDecideCmd(e *env, approve bool) *cobra.Command {
 			var a client.Approval
 			var err error
 			if approve {
-				a, err = cl.Approve(ctxOf(c), args[0], scope, reason)
+				a, err = cl.Approve(c.Context(), args[0], scope, reason)
 			} else {
-				a, err = cl.Deny(ctxOf(c), args[0], reason)
+				a, err = cl.Deny(c.Context(), args[0], reason)
 			}
 			if err != nil {
 				return err

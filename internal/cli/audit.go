@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"unicode/utf8"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
@@ -120,33 +118,43 @@ func (j *jsonSafeWriter) flush() error {
 	return err
 }
 
+// auditPage is how many records one request of 'audit tail' asks for (the
+// API's most).
+const auditPage = 1000
+
 func newAuditTailCmd(e *env) *cobra.Command {
 	var (
-		after  int64
-		follow bool
+		after          int64
+		follow, asJSON bool
 	)
 	c := &cobra.Command{
-		Use:   "tail [-f] [--after SEQ]",
+		Use:   "tail [-f] [--after SEQ] [--json]",
 		Short: "Print audit records after SEQ, one per line: seq time actor kind session data",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if after < 0 {
-				return errors.New("--after must not be negative")
-			}
-			ctx := ctxOf(c)
+			ctx := c.Context()
 			cl := newClient()
 			w := bufio.NewWriter(e.stdout)
 			defer w.Flush()
+			print := func(r client.AuditRecord) error {
+				if asJSON {
+					return writeJSONLine(w, r)
+				}
+				_, err := fmt.Fprintln(w, auditLine(r))
+				return err
+			}
 			for {
-				recs, err := cl.AuditTail(ctx, after, 1000)
+				recs, err := cl.AuditTail(ctx, after, auditPage)
 				if err != nil {
 					return err
 				}
 				for _, r := range recs {
-					fmt.Fprintln(w, auditLine(r))
+					if err := print(r); err != nil {
+						return err
+					}
 					after = r.Seq
 				}
-				if len(recs) < 1000 {
+				if len(recs) < auditPage {
 					break
 				}
 			}
@@ -156,20 +164,23 @@ func newAuditTailCmd(e *env) *cobra.Command {
 			if !follow {
 				return nil
 			}
-			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
+			// Followed until the root context ends (Ctrl-C): that is the
+			// way to stop, so it is no error.
 			err := cl.AuditFollow(ctx, after, func(r client.AuditRecord) error {
-				_, err := fmt.Fprintln(e.stdout, auditLine(r))
-				return err
+				if err := print(r); err != nil {
+					return err
+				}
+				return w.Flush()
 			})
-			if errors.Is(err, context.Canceled) {
+			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		},
 	}
-	c.Flags().Int64Var(&after, "after", 0, "start after this sequence number")
+	intVar(c.Flags(), &after, "after", 0, "start after this sequence number")
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing records as they are appended (until interrupted)")
+	jsonFlag(c.Flags(), &asJSON)
 	return c
 }
 
@@ -193,7 +204,7 @@ own key and checkpoint file. Offline:
                    works when the daemon refuses to start on a bad log`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			ctx := ctxOf(c)
+			ctx := c.Context()
 			var (
 				v   client.VerifyResult
 				err error
@@ -313,7 +324,7 @@ func newAuditExportCmd(e *env) *cobra.Command {
 			// same JSON, so the export still verifies, but harmless on a
 			// terminal.
 			w := &jsonSafeWriter{w: e.stdout}
-			if err := newClient().AuditExport(ctxOf(c), w); err != nil {
+			if err := newClient().AuditExport(c.Context(), w); err != nil {
 				return err
 			}
 			return w.flush()

@@ -1,5 +1,11 @@
 // Package cli is the ironclaw command line. main only calls Main; every
 // subcommand lives in its own file here.
+//
+// What holds for every command lives in one place each: the root context
+// that signals cancel (signals.go), the flag types for durations and the
+// daemon's numbers (flags.go), the printers that escape what an agent
+// wrote and the --json of every listing (printer.go), and what --image
+// means (image.go). The serve flags' defaults are package defaults'.
 package cli
 
 import (
@@ -50,15 +56,23 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fmt.Errorf("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newRunCmd(e), newDoctorCmd(e), newVersionCmd(e), newServeCmd(e), newSandboxCmd(e), newAuditCmd(e), newApprovalsCmd(e), newOperatorCmd(e), newAgentCmd(e))
+	root.AddCommand(newRunCmd(e), newDoctorCmd(e), newVersionCmd(e), newServeCmd(e), newSandboxCmd(e), newAuditCmd(e), newApprovalsCmd(e), newToolsCmd(e), newOperatorCmd(e), newAgentCmd(e))
 	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
+	// One context for every command: the first SIGINT, SIGTERM or SIGHUP
+	// cancels it, a second one ends the process.
+	ctx, stop := withSignals(context.Background(), stopSignals...)
+	defer stop()
+	err := root.ExecuteContext(ctx)
 	var code exitCode
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &code):
 		return int(code)
+	case interrupted(ctx):
+		// Whatever failed, it failed because the command was cut short.
+		fmt.Fprintln(stderr, "ironclaw: interrupted")
+		return ExitInterrupted
 	case errors.Is(err, sandbox.ErrCommandNotFound):
 		fmt.Fprintf(stderr, "ironclaw: %s\n", safe(err.Error()))
 		return ExitNotFound

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("IRONCLAW_CLI_TEST_MAIN") == "1" { // the test binary as the ironclaw CLI
 		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if os.Getenv("IRONCLAW_CLI_TEST_SIGNALS") == "1" {
+		signalHelper()
+	}
 	os.Exit(m.Run())
 }
 

@@ -67,7 +67,7 @@ func readTok(t *testing.T, p string) string {
 
 func TestServeSecondRefused(t *testing.T) {
 	_, dir := startDaemon(t)
-	code, _, stderr := run(t, "", "serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--pool", "0")
+	code, _, stderr := run(t, "", "serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--pool", "off")
 	if code != ExitIronClaw || !strings.Contains(stderr, "another ironclaw daemon") || strings.Count(stderr, "\n") != 1 {
 		t.Fatalf("second serve: exit %d, stderr %q", code, stderr)
 	}
@@ -303,7 +303,7 @@ func TestServeProcessSIGTERM(t *testing.T) {
 	needSandbox(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	exe, _ := os.Executable()
-	cmd := exec.Command(exe, "serve", "--listen", "127.0.0.1:0", "--pool", "0",
+	cmd := exec.Command(exe, "serve", "--listen", "127.0.0.1:0", "--pool", "off",
 		"--audit-key", dir+".custody/audit.key", "--audit-checkpoints", dir+".custody/checkpoints.jsonl")
 	cmd.Env = []string{"IRONCLAW_CLI_TEST_MAIN=1", "IRONCLAW_DATA_DIR=" + dir, "IRONCLAW_TEST_INIT_EXE=" + os.Getenv("IRONCLAW_TEST_INIT_EXE"), "PATH=" + os.Getenv("PATH")}
 	errPipe, err := cmd.StderrPipe()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/textsafe"
+	"github.com/spf13/pflag"
 )
 
 // Everything the CLI prints that came from the daemon may hold what an
@@ -124,6 +125,23 @@ func escapeJSONText(in []byte) []byte {
 		i += n
 	}
 	return out.Bytes()
+}
+
+// jsonFlag defines --json, the same on every listing: the API's objects,
+// one JSON object per line (NDJSON), for a list as for --watch and
+// --follow, so that one reader (jq, a script reading lines) takes both.
+func jsonFlag(f *pflag.FlagSet, p *bool) {
+	f.BoolVar(p, "json", false, "print the API's objects as JSON, one per line (control and bidi characters as \\u escapes)")
+}
+
+// writeJSONLines writes each of list as one escaped JSON line.
+func writeJSONLines[T any](w io.Writer, list []T) error {
+	for _, v := range list {
+		if err := writeJSONLine(w, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeJSONLine writes v as one escaped JSON line.

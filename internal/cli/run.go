@@ -65,11 +65,11 @@ the only writable places. There is no network but loopback.`,
 	f.SetInterspersed(false) // everything after CMD belongs to CMD
 	d := sandbox.DefaultLimits
 	f.StringVar(&a.runtime, "runtime", backend.Native, "sandbox backend: "+strings.Join(backend.Names(), ", ")+" (the OCI runtimes need their binary installed)")
-	f.StringVar(&a.image, "image", "", "root filesystem (default: the host-toolchain view): a directory, an OCI layout directory or tarball, a docker-save tarball, or a registry reference such as ghcr.io/org/app:1")
+	f.StringVar(&a.image, "image", "", "root filesystem (default: the host-toolchain view): a directory, an OCI layout directory or tarball, a docker-save tarball (an argument starting with /, . or ~, or an existing path), or a registry reference such as ghcr.io/org/app:1")
 	f.StringVar(&a.memory, "memory", sandbox.FormatBytes(d.MemoryBytes), "memory limit, tmpfs pages included (e.g. 256M, 1G)")
 	f.Int64Var(&a.pids, "pids", d.Pids, "maximum number of processes and threads")
 	f.Float64Var(&a.cpus, "cpus", d.CPUs, "CPU bandwidth in CPUs (e.g. 0.5)")
-	f.DurationVar(&a.timeout, "timeout", d.Timeout, "wall-time limit for the command")
+	durationVar(f, &a.timeout, "timeout", "", d.Timeout, "wall-time limit for the command")
 	f.StringVar(&a.output, "output", sandbox.FormatBytes(d.OutputBytes), "stdout+stderr bytes kept; the rest is dropped and reported")
 	f.StringVar(&a.workspaceSize, "workspace-size", sandbox.FormatBytes(d.WorkspaceBytes), "size of the private /workspace")
 	f.StringVar(&a.tmpSize, "tmp-size", sandbox.FormatBytes(d.TmpBytes), "size of /tmp")
@@ -141,18 +141,14 @@ func (a runArgs) spec() (sandbox.Spec, error) {
 	return s, nil
 }
 
+// runRun runs argv in a new sandbox. ctx is the root context: a signal
+// ends the command and tears the sandbox down before we exit, instead of
+// leaving it to the kernel.
 func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	spec, err := a.spec()
 	if err != nil {
 		return err
 	}
-	// SIGINT/SIGTERM/SIGHUP end the command and tear the sandbox down
-	// before we exit, instead of leaving it to the kernel.
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
 	if a.image != "" {
 		if spec.Root, err = resolveImage(ctx, a.image); err != nil {
 			return err
@@ -194,7 +190,7 @@ func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(e.stderr, "ironclaw: interrupted; sandbox torn down")
-			return exitCode(130)
+			return exitCode(ExitInterrupted)
 		}
 		return err
 	}
@@ -265,18 +261,10 @@ func hostTerminal(e *env, req *sandbox.ExecRequest) (restore, stopResize func())
 // resolveImage turns --image into a root. The caller of a one-shot run is
 // the operator, so any local path and any registry will do; images are
 // unpacked once into $XDG_CACHE_HOME/ironclaw/images.
-func resolveImage(ctx context.Context, ref string) (sandbox.Root, error) {
-	if strings.HasPrefix(ref, "/") || strings.HasPrefix(ref, ".") || isLocal(ref) {
-		abs, err := filepath.Abs(ref)
-		if err == nil && !strings.HasPrefix(ref, "/") {
-			if _, serr := os.Stat(ref); serr == nil {
-				ref = abs
-			} else if i := strings.LastIndexAny(ref, ":@"); i > 0 {
-				if p, perr := filepath.Abs(ref[:i]); perr == nil {
-					ref = p + ref[i:]
-				}
-			}
-		}
+func resolveImage(ctx context.Context, arg string) (sandbox.Root, error) {
+	ref, err := imageArg(arg)
+	if err != nil {
+		return sandbox.Root{}, err
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
@@ -292,18 +280,4 @@ func resolveImage(ctx context.Context, ref string) (sandbox.Root, error) {
 		return sandbox.Root{}, fmt.Errorf("--image: %w", err)
 	}
 	return root, nil
-}
-
-// isLocal reports whether a relative reference names something on disk
-// ("app.tar", "layout:tag"), which wins over a registry name.
-func isLocal(ref string) bool {
-	if _, err := os.Stat(ref); err == nil {
-		return true
-	}
-	if i := strings.LastIndexAny(ref, ":@"); i > 0 {
-		if _, err := os.Stat(ref[:i]); err == nil {
-			return true
-		}
-	}
-	return false
 }

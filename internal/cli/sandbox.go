@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,13 +19,6 @@ import (
 // token files decide where it goes and who it is.
 func newClient() *client.Client { return &client.Client{} }
 
-func ctxOf(c *cobra.Command) context.Context {
-	if ctx := c.Context(); ctx != nil {
-		return ctx
-	}
-	return context.Background()
-}
-
 func parseLabels(flag string, kvs []string) (map[string]string, error) {
 	if len(kvs) == 0 {
 		return nil, nil
@@ -41,6 +33,10 @@ func parseLabels(flag string, kvs []string) (map[string]string, error) {
 	}
 	return m, nil
 }
+
+// approvalPoll is how long one request for an approval's decision waits
+// (the daemon holds it until the decision or this long).
+const approvalPoll = 30 * time.Second
 
 func newSandboxCmd(e *env) *cobra.Command {
 	c := &cobra.Command{
@@ -57,12 +53,24 @@ else the agent.token file in the default data directory.`,
 func newSandboxCreateCmd(e *env) *cobra.Command {
 	var (
 		labels, envs []string
+		timeout      time.Duration
 		req          client.CreateRequest
 	)
 	c := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create a sandbox and print its id",
-		Args:  cobra.NoArgs,
+		Long: `Create a sandbox and print its id (only that, so scripts can capture it).
+
+--image names the root filesystem: an argument that looks like a path (it
+starts with /, . or ~, or names something that exists here) is a local image
+on the daemon's host, made absolute here; it must lie beneath one of the
+daemon's --image-dir directories. Anything else is a registry reference
+(ghcr.io/org/app:1, localhost:5000/app@sha256:...), which the daemon pulls
+when its --image-registry allows the registry.`,
+		Example: `  id=$(ironclaw sandbox create --label team=a --memory 256M --idle 10m)
+  ironclaw sandbox create --image ghcr.io/org/app:1
+  ironclaw sandbox create --image ./rootfs`,
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			var err error
 			if req.Labels, err = parseLabels("label", labels); err != nil {
@@ -71,15 +79,13 @@ func newSandboxCreateCmd(e *env) *cobra.Command {
 			if req.Env, err = parseLabels("env", envs); err != nil {
 				return err
 			}
-			if req.Image != "" {
-				if req.Image, err = filepath.Abs(req.Image); err != nil {
-					return err
-				}
+			if req.Image, err = imageArg(req.Image); err != nil {
+				return err
 			}
-			if req.TTL < 0 || req.Idle < 0 {
-				return errors.New("--ttl and --idle must not be negative")
+			if timeout > 0 {
+				req.Limits.Timeout = timeout.String()
 			}
-			sb, err := newClient().CreateSandbox(ctxOf(c), req)
+			sb, err := newClient().CreateSandbox(c.Context(), req)
 			if err != nil {
 				return err
 			}
@@ -91,13 +97,13 @@ func newSandboxCreateCmd(e *env) *cobra.Command {
 	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "environment KEY=VALUE of every command (repeatable)")
 	f.StringArrayVar(&req.EgressAllow, "allow-host", nil, "host the sandbox may reach through its egress broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
-	f.StringVar(&req.Image, "image", "", "root filesystem: a directory on the daemon's host (default: the host-toolchain view)")
-	f.DurationVar(&req.TTL, "ttl", 0, "lifetime (default: the daemon's)")
-	f.DurationVar(&req.Idle, "idle", 0, "idle timeout (default: the daemon's)")
+	f.StringVar(&req.Image, "image", "", "root filesystem (default: the host-toolchain view): a local image on the daemon's host (a path: /, . or ~ first, or an existing path) or a registry reference such as ghcr.io/org/app:1")
+	durationVar(f, &req.TTL, "ttl", "", 0, "lifetime (default: the daemon's)")
+	durationVar(f, &req.Idle, "idle", "", 0, "idle timeout (default: the daemon's)")
 	f.StringVar(&req.Limits.Memory, "memory", "", "memory limit (e.g. 256M)")
 	f.Int64Var(&req.Limits.Pids, "pids", 0, "maximum number of processes and threads")
 	f.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU bandwidth in CPUs")
-	f.StringVar(&req.Limits.Timeout, "timeout", "", "wall-time limit per command (e.g. 30s)")
+	durationVar(f, &timeout, "timeout", "", 0, "wall-time limit per command, e.g. 30s (default: the daemon's)")
 	f.StringVar(&req.Limits.Output, "output", "", "output bytes kept per command")
 	f.StringVar(&req.Limits.Workspace, "workspace-size", "", "size of /workspace")
 	f.StringVar(&req.Limits.Tmp, "tmp-size", "", "size of /tmp")
@@ -106,9 +112,12 @@ func newSandboxCreateCmd(e *env) *cobra.Command {
 }
 
 func newSandboxLsCmd(e *env) *cobra.Command {
-	var labels []string
+	var (
+		labels []string
+		asJSON bool
+	)
 	c := &cobra.Command{
-		Use:     "ls [--label KEY=VALUE]...",
+		Use:     "ls [--label KEY=VALUE]... [--json]",
 		Aliases: []string{"list"},
 		Short:   "List running sandboxes",
 		Args:    cobra.NoArgs,
@@ -117,9 +126,12 @@ func newSandboxLsCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := newClient().ListSandboxes(ctxOf(c), sel)
+			list, err := newClient().ListSandboxes(c.Context(), sel)
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				return writeJSONLines(e.stdout, list)
 			}
 			// Labels are the agent's text: the table escapes every cell.
 			t := newTable(e.stdout, "ID", "STATE", "AGE", "LABELS")
@@ -131,6 +143,7 @@ func newSandboxLsCmd(e *env) *cobra.Command {
 		},
 	}
 	c.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label KEY=VALUE (repeatable: all must match)")
+	jsonFlag(c.Flags(), &asJSON)
 	return c
 }
 
@@ -168,7 +181,7 @@ func newSandboxRmCmd(e *env) *cobra.Command {
 			cl := newClient()
 			var failed error
 			for _, id := range ids {
-				if _, err := cl.DeleteSandbox(ctxOf(c), id); err != nil {
+				if _, err := cl.DeleteSandbox(c.Context(), id); err != nil {
 					if failed != nil {
 						fmt.Fprintf(e.stderr, "ironclaw: %s\n", safe(failed.Error()))
 					}
@@ -224,7 +237,7 @@ first).`,
 				req.Stdin = string(b)
 			}
 			cl := newClient()
-			res, err := cl.Exec(ctxOf(c), args[0], req)
+			res, err := cl.Exec(c.Context(), args[0], req)
 			var need *client.ApprovalRequiredError
 			if errors.As(err, &need) {
 				// The policy marks this command: wait for an operator, then
@@ -233,7 +246,7 @@ first).`,
 				fmt.Fprintf(e.stderr, "ironclaw: this command needs approval: waiting for request %s (ironclaw approvals approve %s)\n", id, id)
 				a := need.Approval
 				for a.State == "pending" {
-					if a, err = cl.GetApproval(ctxOf(c), id, 30*time.Second); err != nil {
+					if a, err = cl.GetApproval(c.Context(), id, approvalPoll); err != nil {
 						return err
 					}
 				}
@@ -248,7 +261,7 @@ first).`,
 					return errors.New(msg)
 				}
 				req.Approval = id
-				res, err = cl.Exec(ctxOf(c), args[0], req)
+				res, err = cl.Exec(c.Context(), args[0], req)
 			}
 			if err != nil {
 				return err
@@ -275,7 +288,7 @@ first).`,
 	f.SetInterspersed(false)
 	f.StringArrayVarP(&envs, "env", "e", nil, "set KEY=VALUE for this command (repeatable)")
 	f.StringVarP(&cwd, "workdir", "w", "", "working directory inside (default /workspace)")
-	f.DurationVar(&timeout, "timeout", 0, "wall-time limit (default: the sandbox's)")
+	durationVar(f, &timeout, "timeout", "", 0, "wall-time limit, e.g. 30s (default: the sandbox's)")
 	f.BoolVarP(&interactive, "interactive", "i", false, "send stdin to the command")
 	return c
 }
@@ -303,7 +316,7 @@ may be - for stdin (upload) or stdout (download).`,
 			srcID, srcPath, srcRemote := remotePath(args[0])
 			dstID, dstPath, dstRemote := remotePath(args[1])
 			cl := newClient()
-			ctx := ctxOf(c)
+			ctx := c.Context()
 			switch {
 			case srcRemote == dstRemote:
 				return errors.New("cp: exactly one of SRC and DST must be ID:/path inside a sandbox")

@@ -1,20 +1,15 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/daemon"
-	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -27,21 +22,23 @@ var serveEnv = map[string]string{
 	"data-dir": "IRONCLAW_DATA_DIR",
 }
 
+// serveSettings are the flags of 'ironclaw serve': the daemon's Config,
+// which they fill directly, and the config file that may set them.
+type serveSettings struct {
+	configFile string
+	cfg        daemon.Config
+}
+
 func newServeCmd(e *env) *cobra.Command {
-	var (
-		configFile                     string
-		cfg                            daemon.Config
-		idle, ttl                      time.Duration
-		pool                           int
-		maxBody, maxUpload, waitOutput string
-		storeWarn                      string
-	)
+	s := &serveSettings{}
 	c := &cobra.Command{
 		Use:   "serve [flags]",
 		Short: "Run the IronClaw daemon: the HTTP API for sandboxes, exec, files and the audit log",
 		Long: `Run the IronClaw daemon. It serves the HTTP API (docs/http-api.md) on a loopback
 address, keeps its database, lock and tokens in the data directory, and runs
-until SIGINT or SIGTERM, when it destroys its sandboxes and exits.
+until SIGINT, SIGTERM or SIGHUP (unless started with SIGHUP ignored, as under
+nohup), when it destroys its sandboxes and exits; a second signal ends it at
+once.
 
 On first start it writes two random tokens, agent.token and operator.token
 (mode 0600), into the data directory; clients read them from there or from
@@ -58,12 +55,19 @@ environment (IRONCLAW_LISTEN, IRONCLAW_DATA_DIR), then the YAML file named by
   pool: 2
   max-sandboxes: 100
   default-idle: 30m
-  default-ttl: 0
+  default-ttl: off
   rate: 50
   rate-burst: 100
   max-body: 1M
   max-upload: 256M
   policy: /etc/ironclaw/policy.yaml
+
+Every number, size and duration follows one rule: 0 means the default (the
+value shown in the flag's help), and "off" (or a negative value) means none
+where a setting can be off (the pool, the lifetimes, the in-sandbox ports,
+the model limits, the size warning); the others refuse a negative value.
+Durations are Go durations (30s, 1m30s, 2h); a bare number other than 0 is
+refused.
 
 The policy file (--policy) is YAML:
 
@@ -100,86 +104,64 @@ the log cannot be verified) and --audit-checkpoints (default
 /var/log/ironclaw/audit-checkpoints/ as root, else
 ~/.local/state/ironclaw/audit-checkpoints/; one file per data directory, never
 to be rotated or deleted). 'ironclaw audit verify' checks both.`,
+
 		Example: `  ironclaw serve
   ironclaw serve --listen 127.0.0.1:9000 --data-dir /var/lib/ironclaw
+  ironclaw serve --pool off --default-idle 2h --model-budget-agent 1000000
   IRONCLAW_API_TOKEN=$(cat ~/.local/share/ironclaw/agent.token) ironclaw sandbox create`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := layerSettings(c.Flags(), configFile); err != nil {
+			if err := layerSettings(c.Flags(), s.configFile); err != nil {
 				return err
 			}
-			switch {
-			case pool < 0:
-				return errors.New("--pool must not be negative")
-			case pool == 0:
-				cfg.PoolSize = -1
-			default:
-				cfg.PoolSize = pool
-			}
-			if idle < 0 || ttl < 0 {
-				return errors.New("--default-idle and --default-ttl must not be negative")
-			}
-			cfg.DefaultIdle, cfg.DefaultTTL = idle, ttl
-			if idle == 0 {
-				cfg.DefaultIdle = -1 // none
-			}
-			if cfg.MaxSandboxes <= 0 {
-				return errors.New("--max-sandboxes must be positive")
-			}
-			var err error
-			if cfg.MaxBodyBytes, err = optionalSize("max-body", maxBody); err != nil {
-				return err
-			}
-			if cfg.MaxUploadBytes, err = optionalSize("max-upload", maxUpload); err != nil {
-				return err
-			}
-			if cfg.WaitOutputBytes, err = optionalSize("wait-output", waitOutput); err != nil {
-				return err
-			}
-			if storeWarn == "off" {
-				cfg.StoreSizeWarn = -1
-			} else if cfg.StoreSizeWarn, err = optionalSize("store-size-warn", storeWarn); err != nil {
-				return err
-			}
+			cfg := s.cfg
 			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "ironclaw: "+format+"\n", args...) }
-			ctx := c.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			return daemon.Run(ctx, cfg)
+			// Until the root context ends (SIGINT, SIGTERM, SIGHUP): the daemon then
+			// destroys its sandboxes and returns nil.
+			return daemon.Run(c.Context(), cfg)
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&configFile, "config", "", "YAML file of settings (keys as the flag names)")
-	f.StringVar(&cfg.Listen, "listen", daemon.DefaultListen, "address to serve the HTTP API on (port 0 picks one) [$IRONCLAW_LISTEN]")
-	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir(), "directory of the database, lock and tokens [$IRONCLAW_DATA_DIR]")
+	s.flags(c.Flags())
+	return c
+}
+
+// flags defines serve's flags over s. Their defaults are package
+// defaults', which the daemon also applies to a zero field: a 0 given here
+// means the default too.
+func (s *serveSettings) flags(f *pflag.FlagSet) {
+	cfg := &s.cfg
+	const (
+		orDefault = " (0: the default)"
+		orOff     = " (0: the default; off: none)"
+	)
+	f.StringVar(&s.configFile, "config", "", "YAML file of settings (keys as the flag names)")
+	f.StringVar(&cfg.Listen, "listen", defaults.Listen, "address to serve the HTTP API on (port 0 picks one) [$IRONCLAW_LISTEN]")
+	f.StringVar(&cfg.DataDir, "data-dir", defaults.DataDir(), "directory of the database, lock and tokens [$IRONCLAW_DATA_DIR]")
 	f.StringVar(&cfg.Runtime, "runtime", backend.Native, "sandbox backend: "+strings.Join(backend.Names(), ", "))
-	f.IntVar(&pool, "pool", daemon.DefaultPoolSize, "sealed idle sandboxes kept ready for fast creates (0: none)")
-	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", daemon.DefaultMaxSandboxes, "maximum number of running sandboxes")
-	f.DurationVar(&idle, "default-idle", daemon.DefaultIdle, "idle timeout of sandboxes created without one (0: none)")
-	f.DurationVar(&ttl, "default-ttl", 0, "lifetime of sandboxes created without a ttl (0: none)")
-	f.Float64Var(&cfg.RatePerSecond, "rate", 0, "requests per second allowed per token (0: 50)")
-	f.IntVar(&cfg.RateBurst, "rate-burst", 0, "burst of requests allowed per token (0: 100)")
-	f.StringVar(&maxBody, "max-body", "", "largest JSON request body (default 1M)")
-	f.StringVar(&maxUpload, "max-upload", "", "largest file upload (default 256M)")
-	f.DurationVar(&cfg.BodyTimeout, "body-timeout", daemon.DefaultBodyTimeout, "how long the API waits for a request body, and how long an upload may stall")
-	f.StringVar(&waitOutput, "wait-output", "", "most output an exec with ?wait=1 returns (default 1M; held in memory until the command ends)")
+	intOffVar(f, &cfg.PoolSize, "pool", defaults.PoolSize, "sealed idle sandboxes kept ready for fast creates"+orOff)
+	intVar(f, &cfg.MaxSandboxes, "max-sandboxes", defaults.MaxSandboxes, "maximum number of running sandboxes"+orDefault)
+	durationOffVar(f, &cfg.DefaultIdle, "default-idle", defaults.Idle, "idle timeout of sandboxes created without one"+orOff)
+	durationOffVar(f, &cfg.DefaultTTL, "default-ttl", defaults.TTL, "lifetime of sandboxes created without a ttl (the default, 0 and off: none)")
+	rateVar(f, &cfg.RatePerSecond, "rate", defaults.RatePerSecond, "requests per second allowed per token"+orDefault)
+	intVar(f, &cfg.RateBurst, "rate-burst", defaults.RateBurst, "burst of requests allowed per token"+orDefault)
+	sizeVar(f, &cfg.MaxBodyBytes, "max-body", defaults.MaxBodyBytes, "largest JSON request body, a `size` such as 1M"+orDefault)
+	sizeVar(f, &cfg.MaxUploadBytes, "max-upload", defaults.MaxUploadBytes, "largest file upload, a `size`"+orDefault)
+	durationVar(f, &cfg.BodyTimeout, "body-timeout", "", defaults.BodyTimeout, "how long the API waits for a request body, and how long an upload may stall"+orDefault)
+	sizeVar(f, &cfg.WaitOutputBytes, "wait-output", defaults.WaitOutputBytes, "most output an exec with ?wait=1 returns, a `size` (held in memory until the command ends)"+orDefault)
 	f.StringVar(&cfg.Model.Provider, "provider", "", "model provider: empty uses a provider whose key is in the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY) and the offline mock for the rest; \"mock\" uses the mock for all")
 	f.StringVar(&cfg.Model.MockScript, "mock-script", "", "JSON file of scripted turns for the mock provider")
-	f.IntVar(&cfg.Model.Port, "model-port", daemon.DefaultModelPort, "port of the model proxy inside every sandbox (-1: none)")
+	intOffVar(f, &cfg.Model.Port, "model-port", defaults.ModelPort, "port of the model proxy inside every sandbox"+orOff)
 	f.StringSliceVar(&cfg.Model.Models, "allow-model", nil, "model names agents may use (repeatable; default: any)")
-	f.IntVar(&cfg.Model.RequestsPerMinute, "model-rpm", 0, "model requests per minute per proxy token (0: no limit)")
-	f.Int64Var(&cfg.Model.SandboxBudget, "model-budget-sandbox", 0, "model tokens (input+output) each sandbox may use (0: no limit)")
-	f.Int64Var(&cfg.Model.SandboxBudget, "model-tokens", 0, "model tokens per sandbox")
+	intOffVar(f, &cfg.Model.RequestsPerMinute, "model-rpm", 0, "model requests per minute per proxy token (the default, 0 and off: no limit)")
+	intOffVar(f, &cfg.Model.SandboxBudget, "model-budget-sandbox", 0, "model tokens (input+output) each sandbox may use (the default, 0 and off: no limit)")
+	intOffVar(f, &cfg.Model.SandboxBudget, "model-tokens", 0, "model tokens per sandbox")
 	_ = f.MarkDeprecated("model-tokens", "use --model-budget-sandbox")
-	f.Int64Var(&cfg.Model.AgentBudget, "model-budget-agent", 0, "model tokens (input+output) each agent token (principal) may use across its sandboxes and host tokens; kept across restarts (0: no limit)")
-	f.DurationVar(&cfg.Model.BudgetWindow, "model-budget-window", 0, "renew --model-budget-agent every window, e.g. 24h (0: never)")
-	f.Int64Var(&cfg.Model.MaxOutput, "model-max-output", 0, "output bound given to model requests that set none while a budget applies (0: 16384)")
-	f.DurationVar(&cfg.Model.TokenTTL, "model-token-ttl", 0, "lifetime of model tokens minted for programs on the host (POST /v1/model/tokens; 0: 24h)")
-	f.IntVar(&cfg.Model.MaxTokens, "model-token-max", 0, "live host model tokens each principal may hold (0: 32)")
-	f.IntVar(&cfg.Egress.Port, "egress-port", daemon.DefaultEgressPort, "port of the egress broker inside every sandbox (-1: none)")
+	intOffVar(f, &cfg.Model.AgentBudget, "model-budget-agent", 0, "model tokens (input+output) each agent token (principal) may use across its sandboxes and host tokens; kept across restarts (the default, 0 and off: no limit)")
+	durationOffVar(f, &cfg.Model.BudgetWindow, "model-budget-window", 0, "renew --model-budget-agent every window, e.g. 24h (the default, 0 and off: never)")
+	intVar(f, &cfg.Model.MaxOutput, "model-max-output", defaults.ModelMaxOutput, "output bound given to model requests that set none while a budget applies"+orDefault)
+	durationVar(f, &cfg.Model.TokenTTL, "model-token-ttl", "", defaults.ModelTokenTTL, "lifetime of model tokens minted for programs on the host (POST /v1/model/tokens)"+orDefault)
+	intVar(f, &cfg.Model.MaxTokens, "model-token-max", defaults.ModelMaxTokens, "live host model tokens each principal may hold"+orDefault)
+	intOffVar(f, &cfg.Egress.Port, "egress-port", defaults.EgressPort, "port of the egress broker inside every sandbox"+orOff)
 	f.StringSliceVar(&cfg.Egress.Allow, "egress-allow", nil, "hosts every sandbox may reach through the broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
 	f.StringSliceVar(&cfg.Egress.AllowPrivate, "egress-allow-private", nil, "CIDRs reachable although private or loopback (repeatable; for tests)")
 	f.BoolVar(&cfg.Egress.DenyUnknown, "egress-deny-unknown", false, "refuse hosts off the allowlist at once instead of asking an operator (policy: egress.unknown: deny)")
@@ -190,19 +172,7 @@ to be rotated or deleted). 'ironclaw audit verify' checks both.`,
 	f.StringVar(&cfg.AuditKeyFile, "audit-key", "", "key file authenticating the audit log, outside the data directory (default "+audit.DefaultKeyFile()+"; created 0600)")
 	f.StringVar(&cfg.AuditCheckpointFile, "audit-checkpoints", "", "file the audit log's head is checkpointed to, outside the data directory (default: one per data directory under "+filepath.Dir(audit.DefaultCheckpointFile("x"))+")")
 	f.StringVar(&cfg.AuditCheckpointURL, "audit-checkpoint-url", "", "URL that also receives every audit checkpoint as a JSON POST")
-	f.StringVar(&storeWarn, "store-size-warn", "", "log a warning when the database grows past this size (default 1G; off: never)")
-	return c
-}
-
-func optionalSize(flag, v string) (int64, error) {
-	if v == "" || v == "0" {
-		return 0, nil
-	}
-	n, err := sandbox.ParseBytes(v)
-	if err != nil {
-		return 0, fmt.Errorf("--%s: %v", flag, err)
-	}
-	return n, nil
+	sizeOffVar(f, &cfg.StoreSizeWarn, "store-size-warn", defaults.StoreSizeWarn, "log a warning when the database grows past this `size`"+orOff)
 }
 
 // layerSettings applies, to every flag not given on the command line, its

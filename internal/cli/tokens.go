@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ironclaw/ironclaw/internal/daemon"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 )
 
 func newOperatorCmd(e *env) *cobra.Command {
@@ -37,7 +38,7 @@ func newTokenCmd(e *env, use, short, addShort string, add func(dir, name string)
 			return err
 		},
 	}
-	addCmd.Flags().StringVar(&dataDir, "data-dir", daemon.DefaultDataDir(), "the daemon's data directory")
+	addCmd.Flags().StringVar(&dataDir, "data-dir", defaults.DataDir(), "the daemon's data directory")
 	c.AddCommand(addCmd)
 	return c
 }

@@ -10,6 +10,8 @@
 package client
 
 import (
+	"github.com/ironclaw/ironclaw/internal/defaults"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -39,7 +41,7 @@ const (
 )
 
 // DefaultAddr is where the daemon listens unless told otherwise.
-const DefaultAddr = "http://127.0.0.1:8787"
+const DefaultAddr = defaults.Addr
 
 // Token file names inside the data directory.
 const (
@@ -58,16 +60,7 @@ func DefaultDataDir() string {
 
 // BaseDataDir is $XDG_DATA_HOME/ironclaw, else ~/.local/share/ironclaw
 // (ignoring IRONCLAW_DATA_DIR).
-func BaseDataDir() string {
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "ironclaw")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		home = "/"
-	}
-	return filepath.Join(home, ".local", "share", "ironclaw")
-}
+func BaseDataDir() string { return defaults.DataDir() }
 
 // Client calls the daemon. Fields left empty are filled from the
 // environment at each call.

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +25,8 @@ import (
 	"github.com/ironclaw/ironclaw/internal/api/console"
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/defaults"
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/image"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
@@ -37,16 +40,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Defaults for Config's zero values.
-const (
-	DefaultListen          = "127.0.0.1:8787"
-	DefaultPoolSize        = 2
-	DefaultMaxSandboxes    = 100
-	DefaultIdle            = 30 * time.Minute
-	DefaultShutdownGrace   = 2 * time.Second
-	DefaultShutdownTimeout = 10 * time.Second
-)
-
 // File names inside the data directory.
 const (
 	AgentTokenFile    = client.AgentTokenFile
@@ -58,14 +51,27 @@ const (
 // ErrLocked is returned by Run when another daemon holds the data directory.
 var ErrLocked = errors.New("another ironclaw daemon is using this data directory")
 
-// Config configures Run. The zero value is usable.
+// ErrInvalidConfig is returned by Run (and Config.Validate) for a setting
+// the rule below refuses; nothing has been started then.
+var ErrInvalidConfig = errdefs.New(errdefs.ErrInvalidArgument, "invalid daemon configuration")
+
+// Config configures Run. The zero value is usable: every zero field takes
+// its default, and the defaults are those of package defaults.
+//
+// One rule holds for every number and duration here, in ModelConfig,
+// EgressConfig and Inside: 0 means the default; a negative value means
+// none (no pool, no idle timeout, no listener, no budget, no warning)
+// wherever having none makes sense, and is refused (ErrInvalidConfig)
+// wherever it does not (a bound that guards the daemon against hostile
+// clients, a size, a rate). Each field says which, as "negative: none" or
+// "negative: refused". `ironclaw serve` spells none as "off".
 type Config struct {
-	// Listen is the TCP address to serve on (default 127.0.0.1:8787; port
-	// 0 picks a free one, see Ready).
+	// Listen is the TCP address to serve on ("" means defaults.Listen,
+	// 127.0.0.1:8787; port 0 picks a free one, see Ready).
 	Listen string
-	// DataDir holds the lock, the token files and the database (default
-	// DefaultDataDir(): $XDG_DATA_HOME/ironclaw or ~/.local/share/ironclaw).
-	// It is created with mode 0700.
+	// DataDir holds the lock, the token files and the database ("" means
+	// defaults.DataDir(): $XDG_DATA_HOME/ironclaw or
+	// ~/.local/share/ironclaw). It is created with mode 0700.
 	DataDir string
 	// Model configures the model proxy (keys come from the environment).
 	Model ModelConfig
@@ -73,8 +79,10 @@ type Config struct {
 	Egress EgressConfig
 	// Inside bounds the servers on every sandbox's loopback (the model
 	// proxy and the egress broker): connections per sandbox, the request
-	// head, body, idle and write timeouts (see package netlimit; zero
-	// values take its defaults).
+	// head, body, idle and write timeouts (see package netlimit). Its
+	// counts (MaxConns, MaxHeaderBytes) follow the rule with negative:
+	// refused; its timeouts with negative: none; its Body as
+	// EgressConfig.Body.
 	Inside netlimit.Config
 	// PolicyFile is the host-side policy (YAML, see package policy): its
 	// egress rules add to Egress, and it sets the approval timeout,
@@ -89,34 +97,39 @@ type Config struct {
 	// Console serves the web console at /ui/ (the default); DisableConsole
 	// turns it off.
 	DisableConsole bool
-	// PoolSize is how many sealed idle sandboxes are kept ready (0 means
-	// DefaultPoolSize; negative disables the pool).
+	// PoolSize is how many sealed idle sandboxes are kept ready (0:
+	// defaults.PoolSize, 2; negative: none, no pool).
 	PoolSize int
-	// MaxSandboxes bounds running sandboxes (0 means DefaultMaxSandboxes).
+	// MaxSandboxes bounds running sandboxes (0: defaults.MaxSandboxes,
+	// 100; negative: refused).
 	MaxSandboxes int
-	// DefaultTTL applies to sandboxes created without a ttl (0: none).
+	// DefaultTTL applies to sandboxes created without a ttl (0:
+	// defaults.TTL, which is none; negative: none).
 	DefaultTTL time.Duration
-	// DefaultIdle applies to sandboxes created without an idle timeout (0
-	// means DefaultIdle, 30m; negative: none).
+	// DefaultIdle applies to sandboxes created without an idle timeout (0:
+	// defaults.Idle, 30m; negative: none).
 	DefaultIdle time.Duration
-	// RatePerSecond and RateBurst shape each token's request rate; 0 takes
-	// the API's defaults (50/s, burst 100).
+	// RatePerSecond and RateBurst shape each token's request rate (0:
+	// defaults.RatePerSecond and RateBurst, 50/s with a burst of 100;
+	// negative, NaN or infinite: refused).
 	RatePerSecond float64
 	RateBurst     int
 	// MaxBodyBytes bounds JSON request bodies and MaxUploadBytes file
-	// uploads; 0 takes the API's defaults (1 MiB, 256 MiB).
+	// uploads (0: defaults.MaxBodyBytes, 1 MiB, and MaxUploadBytes, 256
+	// MiB; negative: refused).
 	MaxBodyBytes, MaxUploadBytes int64
-	// WaitOutputBytes bounds the output of an exec with ?wait=1 (0: the
-	// API's default, 1 MiB).
+	// WaitOutputBytes bounds the output of an exec with ?wait=1 (0:
+	// defaults.WaitOutputBytes, 1 MiB; negative: refused).
 	WaitOutputBytes int64
 	// BodyTimeout bounds how long the API waits for a request body, and how
-	// long an upload may stall (0: DefaultBodyTimeout).
+	// long an upload may stall (0: defaults.BodyTimeout, 30s; negative:
+	// refused).
 	BodyTimeout time.Duration
-	// At shutdown, requests in flight get ShutdownGrace to finish (0 means
-	// DefaultShutdownGrace); then the rest, typically exec and audit
-	// follow streams, are cancelled (killing their commands), and their
-	// handlers get ShutdownTimeout (0 means DefaultShutdownTimeout) to
-	// return before their connections are cut.
+	// At shutdown, requests in flight get ShutdownGrace to finish; then
+	// the rest, typically exec and audit follow streams, are cancelled
+	// (killing their commands), and their handlers get ShutdownTimeout to
+	// return before their connections are cut (0: defaults.ShutdownGrace,
+	// 2s, and ShutdownTimeout, 10s; negative: refused).
 	ShutdownGrace, ShutdownTimeout time.Duration
 	// Runtime names the sandbox backend (see package backend): "" or
 	// "native", "runc", "crun", "runsc". The warm pool is native's.
@@ -143,51 +156,116 @@ type Config struct {
 	// every checkpoint as a JSON POST.
 	AuditCheckpointFile, AuditCheckpointURL string
 	// StoreSizeWarn is the database size in bytes past which a warning is
-	// logged (0 means store.DefaultSizeWarn, 1 GiB; negative: never).
+	// logged (0: defaults.StoreSizeWarn, 1 GiB; negative: none, never).
 	StoreSizeWarn int64
 }
 
-// DefaultDataDir is $XDG_DATA_HOME/ironclaw, else ~/.local/share/ironclaw.
-func DefaultDataDir() string { return client.BaseDataDir() }
+// Validate reports what Run would refuse in c (ErrInvalidConfig), without
+// starting anything.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
 
-func (c Config) withDefaults() Config {
+// withDefaults applies the rule of Config to every field: a zero becomes
+// its default; a negative value becomes none in the form the package
+// reading it takes for none (0 for the pool, the lifetimes and the model
+// budgets; -1 for the ports, the size warning and the timeouts of netlimit
+// and egress), or is refused.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
 	if c.Listen == "" {
-		c.Listen = DefaultListen
+		c.Listen = defaults.Listen
 	}
 	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir()
+		c.DataDir = defaults.DataDir()
 	}
-	switch {
-	case c.PoolSize == 0:
-		c.PoolSize = DefaultPoolSize
-	case c.PoolSize < 0:
-		c.PoolSize = 0
+	c.PoolSize = orNone(c.PoolSize, defaults.PoolSize, 0)
+	c.MaxSandboxes = bound(&errs, "MaxSandboxes", c.MaxSandboxes, defaults.MaxSandboxes)
+	c.DefaultTTL = orNone(c.DefaultTTL, defaults.TTL, 0)
+	c.DefaultIdle = orNone(c.DefaultIdle, defaults.Idle, 0)
+	switch r := c.RatePerSecond; {
+	case math.IsNaN(r) || math.IsInf(r, 0) || r < 0:
+		errs = append(errs, fmt.Errorf("%w: RatePerSecond is %v: want a number, not negative (0 means the default)", ErrInvalidConfig, r))
+	case r == 0:
+		c.RatePerSecond = defaults.RatePerSecond
 	}
-	if c.MaxSandboxes <= 0 {
-		c.MaxSandboxes = DefaultMaxSandboxes
+	c.RateBurst = bound(&errs, "RateBurst", c.RateBurst, defaults.RateBurst)
+	c.MaxBodyBytes = bound(&errs, "MaxBodyBytes", c.MaxBodyBytes, defaults.MaxBodyBytes)
+	c.MaxUploadBytes = bound(&errs, "MaxUploadBytes", c.MaxUploadBytes, defaults.MaxUploadBytes)
+	c.WaitOutputBytes = bound(&errs, "WaitOutputBytes", c.WaitOutputBytes, defaults.WaitOutputBytes)
+	c.BodyTimeout = bound(&errs, "BodyTimeout", c.BodyTimeout, defaults.BodyTimeout)
+	c.ShutdownGrace = bound(&errs, "ShutdownGrace", c.ShutdownGrace, defaults.ShutdownGrace)
+	c.ShutdownTimeout = bound(&errs, "ShutdownTimeout", c.ShutdownTimeout, defaults.ShutdownTimeout)
+	c.StoreSizeWarn = orNone(c.StoreSizeWarn, defaults.StoreSizeWarn, -1)
+	c.Model = c.Model.withDefaults(&errs)
+	c.Egress = c.Egress.withDefaults(&errs)
+	c.Inside = insideWithDefaults(&errs, c.Inside)
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"Model.Port", c.Model.Port}, {"Egress.Port", c.Egress.Port}} {
+		if p.v > 65535 {
+			errs = append(errs, fmt.Errorf("%w: %s %d is not a port (1-65535)", ErrInvalidConfig, p.name, p.v))
+		}
 	}
-	switch {
-	case c.DefaultIdle == 0:
-		c.DefaultIdle = DefaultIdle
-	case c.DefaultIdle < 0:
-		c.DefaultIdle = 0
-	}
-	if c.DefaultTTL < 0 {
-		c.DefaultTTL = 0
-	}
-	if c.BodyTimeout <= 0 {
-		c.BodyTimeout = DefaultBodyTimeout
-	}
-	if c.ShutdownGrace <= 0 {
-		c.ShutdownGrace = DefaultShutdownGrace
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
+	if c.Model.Port > 0 && c.Model.Port == c.Egress.Port {
+		errs = append(errs, fmt.Errorf("%w: Model.Port and Egress.Port are both %d", ErrInvalidConfig, c.Model.Port))
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
-	return c
+	return c, errors.Join(errs...)
+}
+
+// number is what Config's rule applies to: counts, sizes and durations.
+type number interface{ ~int | ~int64 }
+
+// orNone applies Config's rule to a field that can be off: 0 is def, a
+// negative value is none.
+func orNone[T number](v, def, none T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return none
+	}
+	return v
+}
+
+// bound applies Config's rule to a field that cannot be off: 0 is def, a
+// negative value is refused (added to errs, naming the field).
+func bound[T number](errs *[]error, name string, v, def T) T {
+	if v < 0 {
+		*errs = append(*errs, fmt.Errorf("%w: %s is %v: must not be negative (0 means the default)", ErrInvalidConfig, name, v))
+	}
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// insideWithDefaults applies Config's rule to the in-sandbox servers'
+// bounds: the counts cannot be off; the timeouts can (-1, which netlimit
+// reads as none).
+func insideWithDefaults(errs *[]error, n netlimit.Config) netlimit.Config {
+	n.MaxConns = bound(errs, "Inside.MaxConns", n.MaxConns, defaults.InsideMaxConns)
+	n.MaxHeaderBytes = bound(errs, "Inside.MaxHeaderBytes", n.MaxHeaderBytes, defaults.InsideMaxHeaderBytes)
+	n.HeaderTimeout = orNone(n.HeaderTimeout, defaults.InsideHeaderTimeout, -1)
+	n.IdleTimeout = orNone(n.IdleTimeout, defaults.InsideIdleTimeout, -1)
+	n.WriteTimeout = orNone(n.WriteTimeout, defaults.InsideWriteTimeout, -1)
+	n.Body = bodyWithDefaults(errs, "Inside.Body", n.Body)
+	return n
+}
+
+// bodyWithDefaults applies Config's rule to each field of a BodyLimits:
+// Timeout cannot be off (a body must arrive some time); MinRate and Idle
+// can (-1, which netlimit reads as none).
+func bodyWithDefaults(errs *[]error, name string, b netlimit.BodyLimits) netlimit.BodyLimits {
+	b.Timeout = bound(errs, name+".Timeout", b.Timeout, defaults.InsideBodyTimeout)
+	b.MinRate = orNone(b.MinRate, defaults.InsideBodyMinRate, -1)
+	b.Idle = orNone(b.Idle, defaults.InsideBodyIdle, -1)
+	return b
 }
 
 // Run serves until ctx ends, then shuts down: it stops accepting, lets
@@ -195,7 +273,10 @@ func (c Config) withDefaults() Config {
 // sandbox (audited as "daemon shut down") and closes the runtime, the
 // audit log and the store. A shutdown caused by ctx is a nil error.
 func Run(ctx context.Context, cfg Config) (err error) {
-	cfg = cfg.withDefaults()
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return err
+	}
 	logf := cfg.Logf
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -294,17 +375,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	closers = append(closers, func(context.Context) error { return proxy.Close() })
 	var model session.ModelAccess
 	var poolPorts []uint16
-	if cfg.Model.Port >= 0 {
+	if cfg.Model.Port > 0 { // negative: none
 		port := uint16(cfg.Model.Port)
-		if port == 0 {
-			port = DefaultModelPort
-		}
 		model = modelAccess{Proxy: proxy, port: port}
 		poolPorts = []uint16{port}
 	}
 	var eg session.EgressAccess
 	var egAccess *egressAccess
-	if cfg.Egress.Port >= 0 {
+	if cfg.Egress.Port > 0 { // negative: none
 		e, err := newEgressAccess(ctx, cfg.Egress, st, alog, logf)
 		if err != nil {
 			return err
@@ -458,9 +536,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			defer inflight.Done()
 			h.ServeHTTP(w, r)
 		}), apiBodyLimits(cfg.BodyTimeout)),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: defaults.APIHeaderTimeout,
+		IdleTimeout:       defaults.APIIdleTimeout,
+		MaxHeaderBytes:    defaults.APIMaxHeaderBytes,
 		// No ReadTimeout or WriteTimeout: uploads may be large and exec and
 		// audit follow stream for as long as they run. Bodies are bounded
 		// by apiBodyLimits instead.

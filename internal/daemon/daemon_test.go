@@ -266,8 +266,9 @@ func TestTokenFileChecks(t *testing.T) {
 func TestDefaultDataDirAgrees(t *testing.T) {
 	t.Setenv("XDG_DATA_HOME", "/x/y")
 	t.Setenv(client.EnvDataDir, "")
-	if DefaultDataDir() != "/x/y/ironclaw" || client.DefaultDataDir() != DefaultDataDir() {
-		t.Fatalf("DefaultDataDir = %q, client's %q", DefaultDataDir(), client.DefaultDataDir())
+	c, _ := Config{}.withDefaults()
+	if c.DataDir != "/x/y/ironclaw" || client.DefaultDataDir() != c.DataDir {
+		t.Fatalf("the default data dir is %q, client's %q", c.DataDir, client.DefaultDataDir())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/egress"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
@@ -17,18 +18,12 @@ import (
 	"github.com/ironclaw/ironclaw/internal/store"
 )
 
-// DefaultEgressPort is where the egress broker answers inside every sandbox.
-const DefaultEgressPort = 4001
-
-// DefaultEgressTotal bounds the tunnels and plain-HTTP requests of all
-// sandboxes' brokers at once (EgressConfig.MaxConnsTotal's default).
-const DefaultEgressTotal = 2048
-
 // EgressConfig configures the egress broker every sandbox gets. The policy
-// file's egress section adds to it.
+// file's egress section adds to it. Its numbers follow Config's rule: 0
+// the default, negative none or refused, as each says.
 type EgressConfig struct {
-	// Port is the broker's port inside sandboxes; 0 means
-	// DefaultEgressPort, negative disables the broker.
+	// Port is the broker's port inside sandboxes (0: defaults.EgressPort,
+	// 4001; negative: none, no broker; at most 65535).
 	Port int
 	// Allow is the allowlist every sandbox starts with (rules such as
 	// "api.github.com" or "*.pypi.org:443"); approvals add to it per
@@ -46,28 +41,49 @@ type EgressConfig struct {
 	// map made-up names to a loopback stand-in or to private addresses.
 	Resolver egress.Resolver
 
-	// The brokers' bounds (see package egress); zero values take its
-	// defaults, negative durations mean none. The connection-level bounds
-	// (connections per sandbox, the request head's deadline) are
+	// The brokers' bounds (see package egress). The connection-level
+	// bounds (connections per sandbox, the request head's deadline) are
 	// Config.Inside's, shared with the model proxy.
 	//
 	// MaxConns bounds one sandbox's tunnels and plain-HTTP requests at
-	// once (egress.DefaultMaxActive), MaxConnsTotal all sandboxes'
-	// (DefaultEgressTotal).
+	// once (0: defaults.EgressMaxConns, 128), MaxConnsTotal all
+	// sandboxes' (0: defaults.EgressMaxConnsTotal, 2048). Negative:
+	// refused.
 	MaxConns, MaxConnsTotal int
 	// MaxWaiting bounds one sandbox's connections held while an operator
 	// decides about unknown hosts, MaxWaitingPerHost those held on one
-	// host's decision; beyond them a connection is refused at once (429).
+	// host's decision; beyond them a connection is refused at once (429)
+	// (0: defaults.EgressMaxWaiting, 64, and EgressMaxWaitingPerHost, 16;
+	// negative: refused).
 	MaxWaiting, MaxWaitingPerHost int
 	// TunnelIdle closes a tunnel without traffic either way for that long
-	// (egress.DefaultIdleTimeout).
+	// (0: defaults.EgressTunnelIdle, 10m; negative: none).
 	TunnelIdle time.Duration
-	// Body bounds how slowly plain-HTTP request bodies may arrive
-	// (netlimit.DefaultBody).
+	// Body bounds how slowly plain-HTTP request bodies may arrive, field
+	// by field: Timeout, the wait for the client in all (0:
+	// defaults.InsideBodyTimeout, 1m; negative: refused); MinRate, the
+	// bytes per second that extend it (0: defaults.InsideBodyMinRate, 16
+	// KiB; negative: none); Idle, the wait for one read (0:
+	// defaults.InsideBodyIdle, 1m; negative: none).
 	Body netlimit.BodyLimits
 	// DenyWindow is the window in which repeated refusals are aggregated
-	// into one summary record (egress.DefaultDenyWindow).
+	// into one summary record (0: defaults.EgressDenyWindow, 1m;
+	// negative: none, every refusal recorded in full).
 	DenyWindow time.Duration
+}
+
+// withDefaults applies Config's rule; the durations' none is -1, which is
+// what package egress reads as none.
+func (e EgressConfig) withDefaults(errs *[]error) EgressConfig {
+	e.Port = orNone(e.Port, defaults.EgressPort, -1)
+	e.MaxConns = bound(errs, "Egress.MaxConns", e.MaxConns, defaults.EgressMaxConns)
+	e.MaxConnsTotal = bound(errs, "Egress.MaxConnsTotal", e.MaxConnsTotal, defaults.EgressMaxConnsTotal)
+	e.MaxWaiting = bound(errs, "Egress.MaxWaiting", e.MaxWaiting, defaults.EgressMaxWaiting)
+	e.MaxWaitingPerHost = bound(errs, "Egress.MaxWaitingPerHost", e.MaxWaitingPerHost, defaults.EgressMaxWaitingPerHost)
+	e.TunnelIdle = orNone(e.TunnelIdle, defaults.EgressTunnelIdle, -1)
+	e.Body = bodyWithDefaults(errs, "Egress.Body", e.Body)
+	e.DenyWindow = orNone(e.DenyWindow, defaults.EgressDenyWindow, -1)
+	return e
 }
 
 // egressAccess builds one broker per sandbox. Every broker shares the
@@ -89,13 +105,13 @@ type egressAccess struct {
 
 func newEgressAccess(ctx context.Context, ec EgressConfig, st *store.Store, log *audit.Log, logf func(string, ...any)) (*egressAccess, error) {
 	port := ec.Port
-	if port == 0 {
-		port = DefaultEgressPort
+	if port == 0 { // a zero EgressConfig, not through Config.withDefaults
+		port = defaults.EgressPort
 	}
 	e := &egressAccess{port: uint16(port), log: log, logf: logf, st: st, deny: ec.DenyUnknown, resolve: ec.Resolver, shared: &egress.Allowlist{}}
 	total := ec.MaxConnsTotal
 	if total <= 0 {
-		total = DefaultEgressTotal
+		total = defaults.EgressMaxConnsTotal
 	}
 	e.bounds = egress.Config{MaxActive: ec.MaxConns, Total: netlimit.NewBudget(total), MaxWaiting: ec.MaxWaiting,
 		MaxWaitingPerHost: ec.MaxWaitingPerHost, IdleTimeout: ec.TunnelIdle, Body: ec.Body, DenyWindow: ec.DenyWindow}

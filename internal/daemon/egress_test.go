@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/egress"
 )
 
@@ -173,7 +174,7 @@ for i in range(%d):
     code = got[9:12].decode()
     codes[code] = codes.get(code, 0) + 1
 print(codes)
-EOF`, n, DefaultEgressPort)})
+EOF`, n, defaults.EgressPort)})
 	if err != nil || res.Exit != 0 {
 		t.Fatalf("exec: %v %+v\n%s", err, res, out.String())
 	}

@@ -3,11 +3,9 @@ package daemon
 import (
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
 )
-
-// DefaultBodyTimeout bounds how long the API waits for a request body.
-const DefaultBodyTimeout = 30 * time.Second
 
 // apiBodyLimits bounds how slowly request bodies may reach the API, on
 // every route: a stalled body fails after timeout without a byte, and a
@@ -18,7 +16,7 @@ const DefaultBodyTimeout = 30 * time.Second
 // not cut. The API's routes tighten it with netlimit.LimitBody (a JSON body
 // must arrive within timeout in all).
 func apiBodyLimits(timeout time.Duration) netlimit.BodyLimits {
-	return netlimit.BodyLimits{Timeout: timeout, MinRate: 4 << 10, Idle: timeout}
+	return netlimit.BodyLimits{Timeout: timeout, MinRate: defaults.BodyMinRate, Idle: timeout}
 }
 
 // raiseFileLimit raises the descriptor limit and reports what the servers

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
 )
 
@@ -213,7 +214,7 @@ func TestHostileInsideConnectionFlood(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		res, err := cl.Exec(ctx, attacker.ID, client.ExecRequest{Stdout: out, Stderr: out, Timeout: 3 * time.Minute,
-			Cmd: fmt.Sprintf("/usr/bin/python3 - %d,%d 500 4 %s <<'EOF'\n%sEOF\n", DefaultModelPort, DefaultEgressPort, upHost, floodPy)})
+			Cmd: fmt.Sprintf("/usr/bin/python3 - %d,%d 500 4 %s <<'EOF'\n%sEOF\n", defaults.ModelPort, defaults.EgressPort, upHost, floodPy)})
 		if err == nil && res.Exit != 0 {
 			err = fmt.Errorf("flood exit %d", res.Exit)
 		}
@@ -249,7 +250,7 @@ func TestHostileInsideConnectionFlood(t *testing.T) {
 	}
 	got := out.String()
 	t.Logf("descriptors: %d before, %d during the flood\n%s", base, during, got)
-	for _, p := range []int{DefaultModelPort, DefaultEgressPort} {
+	for _, p := range []int{defaults.ModelPort, defaults.EgressPort} {
 		if !strings.Contains(got, fmt.Sprintf("port %d: held %d of 2000", p, maxConns)) {
 			t.Errorf("port %d: the cap of %d did not hold exactly", p, maxConns)
 		}
@@ -372,7 +373,7 @@ func TestHostileInsideSlowClients(t *testing.T) {
 	}
 	var out strings.Builder
 	res, err := cl.Exec(ctx, sb.ID, client.ExecRequest{Stdout: &out, Stderr: &out,
-		Cmd: fmt.Sprintf("/usr/bin/python3 - %d %d %d %d <<'EOF'\n%sEOF\n", DefaultModelPort, DefaultEgressPort, upPort, echoPort, slowPy)})
+		Cmd: fmt.Sprintf("/usr/bin/python3 - %d %d %d %d <<'EOF'\n%sEOF\n", defaults.ModelPort, defaults.EgressPort, upPort, echoPort, slowPy)})
 	if err != nil || res.Exit != 0 {
 		t.Fatalf("exec: %v %+v\n%s", err, res, out.String())
 	}

@@ -11,18 +11,17 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/modelproxy"
 	"github.com/ironclaw/ironclaw/internal/modelproxy/mock"
 	"github.com/ironclaw/ironclaw/internal/store"
 )
 
-// DefaultModelPort is where the model proxy answers inside every sandbox.
-const DefaultModelPort = 4000
-
 // ModelConfig configures the model proxy. Provider keys come from the
 // daemon's own environment (OPENAI_API_KEY, OPENAI_BASE_URL,
 // ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL) and nowhere else; they never reach
-// the store, the audit log, a sandbox or an agent.
+// the store, the audit log, a sandbox or an agent. Its numbers follow
+// Config's rule: 0 the default, negative none or refused, as each says.
 type ModelConfig struct {
 	// Provider is "" (a provider with a key in the environment is used,
 	// the offline mock answers for the others) or "mock" (the mock answers
@@ -30,32 +29,50 @@ type ModelConfig struct {
 	Provider string
 	// MockScript is a scripted list of turns for the mock (see package mock).
 	MockScript string
-	// Port is the proxy's port inside sandboxes; 0 means DefaultModelPort,
-	// negative disables the in-sandbox listener.
+	// Port is the proxy's port inside sandboxes (0: defaults.ModelPort,
+	// 4000; negative: none, no in-sandbox listener; at most 65535).
 	Port int
 	// Models is an allowlist of model names (empty: any).
 	Models []string
-	// RequestsPerMinute bounds each proxy token's requests (0: none).
+	// RequestsPerMinute bounds each proxy token's requests (0: the
+	// default, none; negative: none).
 	RequestsPerMinute int
 	// SandboxBudget bounds the input+output tokens each sandbox's model
-	// requests use (flag --model-budget-sandbox; 0: none). AgentBudget
-	// bounds those of each principal (an agent token, or an operator):
-	// its sandboxes' and its host tokens' requests together, kept in the
-	// store so a restart does not renew it (--model-budget-agent; 0:
-	// none). BudgetWindow renews AgentBudget every window, counted from
-	// the Unix epoch (--model-budget-window; 0: never).
+	// requests use (flag --model-budget-sandbox). AgentBudget bounds those
+	// of each principal (an agent token, or an operator): its sandboxes'
+	// and its host tokens' requests together, kept in the store so a
+	// restart does not renew it (--model-budget-agent). BudgetWindow
+	// renews AgentBudget every window, counted from the Unix epoch
+	// (--model-budget-window; at least a second). For all three, 0 is the
+	// default, none (never renewed), and negative is none.
 	SandboxBudget int64
 	AgentBudget   int64
 	BudgetWindow  time.Duration
 	// MaxOutput is the output bound the proxy gives a request that sets
-	// none while a budget applies (--model-max-output; 0 means
-	// modelproxy.DefaultMaxOutput, 16384); never above what is left.
+	// none while a budget applies; never above what is left
+	// (--model-max-output; 0: defaults.ModelMaxOutput, 16384; negative:
+	// refused).
 	MaxOutput int64
 	// TokenTTL is the lifetime of host tokens (POST /v1/model/tokens;
-	// --model-token-ttl; 0 means 24h) and MaxTokens how many live ones a
-	// principal may hold (--model-token-max; 0 means 32).
+	// --model-token-ttl; 0: defaults.ModelTokenTTL, 24h) and MaxTokens
+	// how many live ones a principal may hold (--model-token-max; 0:
+	// defaults.ModelMaxTokens, 32). Negative: refused.
 	TokenTTL  time.Duration
 	MaxTokens int
+}
+
+// withDefaults applies Config's rule; the limits' none is 0, which is
+// what modelproxy reads as none (it refuses negative ones).
+func (m ModelConfig) withDefaults(errs *[]error) ModelConfig {
+	m.Port = orNone(m.Port, defaults.ModelPort, -1)
+	m.RequestsPerMinute = orNone(m.RequestsPerMinute, 0, 0)
+	m.SandboxBudget = orNone(m.SandboxBudget, 0, 0)
+	m.AgentBudget = orNone(m.AgentBudget, 0, 0)
+	m.BudgetWindow = orNone(m.BudgetWindow, 0, 0)
+	m.MaxOutput = bound(errs, "Model.MaxOutput", m.MaxOutput, defaults.ModelMaxOutput)
+	m.TokenTTL = bound(errs, "Model.TokenTTL", m.TokenTTL, defaults.ModelTokenTTL)
+	m.MaxTokens = bound(errs, "Model.MaxTokens", m.MaxTokens, defaults.ModelMaxTokens)
+	return m
 }
 
 // providerKeys reads the upstreams from the environment.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
 )
 
@@ -27,10 +28,10 @@ const (
 	DefaultDialTimeout       = 30 * time.Second
 	DefaultResolveTimeout    = 10 * time.Second
 	DefaultHalfCloseTimeout  = 5 * time.Minute
-	DefaultIdleTimeout       = 10 * time.Minute
-	DefaultMaxActive         = 128
-	DefaultMaxWaiting        = 64
-	DefaultMaxWaitingPerHost = 16
+	DefaultIdleTimeout       = defaults.EgressTunnelIdle
+	DefaultMaxActive         = defaults.EgressMaxConns
+	DefaultMaxWaiting        = defaults.EgressMaxWaiting
+	DefaultMaxWaitingPerHost = defaults.EgressMaxWaitingPerHost
 )
 
 // UnknownFunc decides about a host that is not on the allowlist (at that

@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 )
 
 // Defaults for the aggregation of refusals (Config.DenyWindow,
 // Config.MaxDenyKeys).
 const (
-	DefaultDenyWindow  = time.Minute
+	DefaultDenyWindow  = defaults.EgressDenyWindow
 	DefaultMaxDenyKeys = 32
 )
 

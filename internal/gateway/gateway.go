@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/gateway/kinds"
 	"github.com/ironclaw/ironclaw/internal/store"
 	"github.com/ironclaw/ironclaw/internal/textsafe"
@@ -55,10 +56,10 @@ const KindApprovalApply = "approval.apply"
 
 // Defaults and bounds.
 const (
-	DefaultTimeout                = 10 * time.Minute
-	DefaultMaxPending             = 20   // per sandbox
-	DefaultMaxPendingPerPrincipal = 100  // per principal, across its sandboxes and kinds
-	DefaultMaxPendingTotal        = 1000 // in the whole gateway
+	DefaultTimeout                = defaults.ApprovalTimeout
+	DefaultMaxPending             = defaults.ApprovalMaxPending             // per sandbox
+	DefaultMaxPendingPerPrincipal = defaults.ApprovalMaxPendingPerPrincipal // per principal, across its sandboxes and kinds
+	DefaultMaxPendingTotal        = defaults.ApprovalMaxPendingTotal        // in the whole gateway
 	// MaxNote bounds the agent's note of a request, in bytes.
 	MaxNote = 500
 	// MaxListLimit is the largest page List returns.

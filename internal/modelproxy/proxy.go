@@ -117,6 +117,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
@@ -134,14 +135,14 @@ const (
 	DefaultMaxRequestBytes  int64 = 8 << 20
 	DefaultMaxResponseBytes int64 = 64 << 20
 	DefaultAnthropicVersion       = "2023-06-01"
-	DefaultHostTokenTTL           = 24 * time.Hour
-	DefaultMaxHostTokens          = 32
+	DefaultHostTokenTTL           = defaults.ModelTokenTTL
+	DefaultMaxHostTokens          = defaults.ModelMaxTokens
 	// DefaultMaxOutput is the output bound given to a request that sets
 	// none while a budget applies: within the output limit of current
 	// OpenAI models (gpt-4o and later; a bound above a model's limit is
 	// the provider's 400, so for older models lower it).
-	DefaultMaxOutput    int64 = 16384
-	DefaultWriteTimeout       = time.Minute
+	DefaultMaxOutput    = defaults.ModelMaxOutput
+	DefaultWriteTimeout = time.Minute
 	// InputBytesPerToken is the input estimate's ratio: prose, code and
 	// JSON tokenize at 3-4 bytes per token, so 2 errs high for them.
 	InputBytesPerToken = 2

@@ -10,22 +10,24 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
-// Defaults for Config's zero values: limits a real client never meets.
+// Defaults for Config's zero values: limits a real client never meets
+// (their values live in package defaults).
 const (
-	DefaultMaxConns       = 256
-	DefaultHeaderTimeout  = 10 * time.Second
-	DefaultIdleTimeout    = 2 * time.Minute
-	DefaultWriteTimeout   = 2 * time.Minute
-	DefaultMaxHeaderBytes = 64 << 10
+	DefaultMaxConns       = defaults.InsideMaxConns
+	DefaultHeaderTimeout  = defaults.InsideHeaderTimeout
+	DefaultIdleTimeout    = defaults.InsideIdleTimeout
+	DefaultWriteTimeout   = defaults.InsideWriteTimeout
+	DefaultMaxHeaderBytes = defaults.InsideMaxHeaderBytes
 )
 
 // DefaultBody is the zero BodyLimits' meaning: a body may wait a minute for
 // its client in all, one second more for every 16 KiB it brings, and a
 // minute for any one read.
-var DefaultBody = BodyLimits{Timeout: time.Minute, MinRate: 16 << 10, Idle: time.Minute}
+var DefaultBody = BodyLimits{Timeout: defaults.InsideBodyTimeout, MinRate: defaults.InsideBodyMinRate, Idle: defaults.InsideBodyIdle}
 
 // Config bounds one HTTP server whose clients are hostile. The zero value
 // takes every default; for the durations, negative means none.

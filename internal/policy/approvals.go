@@ -1,6 +1,10 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ironclaw/ironclaw/internal/defaults"
+)
 
 // Quotas are the approvals section's caps beyond max_pending (per
 // sandbox): how many requests may wait for a decision per principal (an
@@ -13,8 +17,8 @@ type Quotas struct {
 
 // Defaults of Quotas.
 const (
-	DefaultMaxPendingPerPrincipal = 100
-	DefaultMaxPendingTotal        = 1000
+	DefaultMaxPendingPerPrincipal = defaults.ApprovalMaxPendingPerPrincipal
+	DefaultMaxPendingTotal        = defaults.ApprovalMaxPendingTotal
 )
 
 func (q *Quotas) validate() error {

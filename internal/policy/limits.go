@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"gopkg.in/yaml.v3"
 )
@@ -73,12 +74,12 @@ type AgentQuota struct {
 
 // Defaults of the limits section.
 const (
-	DefaultOvercommitMemory = 1.0
-	DefaultOvercommitCPUs   = 16.0
-	DefaultOvercommitPids   = 1.0
-	DefaultAgentSandboxes   = 50
-	DefaultAgentExecs       = 64
-	DefaultSandboxExecs     = 32
+	DefaultOvercommitMemory = defaults.OvercommitMemory
+	DefaultOvercommitCPUs   = defaults.OvercommitCPUs
+	DefaultOvercommitPids   = defaults.OvercommitPids
+	DefaultAgentSandboxes   = defaults.AgentSandboxes
+	DefaultAgentExecs       = defaults.AgentExecs
+	DefaultSandboxExecs     = defaults.SandboxExecs
 )
 
 // Size is a byte count written as "512M" in YAML.

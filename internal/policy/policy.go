@@ -38,6 +38,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/egress"
 	"gopkg.in/yaml.v3"
 )
@@ -151,13 +152,13 @@ func (p *Policy) validate() error {
 	}
 	switch t := time.Duration(p.Approvals.Timeout); {
 	case t == 0:
-		p.Approvals.Timeout = Duration(10 * time.Minute)
+		p.Approvals.Timeout = Duration(defaults.ApprovalTimeout)
 	case t < time.Second || t > 7*24*time.Hour:
 		return fmt.Errorf("%w: approvals.timeout %s must be between 1s and 168h", ErrInvalid, t)
 	}
 	switch m := p.Approvals.MaxPending; {
 	case m == 0:
-		p.Approvals.MaxPending = 20
+		p.Approvals.MaxPending = defaults.ApprovalMaxPending
 	case m < 0 || m > 10000:
 		return fmt.Errorf("%w: approvals.max_pending %d must be between 1 and 10000", ErrInvalid, m)
 	}

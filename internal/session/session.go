@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/store"
@@ -56,7 +57,7 @@ const (
 type Options struct {
 	// Owner names this daemon run in the store; "" picks a random one.
 	Owner string
-	// MaxSandboxes bounds running sandboxes; 0 means 100.
+	// MaxSandboxes bounds running sandboxes; 0 means defaults.MaxSandboxes.
 	MaxSandboxes int
 	// DefaultTTL and DefaultIdle apply when a request sets none; 0 means
 	// no limit of that kind.
@@ -234,7 +235,7 @@ func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Lo
 		opts.Owner = "run-" + hex.EncodeToString(b[:])
 	}
 	if opts.MaxSandboxes == 0 {
-		opts.MaxSandboxes = 100
+		opts.MaxSandboxes = defaults.MaxSandboxes
 	}
 	if opts.ReapEvery == 0 {
 		opts.ReapEvery = time.Second

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,7 +16,7 @@ import (
 // given no threshold: 1 GiB. The audit log is the only table that grows
 // without end (a record is at most about 17 KiB, typically a few hundred
 // bytes), so at a few hundred bytes per exec this is millions of commands.
-const DefaultSizeWarn = 1 << 30
+const DefaultSizeWarn = defaults.StoreSizeWarn
 
 // Size returns the bytes the database occupies: the main file plus its
 // -wal and -shm files (the WAL holds recent commits until a checkpoint
