@@ -95,3 +95,61 @@ func TestSpecValidate(t *testing.T) {
 		t.Fatalf("good mounts: %v", err)
 	}
 }
+
+// A tmpfs as large as the memory limit lets a full /workspace take the
+// memory every process needs, pid 1's included: the areas must fit the
+// memory limit with room to spare, defaults shrink to fit, and a request
+// that cannot fit is refused before anything is created.
+func TestHostileLimitsTmpfsMustFitMemory(t *testing.T) {
+	const mi = 1 << 20
+	for _, tc := range []struct {
+		name          string
+		in            Limits
+		hostWorkspace bool
+		ws, tmp       int64 // after WithDefaults
+		wantErr       string
+	}{
+		{name: "defaults", ws: 256 * mi, tmp: 128 * mi},
+		{name: "small memory shrinks both", in: Limits{MemoryBytes: 64 * mi}, ws: 32 * mi, tmp: 16 * mi},
+		{name: "large memory keeps the defaults", in: Limits{MemoryBytes: 4 << 30}, ws: 256 * mi, tmp: 128 * mi},
+		{name: "explicit workspace, tmp takes the rest", in: Limits{MemoryBytes: 512 * mi, WorkspaceBytes: 300 * mi}, ws: 300 * mi, tmp: 84 * mi},
+		{name: "explicit tmp, workspace takes the rest", in: Limits{MemoryBytes: 128 * mi, TmpBytes: 32 * mi}, ws: 64 * mi, tmp: 32 * mi},
+		{name: "host workspace takes no budget", in: Limits{MemoryBytes: 64 * mi, TmpBytes: 48 * mi}, hostWorkspace: true, ws: 256 * mi, tmp: 48 * mi},
+		{name: "explicit sizes that fit exactly", in: Limits{MemoryBytes: 512 * mi, WorkspaceBytes: 256 * mi, TmpBytes: 128 * mi}, ws: 256 * mi, tmp: 128 * mi},
+		{name: "the old defaults no longer fit", in: Limits{MemoryBytes: 512 * mi, WorkspaceBytes: 512 * mi, TmpBytes: 256 * mi},
+			ws: 512 * mi, tmp: 256 * mi, wantErr: "workspace size 512MiB and tmp size 256MiB do not fit in memory 512MiB"},
+		{name: "workspace as large as memory", in: Limits{MemoryBytes: 1 << 30, WorkspaceBytes: 1 << 30},
+			ws: 1 << 30, wantErr: "leaves no room for /tmp"},
+		{name: "tmp over budget with a host workspace", in: Limits{MemoryBytes: 64 * mi, TmpBytes: 60 * mi}, hostWorkspace: true,
+			ws: 256 * mi, tmp: 60 * mi, wantErr: "tmp size 60MiB does not fit in memory 64MiB"},
+		{name: "huge workspace", in: Limits{MemoryBytes: 8 << 30, WorkspaceBytes: 200 << 30, TmpBytes: 1 * mi},
+			ws: 200 << 30, tmp: 1 * mi, wantErr: "at most 6GiB of tmpfs fit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Spec{Limits: tc.in}
+			if tc.hostWorkspace {
+				s.Workspace = "/srv/ws"
+			}
+			s = s.WithDefaults()
+			if s.Limits.WorkspaceBytes != tc.ws || s.Limits.TmpBytes != tc.tmp {
+				t.Errorf("WithDefaults: workspace %s tmp %s, want %s and %s", FormatBytes(s.Limits.WorkspaceBytes),
+					FormatBytes(s.Limits.TmpBytes), FormatBytes(tc.ws), FormatBytes(tc.tmp))
+			}
+			err := s.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Validate() = %v", err)
+			case tc.wantErr != "" && (!errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("Validate() = %v, want ErrInvalidSpec saying %q", err, tc.wantErr)
+			}
+			if err == nil {
+				if got := s.Limits.TmpBytes + s.Limits.WorkspaceBytes; !tc.hostWorkspace && got > TmpfsBudget(s.Limits.MemoryBytes) {
+					t.Fatalf("accepted %s of tmpfs in memory %s", FormatBytes(got), FormatBytes(s.Limits.MemoryBytes))
+				}
+			}
+		})
+	}
+	if got := TmpfsBudget(DefaultLimits.MemoryBytes); got != DefaultLimits.WorkspaceBytes+DefaultLimits.TmpBytes {
+		t.Errorf("the default tmpfs sizes (%s) do not use the default memory's budget %s", FormatBytes(DefaultLimits.WorkspaceBytes+DefaultLimits.TmpBytes), FormatBytes(got))
+	}
+}

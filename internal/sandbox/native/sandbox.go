@@ -17,6 +17,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/fileio"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
 	"golang.org/x/sys/unix"
 )
@@ -549,10 +550,15 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// WriteFile implements sandbox.Sandbox.
+// WriteFile implements sandbox.Sandbox. The upload travels framed (package
+// fileio) and the init renames it into place only once all of it has
+// arrived: if src fails or ctx ends first, the file is left as it was.
 func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode fs.FileMode) error {
 	if err := checkFilePath(p); err != nil {
 		return err
+	}
+	if src == nil {
+		src = strings.NewReader("")
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -568,20 +574,23 @@ func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode f
 	}
 	copyErr := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(pw, src)
+		_, err := io.Copy(pw, fileio.NewFramer(src))
 		pw.Close()
 		copyErr <- err
 	}()
 	r, err := b.await(ctx, ch)
 	if err != nil {
-		pw.Close()
+		pw.Close() // the upload ends without its end mark: nothing changes
 		return err // src may still be read until its pending Read returns
 	}
 	if r.Op == wire.OpFailed {
 		// Writes into the pipe now fail; wait for the copier so the caller
 		// gets src back untouched by us.
 		pw.Close()
-		<-copyErr
+		cerr := <-copyErr
+		if r.Code == wire.CodeAborted && cerr != nil {
+			return fmt.Errorf("writing %s: %w (the file was left as it was)", p, cerr)
+		}
 		return replyErr(r)
 	}
 	if err := <-copyErr; err != nil {

@@ -13,6 +13,7 @@
 //	  | <------------------------------- Reply{exited, status}
 //	  | -- Request{signal|resize} -----------------------------> kill(-pgid) / TIOCSWINSZ
 //	  | -- Request{write|read|list} + [pipe end] --------------> copy or list within /workspace, /tmp
+//	  |    (a write's pipe carries the upload framed: package fileio)
 //	  | <------------------------------- Reply{done|failed}
 //
 // The child never learns anything about the host beyond what Config says,
@@ -94,6 +95,16 @@ type Mount struct {
 	ReadOnly bool   `json:"read_only"`
 }
 
+// Failure codes of Reply.Code that both ends name.
+const (
+	// CodeAborted: a write's upload ended before its end mark (package
+	// fileio); the file was left as it was.
+	CodeAborted = "aborted"
+	// CodeNoResources: a command could not be started because the
+	// sandbox is at its process or memory limit (fork: EAGAIN, ENOMEM).
+	CodeNoResources = "no-resources"
+)
+
 // Request is a parent-to-child message.
 type Request struct {
 	Op     Op       `json:"op"`
@@ -115,7 +126,7 @@ type Reply struct {
 	ID     uint64 `json:"id"`
 	Pid    int    `json:"pid,omitempty"`
 	Status int    `json:"status,omitempty"` // a raw wait status
-	Code   string `json:"code,omitempty"`   // why an op failed: not-found, not-executable, bad-cwd, bad-request, denied, io
+	Code   string `json:"code,omitempty"`   // why an op failed: not-found, not-executable, bad-cwd, bad-request, denied, io, aborted, no-resources
 	Errno  int    `json:"errno,omitempty"`
 	Err    string `json:"err,omitempty"`
 	Size   int64  `json:"size,omitempty"`
