@@ -2,9 +2,13 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
 func TestParseBytes(t *testing.T) {
@@ -151,5 +155,36 @@ func TestHostileLimitsTmpfsMustFitMemory(t *testing.T) {
 	}
 	if got := TmpfsBudget(DefaultLimits.MemoryBytes); got != DefaultLimits.WorkspaceBytes+DefaultLimits.TmpBytes {
 		t.Errorf("the default tmpfs sizes (%s) do not use the default memory's budget %s", FormatBytes(DefaultLimits.WorkspaceBytes+DefaultLimits.TmpBytes), FormatBytes(got))
+	}
+}
+
+func TestHostExhausted(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string // "" = not exhaustion
+	}{
+		{fmt.Errorf("fork/exec x: %w", syscall.EAGAIN), "out of resources (processes or threads): starting: fork/exec x: resource temporarily unavailable"},
+		{syscall.ENOMEM, "(memory)"},
+		{syscall.EMFILE, "(file descriptors)"},
+		{syscall.ENFILE, "(file descriptors)"},
+		{syscall.ENOSPC, "(space"},
+		{syscall.EPERM, ""},
+		{errors.New("resource temporarily unavailable"), ""}, // text is not an errno
+		{nil, ""},
+	} {
+		err := HostExhausted("starting", tc.err)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("HostExhausted(%v) = %v, want nil", tc.err, err)
+		case tc.want != "" && (!errors.Is(err, ErrHostExhausted) || !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("HostExhausted(%v) = %v, want ErrHostExhausted saying %q", tc.err, err, tc.want)
+		}
+	}
+	if err := HostExhaustedText("runc run", "runc create failed: fork/exec /proc/self/exe: Resource temporarily unavailable"); !errors.Is(err, ErrHostExhausted) ||
+		!strings.Contains(err.Error(), "processes") {
+		t.Errorf("HostExhaustedText: %v", err)
+	}
+	if err := HostExhaustedText("runc run", "permission denied"); err != nil {
+		t.Errorf("HostExhaustedText(permission denied) = %v", err)
 	}
 }

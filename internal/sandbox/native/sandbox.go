@@ -84,6 +84,9 @@ func (b *Sandbox) UpdateLimits(ctx context.Context, l sandbox.Limits) error {
 	if err := next.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", sandbox.ErrInvalidRequest, err)
 	}
+	if err := next.ValidateTmpfs(b.spec.Workspace == ""); err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalidRequest, err)
+	}
 	select {
 	case <-b.done:
 		return fmt.Errorf("%w: sandbox %s has ended", sandbox.ErrClosed, b.id)
@@ -278,15 +281,15 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		var child [3]*os.File
 		var err error
 		if child[0], stdinW, err = os.Pipe(); err != nil {
-			return res, err
+			return res, hostErr("the command's stdin", err)
 		}
 		if outR, child[1], err = os.Pipe(); err != nil {
 			wire.CloseAll([]*os.File{child[0], stdinW})
-			return res, err
+			return res, hostErr("the command's stdout", err)
 		}
 		if errR, child[2], err = os.Pipe(); err != nil {
 			wire.CloseAll([]*os.File{child[0], stdinW, outR, child[1]})
-			return res, err
+			return res, hostErr("the command's stderr", err)
 		}
 		// Pipe inodes belong to their creator: hand the command's ends to
 		// the sandbox user so /dev/stdout and /proc/self/fd/N reopen.
@@ -480,6 +483,8 @@ func startFailure(r reply) (sandbox.ExecResult, error) {
 		return sandbox.ExecResult{ExitCode: 127}, fmt.Errorf("%w: %s", sandbox.ErrCommandNotFound, r.Err)
 	case "not-executable", "bad-cwd":
 		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrNotExecutable, r.Err)
+	case wire.CodeNoResources:
+		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrSandboxLimit, r.Err)
 	}
 	return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrInvalidRequest, r.Err)
 }
@@ -562,7 +567,7 @@ func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode f
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return err
+		return hostErr("the file's pipe", err)
 	}
 	id, ch := b.register()
 	defer b.unregister(id)
@@ -606,7 +611,7 @@ func (b *Sandbox) ReadFile(ctx context.Context, p string, dst io.Writer) error {
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return err
+		return hostErr("the file's pipe", err)
 	}
 	defer pr.Close()
 	id, ch := b.register()
@@ -650,7 +655,7 @@ func (b *Sandbox) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, er
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, hostErr("the listing's pipe", err)
 	}
 	defer pr.Close()
 	id, ch := b.register()

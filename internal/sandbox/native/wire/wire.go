@@ -79,12 +79,39 @@ type Config struct {
 	WorkspaceBytes int64 `json:"workspace_bytes"`
 	TmpBytes       int64 `json:"tmp_bytes"`
 
+	// What the sandbox may know of its limits: the cgroup view mounted
+	// read-only at /sys/fs/cgroup, and the CPUs its commands run on (the
+	// affinity mask pid 1's forking thread takes, so that nproc and the
+	// runtimes that count CPUs see the CPU limit; empty: all).
+	Cgroup CgroupView `json:"cgroup"`
+	CPUs   []int      `json:"cpus,omitempty"`
+
 	// The seal.
 	OpenFiles       int64    `json:"open_files"`
 	UnshareCgroup   bool     `json:"unshare_cgroup"`        // cgroup v1: enter a cgroup namespace once placed
 	ConnectTCP      []uint16 `json:"connect_tcp,omitempty"` // the exposed ports: the child binds them on lo before the seal and hands the listeners back with "ready"
 	BindTCP         []uint16 `json:"bind_tcp,omitempty"`
 	RequireLandlock bool     `json:"require_landlock"`
+	// WorkloadOOMScoreAdj is the oom_score_adj every command starts with
+	// (0: pid 1's own). pid 1 raises itself to it around each fork and
+	// goes back to its own (which the daemon may have lowered), so the OOM
+	// killer takes the workload first; landlock keeps commands from
+	// writing theirs.
+	WorkloadOOMScoreAdj int `json:"workload_oom_score_adj,omitempty"`
+}
+
+// CgroupView says what to mount at /sys/fs/cgroup (see cgroups.View).
+type CgroupView struct {
+	Version int `json:"version"` // 1 or 2; 0: no view
+	// V1 are the v1 hierarchies: Name is the directory and the mount's
+	// options, Links symlinks to it.
+	V1 []CgroupMount `json:"v1,omitempty"`
+}
+
+// CgroupMount is one v1 hierarchy of a CgroupView.
+type CgroupMount struct {
+	Name  string   `json:"name"`
+	Links []string `json:"links,omitempty"`
 }
 
 // Mount is an extra bind from the host; the child opens nothing else of the

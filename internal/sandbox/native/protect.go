@@ -1,0 +1,53 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ironclaw/ironclaw/internal/cgroups"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+)
+
+// What keeps a sandbox's pid 1 alive through what its workload does, and
+// what the workload may know of its limits.
+
+// protectInit runs after the init is in its cgroup and before it gets its
+// Config: it reserves PIDs for pid 1 (cgroup v1; the init's forking thread
+// is its main thread, whose tid is its pid), lowers pid 1's oom_score_adj
+// where the host lets it, and has the init start every command at
+// WorkloadOOMScoreAdj. What a setup cannot do is logged once, and the
+// sandbox runs without it.
+func (r *Runtime) protectInit(cfg *wire.Config, cg *cgroups.Cgroup, pid int) error {
+	err := cg.SplitPids(pid, sandbox.InitPidsReserve)
+	switch {
+	case errors.Is(err, cgroups.ErrNotSupported):
+		r.noteOnce(&r.noSplit, "cgroup v2: pid 1 of each sandbox shares its pids limit with the workload (no reserved PIDs)")
+	case err != nil:
+		return fmt.Errorf("sandbox cgroup: reserving PIDs for pid 1: %w", err)
+	}
+	if err := sandbox.LowerInitOOMScore(pid); err != nil {
+		r.noteOnce(&r.noOOM, fmt.Sprintf("pid 1 of each sandbox keeps the daemon's oom_score_adj (%v); commands still start at %d, above it", err, sandbox.WorkloadOOMScoreAdj))
+	}
+	cfg.WorkloadOOMScoreAdj = sandbox.WorkloadOOMScoreAdj
+	return nil
+}
+
+// noteOnce logs msg the first time flag is unset.
+func (r *Runtime) noteOnce(flag *bool, msg string) {
+	r.notesMu.Lock()
+	defer r.notesMu.Unlock()
+	if !*flag {
+		*flag = true
+		r.opts.Logf("%s", msg)
+	}
+}
+
+// viewOf is what sandboxes mount at /sys/fs/cgroup, in the init's terms.
+func viewOf(v cgroups.View) wire.CgroupView {
+	out := wire.CgroupView{Version: v.Version}
+	for _, m := range v.V1 {
+		out.V1 = append(out.V1, wire.CgroupMount{Name: m.Name, Links: m.Links})
+	}
+	return out
+}
