@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -293,7 +294,7 @@ func maskedPaths() []string {
 		}
 		for _, de := range des {
 			p := path.Join(dir, de.Name())
-			if p == "/sys/fs" || p == "/sys/fs/cgroup" || !de.IsDir() {
+			if p == "/sys/fs" || p == "/sys/fs/cgroup" || !de.IsDir() || slices.Contains(out, p) {
 				continue
 			}
 			out = append(out, p)

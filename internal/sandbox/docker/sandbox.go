@@ -168,7 +168,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, err
 	}
 	b.oom, b.pid = r.oomFile(ctx, cid)
-	if b.pid > 0 {
+	r.notesMu.Lock()
+	refused := r.noOOM // a host that refused once refuses every time
+	r.notesMu.Unlock()
+	if b.pid > 0 && !refused {
 		// pid 1 is the OOM killer's last choice where the host lets us
 		// lower it (CAP_SYS_RESOURCE); commands raise their own to
 		// sandbox.WorkloadOOMScoreAdj as they start (the exec front).

@@ -26,11 +26,20 @@ func (r *Runtime) protectInit(cfg *wire.Config, cg *cgroups.Cgroup, pid int) err
 	case err != nil:
 		return fmt.Errorf("sandbox cgroup: reserving PIDs for pid 1: %w", err)
 	}
-	if err := sandbox.LowerInitOOMScore(pid); err != nil {
-		r.noteOnce(&r.noOOM, fmt.Sprintf("pid 1 of each sandbox keeps the daemon's oom_score_adj (%v); commands still start at %d, above it", err, sandbox.WorkloadOOMScoreAdj))
+	if !r.noted(&r.noOOM) { // a host that refused once refuses every time
+		if err := sandbox.LowerInitOOMScore(pid); err != nil {
+			r.noteOnce(&r.noOOM, fmt.Sprintf("pid 1 of each sandbox keeps the daemon's oom_score_adj (%v); commands still start at %d, above it", err, sandbox.WorkloadOOMScoreAdj))
+		}
 	}
 	cfg.WorkloadOOMScoreAdj = sandbox.WorkloadOOMScoreAdj
 	return nil
+}
+
+// noted reports whether flag is set (see noteOnce).
+func (r *Runtime) noted(flag *bool) bool {
+	r.notesMu.Lock()
+	defer r.notesMu.Unlock()
+	return *flag
 }
 
 // noteOnce logs msg the first time flag is unset.

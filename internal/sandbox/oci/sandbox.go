@@ -254,7 +254,10 @@ func (b *Sandbox) protectInit() error {
 			return fmt.Errorf("sandbox %s: reserving PIDs for pid 1: %w", b.id, err)
 		}
 	}
-	if b.rt.opts.Runtime == Runsc || b.initPid <= 0 {
+	b.rt.notesMu.Lock()
+	refused := b.rt.noOOM // a host that refused once refuses every time
+	b.rt.notesMu.Unlock()
+	if b.rt.opts.Runtime == Runsc || b.initPid <= 0 || refused {
 		// On runsc the kernel's OOM killer never picks among the
 		// sandbox's processes (see watchMemory).
 		return nil

@@ -62,7 +62,8 @@ const (
 )
 
 // Config is the first message: everything the child needs to build and seal
-// the sandbox. Sections: the root, the writable areas, the seal.
+// the sandbox. Sections: the root, the writable areas, what the sandbox
+// may know of its limits, the seal.
 type Config struct {
 	// The root.
 	Root []rootfs.Entry `json:"root"`
