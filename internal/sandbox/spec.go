@@ -91,7 +91,7 @@ type Network struct {
 // Limits are per-sandbox hard limits.
 type Limits struct {
 	MemoryBytes    int64         `json:"memory_bytes"`    // memory incl. tmpfs pages; no swap; see TmpfsBudget
-	Pids           int64         `json:"pids"`            // processes and threads
+	Pids           int64         `json:"pids"`            // processes and threads of the workload; pid 1 may have InitPidsReserve more
 	CPUs           float64       `json:"cpus"`            // CPU bandwidth, in CPUs
 	Timeout        time.Duration `json:"timeout_ns"`      // wall time per exec
 	OutputBytes    int64         `json:"output_bytes"`    // stdout+stderr bytes kept per exec; the rest is dropped and reported
@@ -114,6 +114,9 @@ var DefaultLimits = Limits{
 	TmpBytes:       128 << 20,
 	OpenFiles:      1024,
 }
+
+// minMemory is the smallest memory limit.
+const minMemory = 8 << 20
 
 // minProcessMemory is the least memory TmpfsBudget keeps for processes.
 const minProcessMemory = 4 << 20
@@ -304,7 +307,7 @@ func (s Spec) Validate() error {
 	if len(seen) > MaxMounts {
 		return bad("network: %d ports is more than the %d allowed", len(seen), MaxMounts)
 	}
-	if l := s.Limits; l.MemoryBytes > 0 && l.MemoryBytes <= MaxLimits.MemoryBytes {
+	if l := s.Limits; l.MemoryBytes >= minMemory && l.MemoryBytes <= MaxLimits.MemoryBytes {
 		budget := FormatBytes(TmpfsBudget(l.MemoryBytes))
 		switch {
 		case l.TmpBytes == 0 && l.WorkspaceBytes > 0 && s.Workspace == "":
@@ -355,6 +358,10 @@ func (l Limits) Validate() error {
 		{"tmp size", float64(l.TmpBytes), float64(m.TmpBytes), FormatBytes(l.TmpBytes)},
 		{"open files", float64(l.OpenFiles), float64(m.OpenFiles), fmt.Sprint(l.OpenFiles)},
 	}
+	if l.MemoryBytes > 0 && l.MemoryBytes < minMemory {
+		// First: the tmpfs sizes that follow from it would be zero too.
+		return fmt.Errorf("%w: memory %s is below the 8MiB minimum", ErrInvalidSpec, FormatBytes(l.MemoryBytes))
+	}
 	for _, c := range checks {
 		if c.v <= 0 {
 			return fmt.Errorf("%w: %s must be positive, got %s", ErrInvalidSpec, c.name, c.show)
@@ -363,9 +370,7 @@ func (l Limits) Validate() error {
 			return fmt.Errorf("%w: %s %s is above the maximum", ErrInvalidSpec, c.name, c.show)
 		}
 	}
-	if l.MemoryBytes < 8<<20 {
-		return fmt.Errorf("%w: memory %s is below the 8MiB minimum", ErrInvalidSpec, FormatBytes(l.MemoryBytes))
-	}
+
 	if l.Pids < 4 {
 		return fmt.Errorf("%w: pids %d is below the minimum of 4", ErrInvalidSpec, l.Pids)
 	}

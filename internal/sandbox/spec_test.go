@@ -188,3 +188,17 @@ func TestHostExhausted(t *testing.T) {
 		t.Errorf("HostExhaustedText(permission denied) = %v", err)
 	}
 }
+
+// A memory limit below the minimum is reported as such, not as the tmpfs
+// sizes that follow from it.
+func TestTinyMemorySaysMemory(t *testing.T) {
+	for _, l := range []Limits{{MemoryBytes: 1 << 20}, {MemoryBytes: 1 << 20, WorkspaceBytes: 1 << 20}} {
+		err := Spec{Limits: l}.WithDefaults().Validate()
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "memory 1MiB is below the 8MiB minimum") {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+	if err := (Spec{Limits: Limits{MemoryBytes: 8 << 20}}).WithDefaults().Validate(); err != nil {
+		t.Errorf("the smallest memory limit: %v", err)
+	}
+}

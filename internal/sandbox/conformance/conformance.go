@@ -7,13 +7,14 @@
 // does, not how a backend builds it. Backend-specific mechanisms (landlock
 // port rules, exact seccomp errnos, int 0x80) stay in each backend's tests.
 //
-// The cases whose names start with "Hostile" (hostile.go) try what a
-// hostile workload would, or a fault: a writable or revealing /sys, device
+// RunHostile's cases (hostile.go) try what a hostile workload would, or a
+// fault: a writable or revealing /sys, device
 // nodes beyond the listed ones, mknod, a setuid-root binary, reading and
 // changing its own limits, a fork bomb and an OOM beside full tmpfs areas
 // aimed at pid 1, pid 1 killed from the host, cut-short uploads, FIFOs in
-// place of files, tmpfs sizes that do not fit the memory limit. `go test
-// -run Hostile ./...` runs them with the rest of the project's battery.
+// place of files, tmpfs sizes that do not fit the memory limit. Each
+// backend runs them from its TestHostileConformance, so `go test -run
+// Hostile ./...` runs them with the rest of the project's battery.
 package conformance
 
 import (
@@ -93,6 +94,16 @@ func Run(t *testing.T, rt sandbox.Runtime, opts Options) {
 	t.Run("concurrent exec", s.concurrent)
 	t.Run("sandboxes are isolated", s.isolated)
 	t.Run("destroy", s.destroy)
+}
+
+// RunHostile runs the hostile cases (see the package documentation)
+// against rt. Backends call it from a test named TestHostile..., so that
+// `go test -run Hostile` selects them.
+func RunHostile(t *testing.T, rt sandbox.Runtime, opts Options) {
+	if opts.CreateTimeout == 0 {
+		opts.CreateTimeout = 60 * time.Second
+	}
+	s := &suite{rt: rt, opts: opts}
 	s.hostile(t)
 }
 

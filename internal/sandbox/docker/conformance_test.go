@@ -13,6 +13,15 @@ import (
 // The contract every backend meets, run against Docker (on gVisor when
 // IRONCLAW_DOCKER_RUNTIME=runsc, whose /proc reports fewer status fields).
 func TestConformance(t *testing.T) {
+	conformance.Run(t, runtimeFor(t), conformanceOptions())
+}
+
+// The attacks and faults every backend withstands, on Docker.
+func TestHostileConformance(t *testing.T) {
+	conformance.RunHostile(t, runtimeFor(t), conformanceOptions())
+}
+
+func conformanceOptions() conformance.Options {
 	opts := conformance.Options{
 		// dockerd's runc mounts the v1 cgroup view on a tmpfs it leaves
 		// writable by root.
@@ -32,5 +41,5 @@ func TestConformance(t *testing.T) {
 		opts.UnreportedStatus = []string{"CapAmb", "NoNewPrivs"}
 		opts.NoOOMScore = true
 	}
-	conformance.Run(t, runtimeFor(t), opts)
+	return opts
 }

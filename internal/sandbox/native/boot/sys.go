@@ -126,7 +126,11 @@ func openOOMAdj(workload int) (oomAdj, error) {
 
 // aroundFork runs fork with pid 1's oom_score_adj at the workload's, so the
 // child starts there, and puts pid 1's back. Only the main thread forks,
-// so no command ever starts with pid 1's value.
+// so no command ever starts with pid 1's value. For a moment after the
+// command's execve (until pid 1 runs again and puts its value back) pid 1
+// ranks with the workload rather than below it: the OOM killer would then
+// choose between them by size. Closing that gap takes code between fork
+// and exec, which Go's ForkExec does not offer.
 func (o oomAdj) aroundFork(fork func()) {
 	if o.f == nil {
 		fork()
