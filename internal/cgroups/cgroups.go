@@ -540,7 +540,10 @@ const WorkloadName = "workload"
 // the child. Every process that thread forks is born in the child and
 // counts against its limit; pid 1's other threads, the ones that make its
 // new threads, stay in the sandbox's cgroup and may use the reserve the
-// workload cannot reach. Update keeps the reserve.
+// workload cannot reach. Update keeps the reserve. Threads are born in
+// their maker's cgroup, so tid must be moved only once the process has
+// made the threads it makes from tid (a Go program's main thread makes its
+// first threads as it starts).
 func (c *Cgroup) SplitPids(tid int, reserve int64) error {
 	if c.h.version != 1 {
 		return fmt.Errorf("cgroups: split pids of %q: %w: cgroup v2 has no per-thread pids cgroups here", c.name, ErrNotSupported)

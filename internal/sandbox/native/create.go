@@ -157,9 +157,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 			return nil, fmt.Errorf("sandbox cgroup: %w", err)
 		}
 	}
-	if err := r.protectInit(cfg, cg, proc.Pid); err != nil {
-		return nil, err
-	}
+	r.protectInit(cfg, proc.Pid)
 	trees := r.openTrees(cfg)
 	err = conn.Send(cfg, trees...)
 	for _, f := range trees {
@@ -169,6 +167,9 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
 	if err := b.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.reservePids(cg, proc.Pid); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()

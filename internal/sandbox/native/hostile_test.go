@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,4 +113,39 @@ func TestHostileHostOutOfProcesses(t *testing.T) {
 		t.Fatalf("Create with no processes left on the host: %q", got)
 	}
 	t.Logf("%s", got)
+}
+
+// The PIDs reserved for pid 1 are only its own if its threads are outside
+// the workload's share: only the thread commands are forked from may be
+// in the pids cgroup's workload child (a thread is born in its maker's
+// cgroup, so moving that thread too early takes every thread with it).
+func TestHostilePidsReserveHoldsInitThreads(t *testing.T) {
+	b := newBox(t, sandbox.Spec{})
+	b.sh(`true`)
+	pid := b.sb.(*native.Sandbox).InitPid()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/cgroup", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of pid 1: %v", err)
+	}
+	var in []string
+	for _, task := range tasks {
+		data, err := os.ReadFile(task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if f := strings.SplitN(l, ":", 3); len(f) == 3 && strings.Contains(","+f[1]+",", ",pids,") && strings.HasSuffix(f[2], "/"+cgroups.WorkloadName) {
+				in = append(in, task)
+			}
+		}
+	}
+	if len(in) == 0 {
+		if h, err := cgroups.Detect(); err == nil && h.Version() == 2 {
+			t.Skip("cgroup v2: no reserved PIDs")
+		}
+		t.Fatal("no thread of pid 1 is in the workload's pids cgroup: the limit is not split")
+	}
+	if want := fmt.Sprintf("/proc/%d/task/%d/cgroup", pid, pid); len(in) != 1 || in[0] != want {
+		t.Fatalf("pid 1's threads in the workload's share: %v of %d (only %s may be)", in, len(tasks), want)
+	}
 }

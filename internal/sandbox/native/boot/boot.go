@@ -18,9 +18,10 @@
 //     later inherits the same seal;
 //  4. serve requests until the daemon hangs up, then exit (which kills
 //     every process left in the sandbox's pid namespace). Commands are
-//     forked from the main thread only; on cgroup v1 the daemon has put
-//     that thread (alone) into the pids cgroup's workload child, so what
-//     they fork cannot take the tasks reserved for pid 1's other threads.
+//     forked from the main thread only; on cgroup v1 the daemon puts that
+//     thread (alone, once the init is ready) into the pids cgroup's
+//     workload child, so what they fork cannot take the tasks reserved for
+//     pid 1's other threads.
 package boot
 
 import (
