@@ -78,7 +78,7 @@ func TestHostileCreateAboveTheCeiling(t *testing.T) {
 	}
 	// Fixed once running: refused, and nothing is created.
 	before := e.m.Running()
-	msg := e.wantError(400, "invalid_argument", "POST", "/v1/sandboxes", agentTok, map[string]any{"limits": map[string]any{"workspace": "256G"}})
+	msg := e.wantError(400, "invalid_argument", "POST", "/v1/sandboxes", agentTok, map[string]any{"limits": map[string]any{"memory": "64G", "workspace": "2G"}})
 	if !strings.Contains(msg, "ceiling") || e.m.Running() != before {
 		t.Fatalf("workspace above the ceiling: %q, %d running (was %d)", msg, e.m.Running(), before)
 	}

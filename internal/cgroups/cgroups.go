@@ -39,6 +39,15 @@
 // one that allocated the most), not the whole sandbox, so the sandbox's
 // pid-1 agent survives a runaway command and can report the failure.
 //
+// A sandbox sees its own cgroup through View: what to mount read-only at
+// /sys/fs/cgroup inside its cgroup namespace (cgroup2, or each v1
+// hierarchy named by all its controllers, as the kernel requires to mount
+// an existing hierarchy from a namespace). On v1, SplitPids reserves tasks
+// for a sandbox's pid 1: a child cgroup "workload" in the pids hierarchy
+// holds pid 1's forking thread, and with it everything that thread forks,
+// under the sandbox's pids limit, while the sandbox's own cgroup allows
+// the reserve on top; Update keeps the split.
+//
 // Kill and Destroy kill every process in a sandbox cgroup. v2's cgroup.kill
 // is used when the kernel has it (5.14+). Otherwise the cgroup is frozen
 // first (v1 freezer controller or v2 cgroup.freeze) so no process can fork
@@ -166,6 +175,7 @@ type ctlDir struct {
 	controllers []string // controllers this directory serves for us
 	base        string   // absolute path of the ironclaw folder
 	rel         string   // the same folder relative to its hierarchy root
+	hierarchy   string   // v1: every controller of the hierarchy, as /proc/self/cgroup names it ("cpu,cpuacct")
 }
 
 // Hierarchy is where this process creates sandbox cgroups. Detect finds it.
@@ -423,6 +433,60 @@ func (h *Hierarchy) Collect(keep func(name string) bool) (removed []string, err 
 	return removed, errors.Join(errs...)
 }
 
+// View is what a sandbox mounts at /sys/fs/cgroup, inside its cgroup
+// namespace, to see its own cgroup (read-only): the unified hierarchy on
+// v2, else one mount per v1 hierarchy that holds its memory, pids or CPU
+// limits.
+type View struct {
+	Version int
+	// V1 lists the v1 hierarchies, each mounted at /sys/fs/cgroup/<Name>.
+	V1 []ViewMount
+}
+
+// ViewMount is one v1 hierarchy of a View.
+type ViewMount struct {
+	// Name is the directory under /sys/fs/cgroup and the mount's options:
+	// every controller of the hierarchy, comma-separated ("memory",
+	// "cpu,cpuacct"). The kernel only mounts an existing hierarchy in a
+	// cgroup namespace when the options name exactly its controllers.
+	Name string
+	// Links are the other names the hierarchy is known by, each a symlink
+	// to Name ("cpu" and "cpuacct" for "cpu,cpuacct"), as systemd lays
+	// them out.
+	Links []string
+}
+
+// View describes the sandbox's cgroup view (see View).
+func (h *Hierarchy) View() View {
+	if h.version == 2 {
+		return View{Version: 2}
+	}
+	v := View{Version: 1}
+	for _, d := range h.dirs {
+		var used []string
+		for _, c := range d.controllers {
+			if c != "freezer" { // Kill's tool, not a limit
+				used = append(used, c)
+			}
+		}
+		if len(used) == 0 {
+			continue
+		}
+		name := d.hierarchy
+		if name == "" {
+			name = strings.Join(d.controllers, ",")
+		}
+		m := ViewMount{Name: name}
+		for _, c := range strings.Split(name, ",") {
+			if c != name && !strings.Contains(c, "=") {
+				m.Links = append(m.Links, c)
+			}
+		}
+		v.V1 = append(v.V1, m)
+	}
+	return v
+}
+
 // Cgroup is one sandbox's control group.
 type Cgroup struct {
 	h    *Hierarchy
@@ -463,6 +527,72 @@ func (c *Cgroup) Add(pid int) error {
 		}
 	}
 	return nil
+}
+
+// WorkloadName is the child of a sandbox's pids cgroup that SplitPids makes.
+const WorkloadName = "workload"
+
+// SplitPids reserves reserve of the sandbox's tasks for its pid 1 (cgroup
+// v1 only; ErrNotSupported on v2). It makes the child cgroup WorkloadName
+// in the pids hierarchy, limited to the sandbox's current pids.max, raises
+// the sandbox's own pids.max by reserve, and moves the single thread tid
+// (pid 1's forking thread; a v1 cgroup holds threads, not processes) into
+// the child. Every process that thread forks is born in the child and
+// counts against its limit; pid 1's other threads, the ones that make its
+// new threads, stay in the sandbox's cgroup and may use the reserve the
+// workload cannot reach. Update keeps the reserve. Threads are born in
+// their maker's cgroup, so tid must be moved only once the process has
+// made the threads it makes from tid (a Go program's main thread makes its
+// first threads as it starts).
+func (c *Cgroup) SplitPids(tid int, reserve int64) error {
+	if c.h.version != 1 {
+		return fmt.Errorf("cgroups: split pids of %q: %w: cgroup v2 has no per-thread pids cgroups here", c.name, ErrNotSupported)
+	}
+	if tid <= 0 || reserve <= 0 {
+		return fmt.Errorf("cgroups: split pids of %q: %w: tid %d, reserve %d", c.name, ErrInvalidLimits, tid, reserve)
+	}
+	d := c.dirFor("pids")
+	cur, err := readInt(filepath.Join(d, "pids.max"))
+	if err != nil {
+		return fmt.Errorf("cgroups: split pids of %q: %w", c.name, err)
+	}
+	if cur < 0 {
+		return fmt.Errorf("cgroups: split pids of %q: %w: no pids limit to split", c.name, ErrInvalidLimits)
+	}
+	w := filepath.Join(d, WorkloadName)
+	steps := []func() error{
+		func() error { return c.h.ops.mkdir(w) },
+		func() error { return c.h.ops.write(filepath.Join(w, "pids.max"), strconv.FormatInt(cur, 10)) },
+		func() error { return c.h.ops.write(filepath.Join(d, "pids.max"), strconv.FormatInt(cur+reserve, 10)) },
+		func() error { return c.h.ops.write(filepath.Join(w, "tasks"), strconv.Itoa(tid)) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("cgroups: split pids of %q: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+// pidsReserve is what SplitPids reserved (0 when the cgroup is not split).
+func (c *Cgroup) pidsReserve() (int64, error) {
+	if c.h.version != 1 {
+		return 0, nil
+	}
+	d := c.dirFor("pids")
+	w := filepath.Join(d, WorkloadName)
+	if !exists(w) {
+		return 0, nil
+	}
+	all, err := readInt(filepath.Join(d, "pids.max"))
+	if err != nil {
+		return 0, err
+	}
+	work, err := readInt(filepath.Join(w, "pids.max"))
+	if err != nil {
+		return 0, err
+	}
+	return max(all-work, 0), nil
 }
 
 // OpenFD returns an O_DIRECTORY|O_CLOEXEC file descriptor of the cgroup
@@ -650,6 +780,19 @@ func (c *Cgroup) Update(l Limits) error {
 				}
 			}
 		}
+	}
+	reserve, err := c.pidsReserve()
+	if err != nil {
+		return fmt.Errorf("cgroups: update %q: %w", c.name, err)
+	}
+	if reserve > 0 && l.Pids > 0 {
+		// Split (see SplitPids): the workload gets the limit, the sandbox
+		// the limit and pid 1's reserve.
+		w := filepath.Join(c.dirFor("pids"), WorkloadName, "pids.max")
+		if err := c.h.ops.write(w, strconv.FormatInt(l.Pids, 10)); err != nil {
+			return fmt.Errorf("cgroups: update %q: %w", c.name, err)
+		}
+		l.Pids += reserve
 	}
 	if err := c.applyLimits(l); err != nil {
 		return fmt.Errorf("cgroups: update %q: %w", c.name, err)

@@ -638,3 +638,86 @@ func testCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// SplitPids keeps a reserve of the sandbox's tasks that the forking
+// thread's children cannot take: a shell placed like a sandbox's pid 1
+// forks until the workload's limit, and the sandbox's own cgroup still has
+// the reserve.
+func TestHostileSplitPidsReservesTasksForInit(t *testing.T) {
+	h := realHierarchy(t)
+	if h.Version() != 1 {
+		t.Skip("SplitPids is cgroup v1 only")
+	}
+	c := create(t, h, "split", Limits{Pids: 12})
+	ch := startChild(t, c, nil, "sh", "-c", `read _; n=0; while [ $n -lt 40 ]; do sleep 30 & n=$((n+1)); done 2>/dev/null; echo started; wait`)
+	if err := c.SplitPids(ch.cmd.Process.Pid, 5); err != nil {
+		t.Fatal(err)
+	}
+	d := c.dirFor("pids")
+	for p, want := range map[string]int64{filepath.Join(d, "pids.max"): 17, filepath.Join(d, WorkloadName, "pids.max"): 12} {
+		if got, err := readInt(p); err != nil || got != want {
+			t.Fatalf("%s = %d, %v; want %d", p, got, err, want)
+		}
+	}
+	ch.start(t)
+	// dash gives up (and exits) at the first fork that fails.
+	select {
+	case <-ch.done:
+	case l := <-ch.lines:
+		t.Fatalf("all 40 started under a limit of 12: %q", l)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the shell neither failed to fork nor finished")
+	}
+	work, _ := readInt(filepath.Join(d, WorkloadName, "pids.current"))
+	all, _ := readInt(filepath.Join(d, "pids.current"))
+	if work > 12 || all > 12 {
+		t.Fatalf("the workload holds %d tasks (sandbox %d) under its limit of 12", work, all)
+	}
+	if work < 10 {
+		t.Fatalf("the workload reached only %d of its 12 tasks", work)
+	}
+	// The reserve follows an update.
+	if err := c.Update(Limits{Pids: 20}); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]int64{filepath.Join(d, "pids.max"): 25, filepath.Join(d, WorkloadName, "pids.max"): 20} {
+		if got, err := readInt(p); err != nil || got != want {
+			t.Fatalf("after Update: %s = %d, %v; want %d", p, got, err, want)
+		}
+	}
+	if err := c.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if exists(d) {
+		t.Fatalf("%s survives Destroy", d)
+	}
+}
+
+func TestView(t *testing.T) {
+	h := realHierarchy(t)
+	v := h.View()
+	if v.Version != h.Version() {
+		t.Fatalf("View version %d on a v%d hierarchy", v.Version, h.Version())
+	}
+	if v.Version == 2 {
+		if len(v.V1) != 0 {
+			t.Fatalf("v2 view with v1 mounts: %+v", v)
+		}
+		return
+	}
+	names := map[string]bool{}
+	for _, m := range v.V1 {
+		names[m.Name] = true
+		for _, l := range m.Links {
+			names[l] = true
+		}
+		if strings.Contains(m.Name, "freezer") {
+			t.Errorf("the view mounts the freezer: %+v", m)
+		}
+	}
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct"} {
+		if !names[c] {
+			t.Errorf("the view lacks %s: %+v", c, v.V1)
+		}
+	}
+}

@@ -78,6 +78,7 @@ func unescapeOctal(s string) string {
 // procCgroup is the parsed /proc/self/cgroup.
 type procCgroup struct {
 	v1    map[string]string // controller -> path in its hierarchy
+	set   map[string]string // controller -> every controller of its hierarchy ("cpu,cpuacct")
 	v2    string            // path in the unified hierarchy
 	hasV2 bool
 }
@@ -85,7 +86,7 @@ type procCgroup struct {
 // parseProcCgroup parses "hierarchy-id:controller,list:path" lines (see
 // cgroups(7)); the unified hierarchy is "0::path".
 func parseProcCgroup(data []byte) (procCgroup, error) {
-	pc := procCgroup{v1: map[string]string{}}
+	pc := procCgroup{v1: map[string]string{}, set: map[string]string{}}
 	for n, line := range strings.Split(string(data), "\n") {
 		if line == "" {
 			continue
@@ -101,6 +102,7 @@ func parseProcCgroup(data []byte) (procCgroup, error) {
 		for _, c := range strings.Split(parts[1], ",") {
 			if c != "" {
 				pc.v1[c] = parts[2]
+				pc.set[c] = parts[1]
 			}
 		}
 	}
@@ -314,7 +316,7 @@ func detectV1(e sysEnv, mounts []mount, pc procCgroup) (*Hierarchy, string, erro
 			continue // no freezer then: Kill falls back to repeated sweeps
 		}
 		index[base] = len(dirs)
-		dirs = append(dirs, ctlDir{controllers: []string{f.controller}, base: base, rel: f.rel})
+		dirs = append(dirs, ctlDir{controllers: []string{f.controller}, base: base, rel: f.rel, hierarchy: pc.set[f.controller]})
 	}
 	return &Hierarchy{version: 1, dirs: dirs, ops: e.ops}, "", nil
 }

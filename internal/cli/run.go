@@ -71,8 +71,8 @@ the only writable places. There is no network but loopback.`,
 	f.Float64Var(&a.cpus, "cpus", d.CPUs, "CPU bandwidth in CPUs (e.g. 0.5)")
 	durationVar(f, &a.timeout, "timeout", "", d.Timeout, "wall-time limit for the command")
 	f.StringVar(&a.output, "output", sandbox.FormatBytes(d.OutputBytes), "stdout+stderr bytes kept; the rest is dropped and reported")
-	f.StringVar(&a.workspaceSize, "workspace-size", sandbox.FormatBytes(d.WorkspaceBytes), "size of the private /workspace")
-	f.StringVar(&a.tmpSize, "tmp-size", sandbox.FormatBytes(d.TmpBytes), "size of /tmp")
+	f.StringVar(&a.workspaceSize, "workspace-size", "", "size of the private /workspace (default "+sandbox.FormatBytes(d.WorkspaceBytes)+", less if that does not fit --memory)")
+	f.StringVar(&a.tmpSize, "tmp-size", "", "size of /tmp (default "+sandbox.FormatBytes(d.TmpBytes)+", less if that does not fit --memory)")
 	f.Int64Var(&a.openFiles, "open-files", d.OpenFiles, "open file limit (RLIMIT_NOFILE)")
 	f.StringArrayVarP(&a.env, "env", "e", nil, "set KEY=VALUE inside (repeatable); nothing of the host's environment passes in")
 	f.StringVar(&a.workspace, "workspace", "", "bind this host directory read-write at /workspace (files are created as the sandbox's mapped uid)")
@@ -92,6 +92,9 @@ func (a runArgs) spec() (sandbox.Spec, error) {
 			return 0
 		}
 		var n int64
+		if v == "" {
+			return 0 // unset: the sandbox's default, which fits the memory limit
+		}
 		n, err = sandbox.ParseBytes(v)
 		if err != nil {
 			err = fmt.Errorf("--%s: %v", flag, err)
@@ -111,8 +114,11 @@ func (a runArgs) spec() (sandbox.Spec, error) {
 	if err != nil {
 		return s, err
 	}
-	// Every limit has a flag default, so a zero here was asked for.
-	if err := s.Limits.Validate(); err != nil {
+	// Every other limit has a flag default, so a zero there was asked for;
+	// unset tmpfs sizes are chosen at create to fit the memory limit.
+	check := s.Limits
+	check.WorkspaceBytes, check.TmpBytes = max(check.WorkspaceBytes, 1), max(check.TmpBytes, 1)
+	if err := check.Validate(); err != nil {
 		return s, err
 	}
 	if a.workspace != "" {

@@ -121,7 +121,9 @@ type ExecResult struct {
 	OOMKilled bool
 }
 
-// Stats is a sandbox's resource use.
+// Stats is a sandbox's resource use. Pids counts every task, pid 1's
+// threads included (which may use InitPidsReserve tasks beyond
+// Limits.Pids where the backend reserves them).
 type Stats struct {
 	MemoryBytes     int64
 	MemoryPeakBytes int64

@@ -37,8 +37,9 @@ type Spec struct {
 	Cwd string `json:"cwd,omitempty"`
 	// Hostname inside the sandbox; "" means "sandbox".
 	Hostname string `json:"hostname,omitempty"`
-	// Limits are hard limits; zero fields are filled from DefaultLimits by
-	// WithDefaults.
+	// Limits are hard limits; zero fields are filled by WithDefaults: from
+	// DefaultLimits, except the tmpfs sizes, which scale down to fit the
+	// memory limit (see TmpfsBudget).
 	Limits Limits `json:"limits"`
 	// Workspace, when set, is a host directory bound read-write at
 	// /workspace instead of a private size-limited tmpfs. Files created there
@@ -94,8 +95,8 @@ type Network struct {
 
 // Limits are per-sandbox hard limits.
 type Limits struct {
-	MemoryBytes    int64         `json:"memory_bytes"`    // memory incl. tmpfs pages; no swap
-	Pids           int64         `json:"pids"`            // processes and threads
+	MemoryBytes    int64         `json:"memory_bytes"`    // memory incl. tmpfs pages; no swap; see TmpfsBudget
+	Pids           int64         `json:"pids"`            // processes and threads of the workload; pid 1 may have InitPidsReserve more
 	CPUs           float64       `json:"cpus"`            // CPU bandwidth, in CPUs
 	Timeout        time.Duration `json:"timeout_ns"`      // wall time per exec
 	OutputBytes    int64         `json:"output_bytes"`    // stdout+stderr bytes kept per exec; the rest is dropped and reported
@@ -104,16 +105,35 @@ type Limits struct {
 	OpenFiles      int64         `json:"open_files"`      // RLIMIT_NOFILE
 }
 
-// DefaultLimits are used for every zero field of Spec.Limits.
+// DefaultLimits are used for every zero field of Spec.Limits. The default
+// workspace and tmp sizes are the most WithDefaults gives; with a smaller
+// memory limit they shrink to fit it (see TmpfsBudget). Together they use
+// exactly the tmpfs budget of the default memory limit.
 var DefaultLimits = Limits{
 	MemoryBytes:    512 << 20,
 	Pids:           256,
 	CPUs:           1,
 	Timeout:        30 * time.Second,
 	OutputBytes:    4 << 20,
-	WorkspaceBytes: 512 << 20,
-	TmpBytes:       256 << 20,
+	WorkspaceBytes: 256 << 20,
+	TmpBytes:       128 << 20,
 	OpenFiles:      1024,
+}
+
+// minMemory is the smallest memory limit.
+const minMemory = 8 << 20
+
+// minProcessMemory is the least memory TmpfsBudget keeps for processes.
+const minProcessMemory = 4 << 20
+
+// TmpfsBudget is how much of a memory limit the /workspace and /tmp
+// tmpfs may take together: a quarter of it (at least 4MiB) stays for
+// processes. tmpfs pages are charged to the sandbox's memory, and the
+// kernel cannot reclaim them, so tmpfs areas as large as the memory limit
+// would let a full /workspace leave no memory for anything else, the
+// sandbox's pid 1 included. It is 0 when memory is below 5.33MiB.
+func TmpfsBudget(memory int64) int64 {
+	return max(memory-max(memory/4, minProcessMemory), 0)
 }
 
 // MaxMounts bounds Spec.Mounts.
@@ -151,12 +171,7 @@ func (s Spec) WithDefaults() Spec {
 	if l.OutputBytes == 0 {
 		l.OutputBytes = d.OutputBytes
 	}
-	if l.WorkspaceBytes == 0 {
-		l.WorkspaceBytes = d.WorkspaceBytes
-	}
-	if l.TmpBytes == 0 {
-		l.TmpBytes = d.TmpBytes
-	}
+	l.WorkspaceBytes, l.TmpBytes = fitTmpfs(l.MemoryBytes, l.WorkspaceBytes, l.TmpBytes, s.Workspace == "")
 	if l.OpenFiles == 0 {
 		l.OpenFiles = d.OpenFiles
 	}
@@ -170,6 +185,38 @@ func (s Spec) WithDefaults() Spec {
 	s.Mounts = append([]Mount(nil), s.Mounts...)
 	s.Gate = append([]string(nil), s.Gate...)
 	return s
+}
+
+// fitTmpfs fills zero tmpfs sizes so that they fit memory's TmpfsBudget
+// together with the ones given: the default workspace and tmp sizes, or
+// less (the workspace two thirds and tmp one third of the budget when both
+// are zero; one takes what the other leaves). A workspace that is a host
+// directory (wsTmpfs false) takes no budget. Sizes that were given are
+// kept as they are (Validate judges them), and a zero that finds no room
+// stays zero, for Validate to report.
+func fitTmpfs(memory, ws, tmp int64, wsTmpfs bool) (int64, int64) {
+	d := DefaultLimits
+	budget := TmpfsBudget(memory)
+	if memory <= 0 || memory > MaxLimits.MemoryBytes {
+		budget = 0 // Validate refuses the memory limit itself
+	}
+	switch {
+	case !wsTmpfs:
+		if ws == 0 {
+			ws = d.WorkspaceBytes // unused: /workspace is the host directory
+		}
+		if tmp == 0 {
+			tmp = min(d.TmpBytes, budget)
+		}
+	case ws == 0 && tmp == 0:
+		ws = min(d.WorkspaceBytes, budget*2/3)
+		tmp = min(d.TmpBytes, budget-ws)
+	case ws == 0:
+		ws = min(d.WorkspaceBytes, max(budget-tmp, 0))
+	case tmp == 0:
+		tmp = min(d.TmpBytes, max(budget-ws, 0))
+	}
+	return ws, tmp
 }
 
 // validEnvKey: a letter or underscore, then letters, digits, underscores.
@@ -269,7 +316,37 @@ func (s Spec) Validate() error {
 	if err := validGate(s.Gate); err != nil {
 		return bad("gate: %v", err)
 	}
-	return s.Limits.Validate()
+	if l := s.Limits; l.MemoryBytes >= minMemory && l.MemoryBytes <= MaxLimits.MemoryBytes {
+		budget := FormatBytes(TmpfsBudget(l.MemoryBytes))
+		switch {
+		case l.TmpBytes == 0 && l.WorkspaceBytes > 0 && s.Workspace == "":
+			return bad("workspace size %s leaves no room for /tmp in memory %s (at most %s of tmpfs fit; tmpfs pages count against the memory limit)", FormatBytes(l.WorkspaceBytes), FormatBytes(l.MemoryBytes), budget)
+		case l.WorkspaceBytes == 0 && l.TmpBytes > 0 && s.Workspace == "":
+			return bad("tmp size %s leaves no room for /workspace in memory %s (at most %s of tmpfs fit; tmpfs pages count against the memory limit)", FormatBytes(l.TmpBytes), FormatBytes(l.MemoryBytes), budget)
+		}
+	}
+	if err := s.Limits.Validate(); err != nil {
+		return err
+	}
+	return s.Limits.ValidateTmpfs(s.Workspace == "")
+}
+
+// ValidateTmpfs checks that the tmpfs areas fit the memory limit: tmp and,
+// when wsTmpfs (the workspace is not a host directory), the workspace,
+// together at most TmpfsBudget(MemoryBytes). The error wraps
+// ErrInvalidSpec and says how much would fit.
+func (l Limits) ValidateTmpfs(wsTmpfs bool) error {
+	budget := TmpfsBudget(l.MemoryBytes)
+	used, what := l.TmpBytes, fmt.Sprintf("tmp size %s does", FormatBytes(l.TmpBytes))
+	if wsTmpfs {
+		used += l.WorkspaceBytes
+		what = fmt.Sprintf("workspace size %s and tmp size %s do", FormatBytes(l.WorkspaceBytes), FormatBytes(l.TmpBytes))
+	}
+	if used <= budget {
+		return nil
+	}
+	return fmt.Errorf("%w: %s not fit in memory %s: tmpfs pages count against the memory limit, and %s of it stays for processes, so at most %s of tmpfs fit (ask for more memory or smaller areas; a size left unset shrinks to fit)",
+		ErrInvalidSpec, what, FormatBytes(l.MemoryBytes), FormatBytes(l.MemoryBytes-budget), FormatBytes(budget))
 }
 
 // Validate checks every limit is positive and within MaxLimits.
@@ -290,6 +367,10 @@ func (l Limits) Validate() error {
 		{"tmp size", float64(l.TmpBytes), float64(m.TmpBytes), FormatBytes(l.TmpBytes)},
 		{"open files", float64(l.OpenFiles), float64(m.OpenFiles), fmt.Sprint(l.OpenFiles)},
 	}
+	if l.MemoryBytes > 0 && l.MemoryBytes < minMemory {
+		// First: the tmpfs sizes that follow from it would be zero too.
+		return fmt.Errorf("%w: memory %s is below the 8MiB minimum", ErrInvalidSpec, FormatBytes(l.MemoryBytes))
+	}
 	for _, c := range checks {
 		if c.v <= 0 {
 			return fmt.Errorf("%w: %s must be positive, got %s", ErrInvalidSpec, c.name, c.show)
@@ -298,9 +379,7 @@ func (l Limits) Validate() error {
 			return fmt.Errorf("%w: %s %s is above the maximum", ErrInvalidSpec, c.name, c.show)
 		}
 	}
-	if l.MemoryBytes < 8<<20 {
-		return fmt.Errorf("%w: memory %s is below the 8MiB minimum", ErrInvalidSpec, FormatBytes(l.MemoryBytes))
-	}
+
 	if l.Pids < 4 {
 		return fmt.Errorf("%w: pids %d is below the minimum of 4", ErrInvalidSpec, l.Pids)
 	}

@@ -19,5 +19,8 @@ func currentArch() (archSpec, error) {
 			{"get_kernel_syms", unix.SYS_GET_KERNEL_SYMS},
 			{"query_module", unix.SYS_QUERY_MODULE},
 		},
+		restricted: []rule{
+			{sysname: sysname{"mknod", unix.SYS_MKNOD}, action: retEPERM, match: deviceNode(1)},
+		},
 	}, nil
 }

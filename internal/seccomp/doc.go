@@ -36,6 +36,10 @@
 //     someone else reads from.
 //   - socket with protocol MPTCP or SCTP (EPROTONOSUPPORT, so programs fall
 //     back to TCP): landlock's TCP port rules do not apply to them.
+//   - mknod and mknodat of a character or block device (FIFOs, sockets and
+//     regular files stay allowed). Elsewhere the user namespace or the
+//     missing CAP_MKNOD refuses them too, but gVisor creates them and its
+//     mounts ignore nodev: a made /dev/fuse or /dev/net/tun would open.
 //
 // Refused calls fail with EPERM, which programs already handle as "not
 // allowed here"; they are not killed.

@@ -67,6 +67,9 @@ type archSpec struct {
 	cloneFlagsArg int
 	// denied are the EPERM calls that only exist on this architecture.
 	denied []sysname
+	// restricted are the argument rules that only exist on this
+	// architecture.
+	restricted []rule
 }
 
 // commonDenied are refused with EPERM wherever they exist; every one of them
@@ -135,8 +138,18 @@ func commonDenied() []sysname {
 type argMatch struct {
 	arg    int      // argument index
 	anyBit uint32   // matches if arg&anyBit != 0 (unless 0)
-	equals []uint32 // matches if arg equals one of these
+	mask   uint32   // if not 0, equals compares arg&mask
+	equals []uint32 // matches if arg (masked) equals one of these
 	desc   string   // for Restricted
+}
+
+// deviceNode matches a mknod mode argument that makes a character or block
+// device. A user namespace (native, runc) or a missing CAP_MKNOD (Docker)
+// refuses these anyway; gVisor does not, and its mounts ignore nodev, so a
+// sandbox there could make itself /dev/fuse or /dev/net/tun.
+func deviceNode(arg int) *argMatch {
+	return &argMatch{arg: arg, mask: unix.S_IFMT, equals: []uint32{unix.S_IFCHR, unix.S_IFBLK},
+		desc: "mode making a character or block device: EPERM"}
 }
 
 // rule maps one system call to an action, optionally only for some
@@ -182,8 +195,10 @@ func rules(spec archSpec) []rule {
 				desc:   "protocol MPTCP or SCTP: EPROTONOSUPPORT",
 			},
 		},
+		{sysname: sysname{"mknodat", unix.SYS_MKNODAT}, action: retEPERM, match: deviceNode(2)},
 		{sysname: sysname{"clone3", unix.SYS_CLONE3}, action: retENOSYS},
 	}
+	rs = append(rs, spec.restricted...)
 	for _, s := range append(commonDenied(), spec.denied...) {
 		rs = append(rs, rule{sysname: s, action: retEPERM})
 	}
@@ -248,15 +263,27 @@ func (r rule) emit() ([]unix.SockFilter, error) {
 		if m.anyBit != 0 {
 			tests = append(tests, unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, K: m.anyBit})
 		}
+		var masked []unix.SockFilter
 		for _, v := range m.equals {
-			tests = append(tests, unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: v})
+			masked = append(masked, unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: v})
 		}
-		if len(tests) == 0 || len(tests) > 250 {
-			return nil, fmt.Errorf("seccomp: %s: %d argument tests", r.name, len(tests))
+		if m.mask != 0 {
+			if m.anyBit != 0 {
+				return nil, fmt.Errorf("seccomp: %s: a mask and anyBit together", r.name)
+			}
+			// A &= mask; the equality tests below see the masked value.
+			tests = append(tests, unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: m.mask})
+		}
+		ntests := len(tests) + len(masked)
+		tests = append(tests, masked...)
+		if len(masked) == 0 && m.anyBit == 0 || ntests > 250 {
+			return nil, fmt.Errorf("seccomp: %s: %d argument tests", r.name, ntests)
 		}
 		for i := range tests {
-			// From test i, skip the remaining tests and RET ALLOW.
-			tests[i].Jt = uint8(len(tests) - i)
+			if tests[i].Code&0x07 == unix.BPF_JMP {
+				// From test i, skip the remaining tests and RET ALLOW.
+				tests[i].Jt = uint8(len(tests) - i)
+			}
 		}
 		body = append(body, load(uint32(offArgs+8*m.arg)))
 		body = append(body, tests...)
@@ -297,6 +324,10 @@ func validate(prog []unix.SockFilter) error {
 			}
 			if i+1+int(max(ins.Jt, ins.Jf)) >= len(prog) {
 				return fmt.Errorf("seccomp: instruction %d jumps past the end", i)
+			}
+		case unix.BPF_ALU:
+			if ins.Code != unix.BPF_ALU|unix.BPF_AND|unix.BPF_K {
+				return fmt.Errorf("seccomp: instruction %d is an ALU operation other than AND", i)
 			}
 		case unix.BPF_LD:
 			if ins.Code != unix.BPF_LD|unix.BPF_W|unix.BPF_ABS || ins.K%4 != 0 || ins.K >= seccompDataSize {

@@ -206,6 +206,9 @@ func evaluate(prog []unix.SockFilter, d seccompData) (uint32, error) {
 			continue
 		case unix.BPF_RET | unix.BPF_K:
 			return ins.K, nil
+		case unix.BPF_ALU | unix.BPF_AND | unix.BPF_K:
+			a &= ins.K
+			continue
 		case unix.BPF_JMP | unix.BPF_JA:
 			pc += int(ins.K)
 			continue
@@ -316,13 +319,24 @@ func TestDeniedList(t *testing.T) {
 		}
 	}
 	restricted := Restricted()
-	if len(restricted) != 3 || !strings.HasPrefix(restricted[0], "clone: ") || !strings.HasPrefix(restricted[1], "ioctl: ") ||
-		!strings.HasPrefix(restricted[2], "socket: ") {
-		t.Errorf("Restricted() = %q, want clone, ioctl and socket", restricted)
+	var names []string
+	for _, r := range restricted {
+		name, _, _ := strings.Cut(r, ":")
+		names = append(names, name)
+	}
+	want := []string{"clone", "ioctl", "mknodat", "socket"}
+	if runtime.GOARCH == "amd64" {
+		want = []string{"clone", "ioctl", "mknod", "mknodat", "socket"}
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("Restricted() = %q, want rules for %v", restricted, want)
 	}
 	t.Logf("denied: %s", strings.Join(denied, " "))
 	t.Logf("restricted: %q", restricted)
 }
+
+// atFDCWD is AT_FDCWD as the 64-bit register the kernel hands the filter.
+const atFDCWD = uint64(1<<64 - 100)
 
 func TestProgramDecisions(t *testing.T) {
 	arch := nativeAuditArch(t)
@@ -403,6 +417,14 @@ func TestProgramDecisions(t *testing.T) {
 		tc{"socket/MPTCP", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, ipprotoMPTCP), retEPROTONOSUPPORT},
 		tc{"socket/SCTP", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_STREAM, ipprotoSCTP), retEPROTONOSUPPORT},
 		tc{"socket/TCP", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0), retAllow},
+
+		tc{"mknodat/char device", call(unix.SYS_MKNODAT, atFDCWD, 0, unix.S_IFCHR|0o666, 0x103), retEPERM},
+		tc{"mknodat/block device", call(unix.SYS_MKNODAT, atFDCWD, 0, unix.S_IFBLK|0o600, 0x801), retEPERM},
+		tc{"mknodat/char device, junk in high word", call(unix.SYS_MKNODAT, atFDCWD, 0, unix.S_IFCHR|0o666|1<<40, 0), retEPERM},
+		tc{"mknodat/fifo", call(unix.SYS_MKNODAT, atFDCWD, 0, unix.S_IFIFO|0o644, 0), retAllow},
+		tc{"mknodat/socket", call(unix.SYS_MKNODAT, atFDCWD, 0, unix.S_IFSOCK|0o644, 0), retAllow},
+		tc{"mknodat/regular", call(unix.SYS_MKNODAT, atFDCWD, 0, unix.S_IFREG|0o644, 0), retAllow},
+		tc{"mknodat/no type (regular)", call(unix.SYS_MKNODAT, atFDCWD, 0, 0o644, 0), retAllow},
 		tc{"socket/unix", call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM, 0), retAllow},
 
 		tc{"x32/getpid", call(unix.SYS_GETPID | 0x40000000), retKill},
@@ -410,6 +432,14 @@ func TestProgramDecisions(t *testing.T) {
 		tc{"x32/nr -1", call(^uintptr(0)), retKill},
 		tc{"native/highest plausible number", call(0x3fffffff), retAllow},
 	)
+	if runtime.GOARCH == "amd64" {
+		cases = append(cases,
+			tc{"mknod/char device", call(unix.SYS_MKNOD, 0, unix.S_IFCHR|0o666, 0x10e5), retEPERM},
+			tc{"mknod/block device", call(unix.SYS_MKNOD, 0, unix.S_IFBLK|0o666, 0), retEPERM},
+			tc{"mknod/fifo", call(unix.SYS_MKNOD, 0, unix.S_IFIFO|0o600, 0), retAllow},
+			tc{"mknod/char mode as the path", call(unix.SYS_MKNOD, unix.S_IFCHR, unix.S_IFIFO, 0), retAllow},
+		)
+	}
 	for _, foreign := range []uint32{unix.AUDIT_ARCH_I386, unix.AUDIT_ARCH_X86_64, unix.AUDIT_ARCH_ARM,
 		unix.AUDIT_ARCH_AARCH64, 0, 0xffffffff} {
 		if foreign == arch {
@@ -543,6 +573,7 @@ func TestFilterProbes(t *testing.T) {
 		{"clone-fork", "ok", false},
 		{"getpid", "ok", false},
 		{"read-write-file", "ok", false},
+		{"mknod-devices", "char=EPERM block=EPERM fifo=ok", os.Geteuid() == 0}, // root makes devices without the filter
 		{"exec-true", "ok", false},
 		{"exec-sh", "ok", false},
 		{"exec-bash", "ok", false},
@@ -658,7 +689,19 @@ func childProbes() map[string]probeSpec {
 			return "ok"
 		}),
 		"read-write-file": plain(probeFiles),
-		"exec-true":       plain(func() string { return runCommand("/bin/true") }),
+		"mknod-devices": plain(func() string {
+			dir, err := os.MkdirTemp("", "seccomp-mknod-")
+			if err != nil {
+				return err.Error()
+			}
+			defer os.RemoveAll(dir)
+			try := func(name string, mode uint32, dev int) string {
+				return name + "=" + errName(unix.Mknod(filepath.Join(dir, name), mode, dev))
+			}
+			return strings.Join([]string{try("char", unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))),
+				try("block", unix.S_IFBLK|0o600, int(unix.Mkdev(7, 0))), try("fifo", unix.S_IFIFO|0o600, 0)}, " ")
+		}),
+		"exec-true": plain(func() string { return runCommand("/bin/true") }),
 		"exec-sh": plain(func() string {
 			return runCommand("/bin/sh", "-c", `x=$(echo hi | cat) && [ "$x" = hi ] && /bin/true`)
 		}),

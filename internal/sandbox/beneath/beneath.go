@@ -47,17 +47,8 @@ func Open(base, rel string, flags int, mode uint32, create bool) (*os.File, erro
 	defer unix.Close(dfd)
 	if create {
 		parts := strings.Split(rel, "/")
-		for i := 1; i < len(parts); i++ {
-			dir := strings.Join(parts[:i], "/")
-			if err := unix.Mkdirat(dfd, dir, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-				return nil, err
-			}
-			// Confirm the component we created or found resolves beneath.
-			fd, err := Openat2(dfd, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return nil, err
-			}
-			unix.Close(fd)
+		if err := mkdirs(dfd, parts[:len(parts)-1]); err != nil {
+			return nil, err
 		}
 	}
 	fd, err := Openat2(dfd, rel, flags|unix.O_CLOEXEC, mode)
@@ -65,6 +56,45 @@ func Open(base, rel string, flags int, mode uint32, create bool) (*os.File, erro
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// OpenDir opens the directory rel beneath base (O_RDONLY|O_DIRECTORY);
+// with create it first makes every missing directory of rel, each resolved
+// beneath base. rel "." is base itself.
+func OpenDir(base, rel string, create bool) (*os.File, error) {
+	dfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	if create && rel != "." {
+		if err := mkdirs(dfd, strings.Split(rel, "/")); err != nil {
+			return nil, err
+		}
+	}
+	fd, err := Openat2(dfd, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// mkdirs makes each directory parts[:1], parts[:2], ... beneath dfd that is
+// missing, confirming every one resolves beneath it.
+func mkdirs(dfd int, parts []string) error {
+	for i := 1; i <= len(parts); i++ {
+		dir := strings.Join(parts[:i], "/")
+		if err := unix.Mkdirat(dfd, dir, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+		// Confirm the component we created or found resolves beneath.
+		fd, err := Openat2(dfd, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		unix.Close(fd)
+	}
+	return nil
 }
 
 // Openat2 resolves p beneath dfd. Where the kernel (or gVisor, whose 2022

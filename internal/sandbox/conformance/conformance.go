@@ -6,6 +6,15 @@
 // (sh, coreutils, getent, bash, curl or wget), so they test what a sandbox
 // does, not how a backend builds it. Backend-specific mechanisms (landlock
 // port rules, exact seccomp errnos, int 0x80) stay in each backend's tests.
+//
+// RunHostile's cases (hostile.go) try what a hostile workload would, or a
+// fault: a writable or revealing /sys, device
+// nodes beyond the listed ones, mknod, a setuid-root binary, reading and
+// changing its own limits, a fork bomb and an OOM beside full tmpfs areas
+// aimed at pid 1, pid 1 killed from the host, cut-short uploads, FIFOs in
+// place of files, tmpfs sizes that do not fit the memory limit. Each
+// backend runs them from its TestHostileConformance, so `go test -run
+// Hostile ./...` runs them with the rest of the project's battery.
 package conformance
 
 import (
@@ -39,6 +48,21 @@ type Options struct {
 	// come with a behavioural check elsewhere in the suite: no_new_privs is
 	// also proven by a setuid binary granting nothing.
 	UnreportedStatus []string
+	// KillInit kills the sandbox's pid 1 from the host (SIGKILL), as a
+	// crash or the host's OOM killer would. Required.
+	KillInit func(sandbox.Sandbox) error
+	// InitMayDie: on this backend pid 1 has no PIDs of its own, so a fork
+	// bomb may end the sandbox (Done must then close) instead of only the
+	// bomb's exec.
+	InitMayDie bool
+	// NoOOMScore: the kernel's OOM killer never chooses among the
+	// sandbox's processes (gVisor: the daemon kills the largest one, never
+	// pid 1), so their oom_score_adj is not checked.
+	NoOOMScore bool
+	// RootCgroupMounts: the runtime leaves the mounts of the cgroup view
+	// writable by root (runc's tmpfs beneath the v1 hierarchies, gVisor's
+	// cgroupfs); the suite checks the sandbox user cannot write there.
+	RootCgroupMounts bool
 }
 
 // Run runs the suite against rt. It sets an environment variable holding a
@@ -70,6 +94,17 @@ func Run(t *testing.T, rt sandbox.Runtime, opts Options) {
 	t.Run("concurrent exec", s.concurrent)
 	t.Run("sandboxes are isolated", s.isolated)
 	t.Run("destroy", s.destroy)
+}
+
+// RunHostile runs the hostile cases (see the package documentation)
+// against rt. Backends call it from a test named TestHostile..., so that
+// `go test -run Hostile` selects them.
+func RunHostile(t *testing.T, rt sandbox.Runtime, opts Options) {
+	if opts.CreateTimeout == 0 {
+		opts.CreateTimeout = 60 * time.Second
+	}
+	s := &suite{rt: rt, opts: opts}
+	s.hostile(t)
 }
 
 type suite struct {

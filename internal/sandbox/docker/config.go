@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -205,6 +206,7 @@ type containerOpts struct {
 	runtime  string   // Docker runtime name; "" is the daemon's default
 	runsc    bool     // the runtime is gVisor's runsc
 	hostCPUs int      // the daemon's CPU count; 0 if unknown
+	cpuset   string   // the CPUs commands run on ("" all; sandbox.CPUPicker)
 	args     []string // the container's process (agent or probe)
 }
 
@@ -270,15 +272,46 @@ func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*container.Con
 			Memory:     lim.MemoryBytes,
 			MemorySwap: lim.MemoryBytes, // memory plus swap: no swap
 			NanoCPUs:   nano,
+			CpusetCpus: o.cpuset,
 			PidsLimit:  &pids,
 			Ulimits:    ulimits,
 		},
 	}
+	hc.MaskedPaths = maskedPaths()
 	if low := lowestPort(spec.Network.ExposedTCP); low > 0 && low < 1024 {
 		// The agent holds no capability; let it bind a low exposed port.
 		hc.Sysctls = map[string]string{"net.ipv4.ip_unprivileged_port_start": strconv.Itoa(int(low))}
 	}
 	return cfg, hc
+}
+
+// dockerMaskedPaths are dockerd's own defaults, which HostConfig.MaskedPaths
+// replaces.
+var dockerMaskedPaths = []string{"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
+
+// maskedPaths are dockerd's defaults and everything of /sys but the
+// sandbox's own cgroups. dockerd mounts the host's sysfs (read-only) and
+// keeps its cgroup mount at /sys/fs/cgroup only beneath its own /sys (a
+// mount of ours at /sys drops both), so every other entry of /sys and of
+// /sys/fs is masked: an empty read-only directory, as the host's sysfs
+// names them.
+func maskedPaths() []string {
+	out := append([]string(nil), dockerMaskedPaths...)
+	for _, dir := range []string{"/sys", "/sys/fs"} {
+		des, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, de := range des {
+			p := path.Join(dir, de.Name())
+			if p == "/sys/fs" || p == "/sys/fs/cgroup" || !de.IsDir() || slices.Contains(out, p) {
+				continue
+			}
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func lowestPort(ports []uint16) uint16 {

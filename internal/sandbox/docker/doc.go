@@ -29,10 +29,15 @@
 //	IpcMode none            a private IPC namespace without /dev/shm
 //	CgroupnsMode private    the container sees only its own cgroups
 //	Resources               Memory, MemorySwap = Memory (no swap),
-//	                        PidsLimit, NanoCPUs (capped at the host's CPUs)
+//	                        PidsLimit, NanoCPUs (capped at the host's CPUs),
+//	                        CpusetCpus: ceil(cpus) CPUs, so the CPU count
+//	                        inside follows the limit
 //	Ulimits                 nofile = Limits.OpenFiles; msgqueue = 0
 //	Masked/ReadonlyPaths    Docker's defaults (/proc/kcore, /proc/keys,
-//	                        /proc/sys read-only, ...), kept
+//	                        /proc/sys read-only, ...), kept; and every entry
+//	                        of /sys and /sys/fs but /sys/fs/cgroup masked:
+//	                        the sandbox sees its own cgroups (dockerd's
+//	                        read-only cgroup mount) and nothing else there
 //	Labels                  ironclaw.owner=<pid>.<starttime>, .sandbox,
 //	                        .state: New removes the containers and state of
 //	                        owners that are gone, never a live owner's
@@ -99,8 +104,19 @@
 // IronClaw's bind sources (sockets 0666, /etc 0444, the helper 0755) work
 // under remap unchanged.
 //
-// Other differences from the native backend: Docker mounts a read-only
-// /sys (showing only lo under /sys/class/net); binds cannot be made nosuid
+// pid 1 is the OOM killer's last choice: the daemon lowers the agent's
+// oom_score_adj where it may (CAP_SYS_RESOURCE; not through
+// HostConfig.OomScoreAdj, which a dockerd without it would refuse), and
+// every command starts at sandbox.WorkloadOOMScoreAdj (the exec front
+// raises its own). When the agent dies its control connection ends, and
+// Done closes.
+//
+// Other differences from the native backend: dockerd starts every exec in
+// the container's own cgroup, so the agent shares the pids limit with the
+// workload (no PIDs reserved for it: a fork bomb can starve it of threads,
+// which ends the sandbox); the masked /sys entries show as empty
+// directories, and the tmpfs under the cgroup mounts is root's, mode
+// 0755, but mounted writable; binds cannot be made nosuid
 // or nodev (no_new_privs makes set-uid bits inert; no device is reachable
 // through the host view); /dev/mqueue is mounted, and RLIMIT_MSGQUEUE = 0
 // keeps anything from being queued there (its quota is per host uid, so

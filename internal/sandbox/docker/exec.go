@@ -181,17 +181,8 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	return res, ctxErr
 }
 
-// startFailure is hostside.StartFailure, except that this backend has so
-// far reported helper.CodeNoResources (the front could not fork: the
-// sandbox is at its pids or memory limit) as sandbox.ErrInvalidRequest,
-// where the oci backend reports it as not the request's fault. Kept as it
-// was to preserve behaviour; dropping this case aligns the two.
-func startFailure(h helper.Header) (sandbox.ExecResult, error) {
-	if h.Code == helper.CodeNoResources {
-		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrInvalidRequest, h.Text)
-	}
-	return hostside.StartFailure(h)
-}
+// startFailure is hostside.StartFailure.
+func startFailure(h helper.Header) (sandbox.ExecResult, error) { return hostside.StartFailure(h) }
 
 // fileOp runs one of the helper's file modes inside the sandbox through
 // the exec API, with the same identity and confinement as a command (never

@@ -79,6 +79,11 @@ type Runtime struct {
 	owner   string // "<pid>.<starttime>" of this process
 	seccomp string // the SecurityOpt entry carrying the seccomp profile
 
+	cpus *sandbox.CPUPicker
+
+	notesMu sync.Mutex
+	noOOM   bool // logged that pid 1's oom_score_adj cannot be lowered
+
 	imgMu  sync.Mutex
 	images map[string]bool // image tags known to exist
 
@@ -166,6 +171,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 		version: in.ServerVersion,
 		runsc:   runsc,
 		ncpu:    in.NCPU,
+		cpus:    sandbox.NewCPUPicker(),
 		bundles: filepath.Join(filepath.Clean(opts.StateDir), "b"),
 		owner:   owner,
 		seccomp: seccompOpt,
@@ -375,7 +381,7 @@ func (r *Runtime) createContainer(ctx context.Context, id string, s state, spec 
 		return "", err
 	}
 	cfg, hc := containerConfig(spec, p, containerOpts{id: id, image: img, state: s, owner: r.owner, seccomp: r.seccomp,
-		runtime: r.opts.Runtime, runsc: r.runsc, hostCPUs: r.ncpu, args: args})
+		runtime: r.opts.Runtime, runsc: r.runsc, hostCPUs: r.ncpu, cpuset: sandbox.CPUList(r.cpus.Pick(spec.Limits.CPUs)), args: args})
 	res, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "ironclaw-" + id, Config: cfg, HostConfig: hc})
 	if err != nil {
 		return "", err

@@ -34,6 +34,7 @@ type Sandbox struct {
 	rt   *Runtime
 	st   state
 	oom  string // host file counting the container's OOM kills; "" if unknown
+	pid  int    // host pid of the container's pid 1 (the agent); 0 if unknown
 
 	ctl   net.Conn   // to the agent; closing it ends the sandbox
 	ctlMu sync.Mutex // serialises writes to ctl
@@ -54,6 +55,10 @@ func (b *Sandbox) ID() string { return b.id }
 
 // ContainerID is the Docker container's ID (for tests and diagnostics).
 func (b *Sandbox) ContainerID() string { return b.cid }
+
+// InitPid is the host pid of the sandbox's pid 1, the agent (for tests and
+// diagnostics); 0 if unknown.
+func (b *Sandbox) InitPid() int { return b.pid }
 
 // StateDir is the sandbox's host state directory (for tests).
 func (b *Sandbox) StateDir() string { return b.st.dir }
@@ -133,6 +138,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	defer wcancel()
 	wait := r.cli.ContainerWait(wctx, cid, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 	if _, err := r.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
+		if herr := sandbox.HostExhaustedText("starting the container", err.Error()); herr != nil {
+			return nil, herr
+		}
 		return nil, fmt.Errorf("%w: starting the container: %v", sandbox.ErrUnsupported, err)
 	}
 
@@ -169,7 +177,25 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	if err != nil {
 		return nil, err
 	}
-	b.oom = r.oomFile(ctx, cid)
+	b.oom, b.pid = r.oomFile(ctx, cid)
+	r.notesMu.Lock()
+	refused := r.noOOM // a host that refused once refuses every time
+	r.notesMu.Unlock()
+	if b.pid > 0 && !refused {
+		// pid 1 is the OOM killer's last choice where the host lets us
+		// lower it (CAP_SYS_RESOURCE); commands raise their own to
+		// sandbox.WorkloadOOMScoreAdj as they start (the exec front).
+		// Not HostConfig.OomScoreAdj: a dockerd without that capability
+		// would refuse to start the container.
+		if err := sandbox.LowerInitOOMScore(b.pid); err != nil {
+			r.notesMu.Lock()
+			if !r.noOOM {
+				r.noOOM = true
+				r.opts.Logf("pid 1 of each sandbox keeps dockerd's oom_score_adj (%v); commands still start at %d, above it", err, sandbox.WorkloadOOMScoreAdj)
+			}
+			r.notesMu.Unlock()
+		}
+	}
 	go func() {
 		// The agent never speaks again: EOF means pid 1 is gone.
 		_, _ = io.Copy(io.Discard, rd)
@@ -251,16 +277,18 @@ func (b *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 
 // oomFile finds the host file that counts the container's OOM kills: its
 // memory cgroup's memory.oom_control (v1) or memory.events (v2), located
-// through its pid 1's /proc/<pid>/cgroup. It is "" when not readable (a
-// daemon in another cgroup namespace); OOMKilled is then never set.
-func (r *Runtime) oomFile(ctx context.Context, cid string) string {
+// through its pid 1's /proc/<pid>/cgroup, and that pid. The file is ""
+// when not readable (a daemon in another cgroup namespace); OOMKilled is
+// then never set.
+func (r *Runtime) oomFile(ctx context.Context, cid string) (string, int) {
 	in, err := r.cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
 	if err != nil || in.Container.State == nil || in.Container.State.Pid <= 0 {
-		return ""
+		return "", 0
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", in.Container.State.Pid))
+	pid := in.Container.State.Pid
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
-		return ""
+		return "", pid
 	}
 	var v1, v2 string
 	for _, line := range strings.Split(string(data), "\n") {
@@ -275,10 +303,10 @@ func (r *Runtime) oomFile(ctx context.Context, cid string) string {
 	}
 	for _, p := range []string{v1, v2} {
 		if _, err := os.Stat(p); p != "" && err == nil {
-			return p
+			return p, pid
 		}
 	}
-	return ""
+	return "", pid
 }
 
 // oomKills reads the container's OOM kill count.

@@ -1,12 +1,26 @@
 package native_test
 
 import (
+	"syscall"
 	"testing"
 
+	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/conformance"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 )
+
+var conformanceOptions = conformance.Options{
+	KillInit: func(sb sandbox.Sandbox) error {
+		return syscall.Kill(sb.(*native.Sandbox).InitPid(), syscall.SIGKILL)
+	},
+}
 
 // The contract every backend meets, run against the native runtime.
 func TestConformance(t *testing.T) {
-	conformance.Run(t, runtimeFor(t), conformance.Options{})
+	conformance.Run(t, runtimeFor(t), conformanceOptions)
+}
+
+// The attacks and faults every backend withstands, on the native runtime.
+func TestHostileConformance(t *testing.T) {
+	conformance.RunHostile(t, runtimeFor(t), conformanceOptions)
 }

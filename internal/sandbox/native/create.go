@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,6 +54,9 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, fmt.Errorf("%w: sandbox cgroup: %v; limits need root or a delegated cgroup v2 subtree (for example: systemd-run --user -p Delegate=yes --scope ironclaw ...)", sandbox.ErrUnsupported, err)
 	}
+	if herr := sandbox.HostExhausted("making the sandbox cgroup", err); herr != nil {
+		return nil, herr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sandbox cgroup: %w", err)
 	}
@@ -68,14 +72,14 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 
 	conn, childEnd, err := wire.Pair()
 	if err != nil {
-		return nil, err
+		return nil, hostErr("the control socket", err)
 	}
 	conn.NonblockFDs = true
 	defer childEnd.Close()
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, hostErr("the diagnostics pipe", err)
 	}
 	defer errW.Close()
 
@@ -128,6 +132,9 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	if err != nil {
 		conn.Close()
 		errR.Close()
+		if herr := sandbox.HostExhausted("starting the sandbox init", err); herr != nil {
+			return nil, herr
+		}
 		return nil, fmt.Errorf("%w: starting the sandbox init: %v", sandbox.ErrUnsupported, err)
 	}
 	childEnd.Close()
@@ -150,6 +157,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 			return nil, fmt.Errorf("sandbox cgroup: %w", err)
 		}
 	}
+	r.protectInit(cfg, proc.Pid)
 	trees := r.openTrees(cfg)
 	err = conn.Send(cfg, trees...)
 	for _, f := range trees {
@@ -159,6 +167,9 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
 	if err := b.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.reservePids(cg, proc.Pid); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -190,10 +201,18 @@ func (b *Sandbox) awaitReady(ctx context.Context) error {
 	select {
 	case res := <-ch:
 		if res.err != nil {
-			return fmt.Errorf("%w: the sandbox init exited during setup%s", sandbox.ErrUnsupported, b.initDiag())
+			diag := b.initDiag()
+			if strings.Contains(diag, "failed to create new OS thread") && strings.Contains(diag, "errno=11") {
+				// The Go runtime's own words when clone fails with EAGAIN.
+				return fmt.Errorf("%w (processes or threads): the sandbox init could not start a thread%s", sandbox.ErrHostExhausted, diag)
+			}
+			return fmt.Errorf("%w: the sandbox init exited during setup%s", sandbox.ErrUnsupported, diag)
 		}
 		if res.rep.Op != wire.OpReady {
 			wire.CloseAll(res.files)
+			if herr := sandbox.HostExhausted("sandbox setup", syscall.Errno(res.rep.Errno)); res.rep.Errno != 0 && herr != nil {
+				return fmt.Errorf("%w (%s)", herr, res.rep.Err)
+			}
 			return fmt.Errorf("%w: sandbox setup failed: %s", sandbox.ErrUnsupported, res.rep.Err)
 		}
 		return b.adoptListeners(res.files)
@@ -222,6 +241,8 @@ func (r *Runtime) initConfig(spec sandbox.Spec) (*wire.Config, error) {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
 	}
 	cfg := &wire.Config{
+		Cgroup:          viewOf(r.cg.View()),
+		CPUs:            r.cpus.Pick(spec.Limits.CPUs),
 		Root:            entries,
 		Hostname:        spec.Hostname,
 		WorkspaceBytes:  spec.Limits.WorkspaceBytes,
@@ -285,6 +306,15 @@ func (r *Runtime) openTrees(cfg *wire.Config) []*os.File {
 		cfg.Sources = append(cfg.Sources, p)
 	}
 	return files
+}
+
+// hostErr is err from making a descriptor or process for a sandbox: the
+// host ran out of something (see sandbox.HostExhausted), or err itself.
+func hostErr(what string, err error) error {
+	if herr := sandbox.HostExhausted(what, err); herr != nil {
+		return herr
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 func requireDir(p, what string) error {

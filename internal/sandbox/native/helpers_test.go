@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("IRONCLAW_TEST_DAEMON") == "1" {
 		os.Exit(crashDaemon())
 	}
+	if os.Getenv("IRONCLAW_TEST_EXHAUST") == "1" {
+		os.Exit(exhaustDaemon())
+	}
 	os.Exit(m.Run())
 }
 

@@ -44,14 +44,17 @@ func (p *pool) shape() sandbox.Spec {
 }
 
 // fits reports whether spec (with defaults applied) differs from the pool's
-// shape only in what can change after creation.
+// shape only in what can change after creation. The tmpfs sizes (which
+// follow the memory limit, see sandbox.TmpfsBudget) and the CPU count
+// commands see (their affinity) are fixed at create.
 func (p *pool) fits(spec sandbox.Spec) bool {
 	d := p.shape()
 	l, dl := spec.Limits, d.Limits
 	return spec.Root == d.Root && spec.Hostname == d.Hostname && spec.Workspace == "" &&
 		len(spec.Mounts) == 0 && slices.Equal(spec.Network.ExposedTCP, d.Network.ExposedTCP) && len(spec.Network.LoopbackTCP) == 0 &&
 		slices.Equal(spec.Gate, d.Gate) && (len(d.Gate) == 0 || !slices.ContainsFunc(spec.Env, isPATH)) &&
-		l.WorkspaceBytes == dl.WorkspaceBytes && l.TmpBytes == dl.TmpBytes && l.OpenFiles == dl.OpenFiles
+		l.WorkspaceBytes == dl.WorkspaceBytes && l.TmpBytes == dl.TmpBytes && l.OpenFiles == dl.OpenFiles &&
+		p.r.cpus.Count(l.CPUs) == p.r.cpus.Count(dl.CPUs)
 }
 
 func (p *pool) fill() {

@@ -39,7 +39,9 @@ func TestPoolTakesAndAppliesSpec(t *testing.T) {
 	before := cgroupCount(t)
 	r := newPooledRuntime(t, 2)
 	ctx := context.Background()
-	spec := sandbox.Spec{Env: []string{"FROM_SPEC=yes"}, Cwd: "/tmp", Limits: sandbox.Limits{MemoryBytes: 48 << 20, Pids: 40}}
+	// A memory limit from which the default tmpfs sizes still fit: smaller
+	// ones would shrink them, which needs a sandbox of its own.
+	spec := sandbox.Spec{Env: []string{"FROM_SPEC=yes"}, Cwd: "/tmp", Limits: sandbox.Limits{MemoryBytes: 768 << 20, Pids: 40}}
 	sb, err := r.Create(ctx, spec)
 	if err != nil {
 		t.Fatal(err)

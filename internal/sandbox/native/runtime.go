@@ -3,6 +3,15 @@
 // from pure Go with no external binary. This package is the host side (the
 // parent); package boot is what runs inside (the child); package wire is
 // the protocol between them.
+//
+// pid 1 (the init) is protected from its workload (see protectInit): on
+// cgroup v1 the pids limit is split so that sandbox.InitPidsReserve tasks
+// stay pid 1's; the daemon lowers pid 1's oom_score_adj where it may
+// (CAP_SYS_RESOURCE), and every command starts at
+// sandbox.WorkloadOOMScoreAdj, which landlock keeps it from lowering. The
+// sandbox sees its own cgroups read-only at /sys/fs/cgroup, and its
+// commands run on ceil(cpus) CPUs (sandbox.CPUPicker), fixed at create.
+// When pid 1 dies, Done closes at once (its control socket ends).
 package native
 
 import (
@@ -68,6 +77,10 @@ type Runtime struct {
 	hostGID  int
 	spawn    *spawner
 	pool     *pool // nil when Options.PoolSize is 0
+	cpus     *sandbox.CPUPicker
+
+	notesMu        sync.Mutex // guards the flags below: things logged once
+	noSplit, noOOM bool
 
 	mu     sync.Mutex
 	boxes  map[string]*Sandbox
@@ -111,7 +124,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	// saved fds, say) must never reach a sandbox: Go itself only passes
 	// what ExtraFiles names, so marking them costs nothing.
 	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	r := &Runtime{opts: opts, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(), boxes: map[string]*Sandbox{},
+	r := &Runtime{opts: opts, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(), boxes: map[string]*Sandbox{}, cpus: sandbox.NewCPUPicker(),
 		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID}
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()

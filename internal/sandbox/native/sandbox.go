@@ -17,6 +17,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/fileio"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
 	"golang.org/x/sys/unix"
 )
@@ -81,6 +82,9 @@ func (b *Sandbox) UpdateLimits(ctx context.Context, l sandbox.Limits) error {
 		next.OutputBytes = l.OutputBytes
 	}
 	if err := next.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalidRequest, err)
+	}
+	if err := next.ValidateTmpfs(b.spec.Workspace == ""); err != nil {
 		return fmt.Errorf("%w: %v", sandbox.ErrInvalidRequest, err)
 	}
 	select {
@@ -277,15 +281,15 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		var child [3]*os.File
 		var err error
 		if child[0], stdinW, err = os.Pipe(); err != nil {
-			return res, err
+			return res, hostErr("the command's stdin", err)
 		}
 		if outR, child[1], err = os.Pipe(); err != nil {
 			wire.CloseAll([]*os.File{child[0], stdinW})
-			return res, err
+			return res, hostErr("the command's stdout", err)
 		}
 		if errR, child[2], err = os.Pipe(); err != nil {
 			wire.CloseAll([]*os.File{child[0], stdinW, outR, child[1]})
-			return res, err
+			return res, hostErr("the command's stderr", err)
 		}
 		// Pipe inodes belong to their creator: hand the command's ends to
 		// the sandbox user so /dev/stdout and /proc/self/fd/N reopen.
@@ -479,6 +483,8 @@ func startFailure(r reply) (sandbox.ExecResult, error) {
 		return sandbox.ExecResult{ExitCode: 127}, fmt.Errorf("%w: %s", sandbox.ErrCommandNotFound, r.Err)
 	case "not-executable", "bad-cwd":
 		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrNotExecutable, r.Err)
+	case wire.CodeNoResources:
+		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrSandboxLimit, r.Err)
 	}
 	return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrInvalidRequest, r.Err)
 }
@@ -549,14 +555,19 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// WriteFile implements sandbox.Sandbox.
+// WriteFile implements sandbox.Sandbox. The upload travels framed (package
+// fileio) and the init renames it into place only once all of it has
+// arrived: if src fails or ctx ends first, the file is left as it was.
 func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode fs.FileMode) error {
 	if err := checkFilePath(p); err != nil {
 		return err
 	}
+	if src == nil {
+		src = strings.NewReader("")
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return err
+		return hostErr("the file's pipe", err)
 	}
 	id, ch := b.register()
 	defer b.unregister(id)
@@ -568,20 +579,23 @@ func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode f
 	}
 	copyErr := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(pw, src)
+		_, err := io.Copy(pw, fileio.NewFramer(src))
 		pw.Close()
 		copyErr <- err
 	}()
 	r, err := b.await(ctx, ch)
 	if err != nil {
-		pw.Close()
+		pw.Close() // the upload ends without its end mark: nothing changes
 		return err // src may still be read until its pending Read returns
 	}
 	if r.Op == wire.OpFailed {
 		// Writes into the pipe now fail; wait for the copier so the caller
 		// gets src back untouched by us.
 		pw.Close()
-		<-copyErr
+		cerr := <-copyErr
+		if r.Code == wire.CodeAborted && cerr != nil {
+			return fmt.Errorf("writing %s: %w (the file was left as it was)", p, cerr)
+		}
 		return replyErr(r)
 	}
 	if err := <-copyErr; err != nil {
@@ -597,7 +611,7 @@ func (b *Sandbox) ReadFile(ctx context.Context, p string, dst io.Writer) error {
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return err
+		return hostErr("the file's pipe", err)
 	}
 	defer pr.Close()
 	id, ch := b.register()
@@ -641,7 +655,7 @@ func (b *Sandbox) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, er
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, hostErr("the listing's pipe", err)
 	}
 	defer pr.Close()
 	id, ch := b.register()

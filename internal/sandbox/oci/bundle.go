@@ -118,6 +118,7 @@ type ociMemory struct {
 type ociCPU struct {
 	Quota  *int64  `json:"quota,omitempty"`
 	Period *uint64 `json:"period,omitempty"`
+	Cpus   string  `json:"cpus,omitempty"`
 }
 
 type ociPids struct {
@@ -186,6 +187,7 @@ func (b bundle) etc() string     { return filepath.Join(b.dir, "etc") }
 func (b bundle) sockDir() string { return filepath.Join(b.dir, "sock") }
 func (b bundle) execDir() string { return filepath.Join(b.dir, "exec") }
 func (b bundle) owner() string   { return filepath.Join(b.dir, "owner") }
+func (b bundle) pidFile() string { return filepath.Join(b.dir, "init.pid") }
 
 // bundleConfig is what writeBundle needs beyond the Spec.
 type bundleConfig struct {
@@ -199,6 +201,16 @@ type bundleConfig struct {
 	// pidsOverhead is added to the host pids limit for the runtime's own
 	// tasks in the container's cgroup (runsc: the sentry and gofer).
 	pidsOverhead int64
+	// pidsReserve is added to the host pids limit for pid 1 alone: the
+	// workload's execs run in a child cgroup limited to the Spec's pids
+	// (runc and crun on cgroup v1; see Sandbox.splitPids).
+	pidsReserve int64
+	// cpus is the cpuset of the sandbox ("" every CPU): what the CPU
+	// count inside shows (sandbox.CPUPicker).
+	cpus string
+	// gvisor: the runtime is runsc, whose sentry provides /sys and /dev
+	// of its own making (see gvisorSetup).
+	gvisor bool
 	// memOverhead is added to the host memory limit (runsc: a backstop
 	// above the limit the daemon enforces).
 	memOverhead int64
@@ -324,6 +336,8 @@ func writeBundle(b bundle, c bundleConfig) error {
 	for _, st := range stubs {
 		mounts = append(mounts, bindMount(st.Host, st.Inside, true))
 	}
+	mounts = append(mounts, sysMounts(c.gvisor)...)
+	addDir("/sys/fs/cgroup")
 	mounts = append(mounts,
 		bindMount(c.helperExe, helper.Path, true),
 		bindMount(b.sockDir(), helper.SockDir, true),
@@ -341,7 +355,7 @@ func writeBundle(b bundle, c bundleConfig) error {
 
 	lim := spec.Limits
 	mem := lim.MemoryBytes + c.memOverhead
-	pids := lim.Pids + c.pidsOverhead
+	pids := lim.Pids + c.pidsOverhead + c.pidsReserve
 	quota := int64(math.Round(lim.CPUs * cfsPeriodUs))
 	period := uint64(cfsPeriodUs)
 	// The container's process (the agent) never gets RLIMIT_NPROC, even
@@ -360,7 +374,7 @@ func writeBundle(b bundle, c bundleConfig) error {
 			Resources: &ociResources{
 				Devices: []ociDeviceRule{{Allow: false, Access: "rwm"}},
 				Memory:  &ociMemory{Limit: &mem, Swap: &mem},
-				CPU:     &ociCPU{Quota: &quota, Period: &period},
+				CPU:     &ociCPU{Quota: &quota, Period: &period, Cpus: c.cpus},
 				Pids:    &ociPids{Limit: pids},
 			},
 			CgroupsPath: c.cgroupPath,
@@ -370,6 +384,12 @@ func writeBundle(b bundle, c bundleConfig) error {
 			MaskedPaths:   maskedPaths,
 			ReadonlyPaths: readonlyPaths,
 		},
+	}
+	if c.gvisor && len(c.args) > 1 && c.args[1] == helper.ModeAgent {
+		// Only the agent, only on runsc, and only until it has prepared
+		// the sentry's /dev and cgroup view (helper.GVisorSetup): it drops
+		// them before anything else runs.
+		cfg.Process.Capabilities = gvisorSetupCaps()
 	}
 	if c.userns {
 		cfg.Linux.Namespaces = append(cfg.Linux.Namespaces, ociNamespace{Type: "user"})
@@ -388,6 +408,33 @@ func writeBundle(b bundle, c bundleConfig) error {
 		return err
 	}
 	return os.WriteFile(b.config(), data, 0o600)
+}
+
+// sysMounts give the sandbox a /sys that holds only its own cgroup,
+// read-only, at /sys/fs/cgroup.
+//
+// runc and crun mount the container's cgroup hierarchies there (in its
+// cgroup namespace, so each shows the sandbox's cgroup as its root) on a
+// tmpfs they leave writable; the rootfs around it is read-only, and the
+// tmpfs is root's, mode 0755. runsc mounts a sysfs of the sentry's own
+// unless the spec has a /sys: an empty read-only tmpfs hides it, and
+// --cgroupfs (see Runtime.globalArgs) mounts the sentry's cgroupfs beneath,
+// whose limits the agent writes (helper.GVisorSetup).
+func sysMounts(gvisor bool) []ociMount {
+	if gvisor {
+		return []ociMount{{Destination: "/sys", Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"ro", "nosuid", "nodev", "noexec", "size=16k", "mode=0755"}}}
+	}
+	return []ociMount{{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+		Options: []string{"ro", "nosuid", "nodev", "noexec"}}}
+}
+
+// gvisorSetupCaps are the agent's capabilities on runsc until it drops
+// them: enough to remove the sentry's extra device nodes and to write the
+// cgroup view's limits (all root's files inside the sentry, not the host).
+func gvisorSetupCaps() ociCaps {
+	caps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_SETPCAP"}
+	return ociCaps{Bounding: caps, Effective: caps, Permitted: caps, Inheritable: []string{}, Ambient: []string{}}
 }
 
 func lowestPort(ports []uint16) uint16 {

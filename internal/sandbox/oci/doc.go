@@ -31,12 +31,24 @@
 // of the host-toolchain view (internal/rootfs) or of a directory image;
 // tmpfs /workspace (0755, owned by 65532) and /tmp (1777) of the Spec's
 // sizes; a private /dev tmpfs and devpts; /proc with the usual masked and
-// read-only paths; no /sys; new pid, ipc, uts, mount, network (loopback
-// only) and cgroup namespaces; and, on runc and crun, a user namespace
-// mapping container ids 0-65535 to host 100000-165535, so container root is
-// never host root. The cgroup (memory with swap equal to memory, pids, CPU
-// quota) is created by the runtime beneath the daemon's own cgroup, at
-// <own cgroup>/ironclaw-oci/<id> (see cgroup.go).
+// read-only paths; a /sys holding only the sandbox's own cgroups,
+// read-only, at /sys/fs/cgroup (see sysMounts); new pid, ipc, uts, mount,
+// network (loopback only) and cgroup namespaces; and, on runc and crun, a
+// user namespace mapping container ids 0-65535 to host 100000-165535, so
+// container root is never host root. The cgroup (memory with swap equal to
+// memory, pids, CPU quota, and a cpuset of ceil(cpus) CPUs so that the CPU
+// count inside follows the limit) is created by the runtime beneath the
+// daemon's own cgroup, at <own cgroup>/ironclaw-oci/<id> (see cgroup.go).
+//
+// pid 1 is protected from its workload: on runc and crun on cgroup v1 the
+// pids limit is split (the cgroup allows sandbox.InitPidsReserve more
+// tasks, and every exec runs in its child "workload", limited to the
+// Spec's pids, through runc exec --cgroup), so a fork bomb cannot starve
+// the agent of threads; the daemon lowers the agent's oom_score_adj where
+// it may (CAP_SYS_RESOURCE), and every command starts at
+// sandbox.WorkloadOOMScoreAdj (the exec front raises its own), so the OOM
+// killer takes the workload first. When pid 1 dies anyway its control
+// connection ends, and Done closes.
 //
 // # The agent
 //
@@ -141,14 +153,33 @@
 //     operation, therefore installs internal/seccomp's own filter whenever
 //     it finds none in force. The 2022 sentry has no openat2, so file
 //     operations resolve component by component with O_NOFOLLOW, refusing
-//     every symlink. It also always provides its own synthetic /sys, and
-//     refuses coreutils 9's statx (`ls -l`, `stat` fail with EINVAL).
+//     every symlink. It refuses coreutils 9's statx (`ls -l`, `stat` fail
+//     with EINVAL). Its /sys, /dev and cgroups are its own, made to match
+//     the other backends': an empty read-only tmpfs at /sys hides its
+//     sysfs, and --cgroupfs mounts its cgroupfs (memory, cpu) at
+//     /sys/fs/cgroup; its devtmpfs also holds /dev/fuse and /dev/net/tun,
+//     and mknod of devices works there (seccomp refuses it). So on runsc
+//     alone the agent starts holding CAP_CHOWN, CAP_DAC_OVERRIDE,
+//     CAP_FOWNER and CAP_SETPCAP, over the sentry's files only: before
+//     anything else runs it removes the extra device nodes, writes the
+//     Spec's limits into the cgroupfs, adds a pids directory with the pids
+//     limit, makes the tmpfs beneath 0755, and drops every capability
+//     (helper.GVisorSetupFlag). The kernel's OOM killer never chooses among
+//     a gVisor sandbox's processes (the daemon does, never pid 1), and the
+//     pids limit already leaves the agent and the exec fronts free
+//     (RLIMIT_NPROC on commands only).
 //
 // # What differs from the native backend
 //
 // There is no landlock layer: writes are confined by the read-only root and
 // mounts, and TCP binds and connects reach only the sandbox's own network
-// namespace, where nothing but the agent listens. /dev/shm does not exist
+// namespace, where nothing but the agent listens. (Without landlock a
+// command may lower its own oom_score_adj back to what the runtime gave
+// it: the agent's, where the daemon could not lower the agent's; the OOM
+// killer then chooses between them by size.) The tmpfs under the v1 cgroup
+// view, and gVisor's cgroupfs, are mounted writable, but root's and mode
+// 0755 or 0555: the sandbox user cannot write them. The CPU count is fixed
+// at create. /dev/shm does not exist
 // (native points it at /tmp). Terminals (ExecRequest.TTY) are not offered:
 // Exec returns sandbox.ErrUnsupported. ExecResult.Signal is only known when
 // IronClaw sent the signal (timeout, cancellation) or the OOM killer did;

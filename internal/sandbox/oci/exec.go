@@ -28,6 +28,9 @@ const drainGrace = 200 * time.Millisecond
 // carries the same seal as the agent (user, capabilities, no_new_privs,
 // rlimits) instead of inheriting defaults.
 func (b *Sandbox) execArgs(p string) []string {
+	if b.split {
+		return []string{"exec", "--cgroup", "pids:" + workloadCgroup, "--process", p, b.id}
+	}
 	return []string{"exec", "--process", p, b.id}
 }
 
@@ -273,7 +276,15 @@ func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, st
 	} else {
 		copyErr <- nil
 	}
-	stop := context.AfterFunc(ctx, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	stop := context.AfterFunc(ctx, func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		// On runsc the helper inside holds our pipes, not the runtime
+		// process we just killed: it ends only when its stdin does (an
+		// upload cut short, which changes nothing).
+		if stdinW != nil {
+			stdinW.Close()
+		}
+	})
 	werr := cmd.Wait()
 	stop()
 	if stdinW != nil {

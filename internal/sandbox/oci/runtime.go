@@ -61,6 +61,13 @@ type Runtime struct {
 	helper  string // staged copy of Options.Exe
 	owner   string // "<pid>.<starttime>" of this process
 	userns  bool   // map ids through a user namespace (runc, crun)
+	// splitPids: execs run in a child of the sandbox's pids cgroup, so
+	// pid 1 keeps sandbox.InitPidsReserve tasks of its own (runc and crun
+	// on cgroup v1: runc exec --cgroup; see Sandbox.splitPids).
+	splitPids bool
+	cpus      *sandbox.CPUPicker
+	notesMu   sync.Mutex
+	noOOM     bool // logged that pid 1's oom_score_adj cannot be lowered
 
 	mu     sync.Mutex
 	boxes  map[string]*Sandbox
@@ -120,6 +127,10 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 		owner:   owner,
 		userns:  opts.Runtime != Runsc,
 		boxes:   map[string]*Sandbox{},
+		cpus:    sandbox.NewCPUPicker(),
+	}
+	if mode, _ := cgroupMode(); opts.Runtime != Runsc && (mode == "v1" || mode == "hybrid") {
+		r.splitPids = true
 	}
 	out, err := r.run(ctx, nil, "--version")
 	if err != nil {
@@ -180,10 +191,12 @@ func (r *Runtime) Close(ctx context.Context) error {
 //	--network=none     a sandbox-internal loopback only, no host NIC
 //	--host-uds=open    lets the sentry connect to the daemon's sockets
 //	--oci-seccomp      enforce config.json's seccomp profile in the sentry
+//	--cgroupfs         mount the sentry's cgroupfs (memory, cpu) at
+//	                   /sys/fs/cgroup: the sandbox's view of its limits
 func (r *Runtime) globalArgs() []string {
 	args := []string{"--root", r.root}
 	if r.opts.Runtime == Runsc {
-		args = append(args, "--platform=ptrace", "--network=none", "--host-uds=open", "--oci-seccomp")
+		args = append(args, "--platform=ptrace", "--network=none", "--host-uds=open", "--oci-seccomp", "--cgroupfs")
 	}
 	return args
 }
@@ -364,6 +377,11 @@ func (r *Runtime) layout(b bundle, id string, spec sandbox.Spec, args []string, 
 		userns:     r.userns,
 		ports:      ports,
 		args:       args,
+		cpus:       sandbox.CPUList(r.cpus.Pick(spec.Limits.CPUs)),
+		gvisor:     r.opts.Runtime == Runsc,
+	}
+	if r.splitPids {
+		c.pidsReserve = sandbox.InitPidsReserve
 	}
 	if r.opts.Runtime == Runsc {
 		c.pidsOverhead = runscHostPidsOverhead(spec.Limits.Pids)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -36,6 +37,9 @@ type Sandbox struct {
 	ctl   net.Conn   // to the agent; closing it ends the sandbox
 	ctlMu sync.Mutex // serialises writes to ctl
 
+	initPid int  // the agent's host pid (runc, crun) or the sandbox's (runsc); 0 if unknown
+	split   bool // execs run in the pids cgroup's workload child (see splitPids)
+
 	listeners map[uint16]net.Listener // exposed port -> unix listener; fixed after Create
 	gateSock  string                  // the agent's socket for approved runs of gated programs; "" when none
 
@@ -59,6 +63,11 @@ func (b *Sandbox) ID() string { return b.id }
 // Done implements sandbox.Sandbox: closed when the agent (the container's
 // pid 1) is gone, or the sandbox was destroyed.
 func (b *Sandbox) Done() <-chan struct{} { return b.done }
+
+// InitPid is the host pid of the sandbox's pid 1 (the agent) on runc and
+// crun, or of its gVisor sandbox process on runsc; 0 if unknown. For tests
+// and diagnostics.
+func (b *Sandbox) InitPid() int { return b.initPid }
 
 // Bundle is the sandbox's bundle directory (for tests and diagnostics).
 func (b *Sandbox) Bundle() string { return b.b.dir }
@@ -108,6 +117,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}()
 
 	args := []string{helper.Path, helper.ModeAgent}
+	if r.opts.Runtime == Runsc {
+		lim := spec.Limits
+		args = append(args, helper.GVisorSetupArg(lim.MemoryBytes, lim.Pids, int64(math.Round(lim.CPUs*cfsPeriodUs)), cfsPeriodUs))
+	}
 	for _, p := range spec.Network.ExposedTCP {
 		args = append(args, strconv.Itoa(int(p)))
 	}
@@ -147,13 +160,16 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		errW.Close()
 		return nil, err
 	}
-	cmd := r.command("run", "--detach", "--bundle", b.b.dir, id)
+	cmd := r.command("run", "--detach", "--pid-file", b.b.pidFile(), "--bundle", b.b.dir, id)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devNull, devNull, errW
 	err = cmd.Start()
 	errW.Close()
 	devNull.Close()
 	if err != nil {
 		errR.Close()
+		if herr := sandbox.HostExhausted("starting "+r.opts.Runtime, err); herr != nil {
+			return nil, herr
+		}
 		return nil, fmt.Errorf("%w: starting %s: %v", sandbox.ErrUnsupported, r.opts.Runtime, err)
 	}
 	started = true
@@ -176,6 +192,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		case err := <-runErr:
 			runErr = nil
 			if err != nil {
+				if herr := sandbox.HostExhaustedText(r.opts.Runtime+" run", err.Error()+b.diag.tail()); herr != nil {
+					return nil, herr
+				}
 				return nil, fmt.Errorf("%w: %s run: %v%s%s", sandbox.ErrUnsupported, r.opts.Runtime, err, b.diag.tail(), r.explain(errors.New(b.diag.tail())))
 			}
 		case <-timer.C:
@@ -209,6 +228,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			return nil, fmt.Errorf("sandbox %s: %s run did not return", id, r.opts.Runtime)
 		}
 	}
+	if err := b.protectInit(); err != nil {
+		ctl.Close()
+		return nil, err
+	}
 	go func() {
 		// The agent never speaks again: EOF means pid 1 is gone.
 		_, _ = rd.WriteTo(discard{})
@@ -225,6 +248,57 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		go b.watchMemory()
 	}
 	return b, nil
+}
+
+// protectInit runs once the agent is up, before any command: it reserves
+// PIDs for pid 1 (see splitPids) and, where the host lets it
+// (CAP_SYS_RESOURCE), lowers pid 1's oom_score_adj; commands raise their
+// own to sandbox.WorkloadOOMScoreAdj as they start (the exec front).
+func (b *Sandbox) protectInit() error {
+	if data, err := os.ReadFile(b.b.pidFile()); err == nil {
+		b.initPid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+	}
+	if b.rt.splitPids {
+		if err := b.splitPids(); err != nil {
+			return fmt.Errorf("sandbox %s: reserving PIDs for pid 1: %w", b.id, err)
+		}
+	}
+	b.rt.notesMu.Lock()
+	refused := b.rt.noOOM // a host that refused once refuses every time
+	b.rt.notesMu.Unlock()
+	if b.rt.opts.Runtime == Runsc || b.initPid <= 0 || refused {
+		// On runsc the kernel's OOM killer never picks among the
+		// sandbox's processes (see watchMemory).
+		return nil
+	}
+	if err := sandbox.LowerInitOOMScore(b.initPid); err != nil {
+		b.rt.notesMu.Lock()
+		if !b.rt.noOOM {
+			b.rt.noOOM = true
+			b.rt.opts.Logf("pid 1 of each sandbox keeps the daemon's oom_score_adj (%v); commands still start at %d, above it", err, sandbox.WorkloadOOMScoreAdj)
+		}
+		b.rt.notesMu.Unlock()
+	}
+	return nil
+}
+
+// workloadCgroup is the child of a sandbox's pids cgroup every exec runs
+// in when the limit is split (runc exec --cgroup).
+const workloadCgroup = "workload"
+
+// splitPids makes the pids cgroup's child workloadCgroup with the Spec's
+// pids limit; the sandbox's own cgroup has sandbox.InitPidsReserve more
+// (see writeBundle), which only the agent, outside the child, can use.
+func (b *Sandbox) splitPids() error {
+	d := filepath.Join(b.cg.pids, workloadCgroup)
+	if err := os.Mkdir(d, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(d, "pids.max"), []byte(strconv.FormatInt(b.spec.Limits.Pids, 10)), 0); err != nil {
+		return err
+	}
+	b.split = true
+	return nil
 }
 
 type discard struct{}
@@ -366,8 +440,18 @@ func notExist(err error) bool {
 
 // removeCgroup waits for the runtime to have removed a cgroup directory,
 // and removes it itself if the runtime left it (an empty cgroup whose
-// processes were still exiting when the runtime tried).
+// processes were still exiting when the runtime tried), child cgroups
+// (workloadCgroup) first.
 func removeCgroup(ctx context.Context, dir string) error {
+	if des, err := os.ReadDir(dir); err == nil {
+		for _, de := range des {
+			if de.IsDir() {
+				if err := removeCgroup(ctx, filepath.Join(dir, de.Name())); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	for {
 		err := os.Remove(dir)
 		if err == nil || errors.Is(err, os.ErrNotExist) {

@@ -17,9 +17,11 @@ import (
 //   - the argument rules of seccomp.Restricted, restated as OCI argument
 //     conditions: ioctl TIOCSTI/TIOCLINUX, clone with any CLONE_NEW* flag
 //     (one rule per flag: OCI conditions are ANDed, rules ORed), socket
-//     with protocol MPTCP or SCTP (EPROTONOSUPPORT). Each compares only the
-//     low 32 bits (SCMP_CMP_MASKED_EQ), as the kernel does for these
-//     arguments, so junk in the high word does not slip past;
+//     with protocol MPTCP or SCTP (EPROTONOSUPPORT), mknod and mknodat of a
+//     character or block device (the mode's S_IFMT bits; gVisor would make
+//     them). Each compares only the low 32 bits (SCMP_CMP_MASKED_EQ), as
+//     the kernel does for these arguments, so junk in the high word does
+//     not slip past;
 //   - architectures: only the native one. libseccomp's bad-architecture
 //     action kills a call from any other ABI (i386 int $0x80, x32), as the
 //     native filter's arch guard does.
@@ -60,7 +62,12 @@ type SeccompArg struct {
 
 // restrictedNames are the calls the argument rules below cover; a test
 // checks them against seccomp.Restricted so the two filters cannot drift.
-var restrictedNames = []string{"clone", "ioctl", "socket"}
+var restrictedNames = func() []string {
+	if runtime.GOARCH == "amd64" {
+		return []string{"clone", "ioctl", "mknod", "mknodat", "socket"}
+	}
+	return []string{"clone", "ioctl", "mknodat", "socket"}
+}()
 
 // namespaceFlags are the clone flags that create a namespace (see
 // internal/seccomp).
@@ -120,6 +127,20 @@ func SeccompProfile() (*Seccomp, error) {
 	for _, proto := range []uint64{ipprotoMPTCP, ipprotoSCTP} {
 		p.Syscalls = append(p.Syscalls, SeccompRule{Names: []string{"socket"}, Action: "SCMP_ACT_ERRNO",
 			ErrnoRet: errno(unix.EPROTONOSUPPORT), Args: masked(2, proto)})
+	}
+	mknod := map[string]uint{"mknodat": 2}
+	if runtime.GOARCH == "amd64" {
+		mknod["mknod"] = 1 // arm64 has only mknodat
+	}
+	for _, name := range []string{"mknod", "mknodat"} {
+		arg, ok := mknod[name]
+		if !ok {
+			continue
+		}
+		for _, typ := range []uint64{unix.S_IFCHR, unix.S_IFBLK} {
+			p.Syscalls = append(p.Syscalls, SeccompRule{Names: []string{name}, Action: "SCMP_ACT_ERRNO",
+				ErrnoRet: errno(unix.EPERM), Args: []SeccompArg{{Index: arg, Value: unix.S_IFMT, ValueTwo: typ, Op: "SCMP_CMP_MASKED_EQ"}}})
+		}
 	}
 	return p, nil
 }

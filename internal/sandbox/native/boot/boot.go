@@ -9,13 +9,20 @@
 //     the mount steps below would shadow the host's own directories;
 //  2. read the Config, enter a cgroup namespace (cgroup v1), build the new
 //     root (masking the gated programs, whose real files pid 1 keeps: see
-//     gate.go) and pivot_root into it, bring up lo;
+//     gate.go; with a /sys holding only the sandbox's own cgroups,
+//     read-only) and pivot_root into it, bring up lo, take the affinity of
+//     the CPUs the Config names (the CPU count commands see), open pid 1's
+//     oom_score_adj so each command can start above it;
 //  3. seal: rlimits, drop every capability and the bounding set, switch to
 //     uid/gid 65532 with no groups, no_new_privs, not dumpable, landlock,
 //     and seccomp last; all of it on every thread, so every command forked
 //     later inherits the same seal;
 //  4. serve requests until the daemon hangs up, then exit (which kills
-//     every process left in the sandbox's pid namespace).
+//     every process left in the sandbox's pid namespace). Commands are
+//     forked from the main thread only; on cgroup v1 the daemon puts that
+//     thread (alone, once the init is ready) into the pids cgroup's
+//     workload child, so what they fork cannot take the tasks reserved for
+//     pid 1's other threads.
 package boot
 
 import (

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/beneath"
+	"github.com/ironclaw/ironclaw/internal/sandbox/fileio"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
 	"golang.org/x/sys/unix"
 )
@@ -21,9 +22,15 @@ import (
 // landlock domain and view of the filesystem: whatever a path or symlink
 // says, it can only ever reach the sandbox's own files. On top of that,
 // resolution stays beneath /workspace or /tmp (openat2 RESOLVE_BENEATH).
+// Writes are atomic and only regular files are read or written (package
+// fileio).
 
 func fileErrCode(err error) string {
 	switch {
+	case errors.Is(err, fileio.ErrIncomplete):
+		return wire.CodeAborted
+	case errors.Is(err, fileio.ErrNotRegular):
+		return "bad-request"
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
 		return "not-found"
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
@@ -44,7 +51,8 @@ func (a *agent) fileFail(id uint64, p string, err error) {
 	a.fail(id, code, en, fmt.Errorf("%s: %w", p, err))
 }
 
-// writeFile copies the pipe in files[0] to req.Path.
+// writeFile replaces req.Path with the framed upload in the pipe
+// files[0] (see fileio): atomically, so a cut-short upload changes nothing.
 func (a *agent) writeFile(req wire.Request, files []*os.File) {
 	defer wire.CloseAll(files)
 	if len(files) != 1 {
@@ -56,24 +64,31 @@ func (a *agent) writeFile(req wire.Request, files []*os.File) {
 		a.fail(req.ID, "bad-request", 0, err)
 		return
 	}
-	mode := req.Mode & 0o777
-	if mode == 0 {
-		mode = 0o644
-	}
-	f, err := beneath.Open(base, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, mode, true)
-	if err != nil {
-		a.fileFail(req.ID, req.Path, err)
-		return
-	}
-	n, err := io.Copy(f, files[0])
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	src := pollable(files[0])
+	defer src.Close()
+	n, err := fileio.Write(base, rel, fileio.NewUnframer(src), req.Mode&0o777)
 	if err != nil {
 		a.fileFail(req.ID, req.Path, err)
 		return
 	}
 	_ = a.conn.Send(wire.Reply{Op: wire.OpDone, ID: req.ID, Size: n})
+}
+
+// pollable returns the pipe f as a file the Go poller serves: a copy of
+// its descriptor in non-blocking mode (f itself stays as it was). A file
+// operation then waits for the daemon without holding an OS thread, and
+// pid 1's threads count against the sandbox's pids limit. If that fails,
+// f is returned as it is (served by a blocked thread).
+func pollable(f *os.File) *os.File {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return f
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return f
+	}
+	return os.NewFile(uintptr(fd), f.Name())
 }
 
 // readFile copies req.Path into the pipe in files[0]: first a started reply
@@ -89,23 +104,16 @@ func (a *agent) readFile(req wire.Request, files []*os.File) {
 		a.fail(req.ID, "bad-request", 0, err)
 		return
 	}
-	f, err := beneath.Open(base, rel, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0, false)
+	f, st, err := fileio.OpenRegular(base, rel)
 	if err != nil {
 		a.fileFail(req.ID, req.Path, err)
 		return
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		a.fileFail(req.ID, req.Path, err)
-		return
-	}
-	if !st.Mode().IsRegular() {
-		a.fail(req.ID, "bad-request", 0, fmt.Errorf("%s is not a regular file", req.Path))
-		return
-	}
 	_ = a.conn.Send(wire.Reply{Op: wire.OpStarted, ID: req.ID, Size: st.Size()})
-	n, err := io.Copy(files[0], f)
+	dst := pollable(files[0])
+	n, err := io.Copy(dst, f)
+	dst.Close()
 	files[0].Close()
 	if err != nil {
 		a.fileFail(req.ID, req.Path, err)

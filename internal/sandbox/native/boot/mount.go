@@ -47,6 +47,14 @@ func setUp(cfg *wire.Config, trees []*os.File) ([]*os.File, error) {
 	if err := loopbackUp(); err != nil {
 		return nil, err
 	}
+	if err := pinCPUs(cfg.CPUs); err != nil {
+		return nil, err
+	}
+	oom, err := openOOMAdj(cfg.WorkloadOOMScoreAdj)
+	if err != nil {
+		return nil, err
+	}
+	initOOM = oom
 	listeners, err := listenExposed(cfg.ConnectTCP)
 	if err != nil {
 		return nil, err
@@ -135,6 +143,9 @@ func buildRoot(cfg *wire.Config, trees []*os.File) error {
 		return err
 	}
 	if err := makeProc(at("/proc"), at("/dev/null")); err != nil {
+		return err
+	}
+	if err := makeSys(at("/sys"), cfg.Cgroup); err != nil {
 		return err
 	}
 	if err := os.Mkdir(at(sandbox.TmpDir), 0o755); err != nil {

@@ -124,7 +124,9 @@ func (a *agent) start(req wire.Request, files []*os.File) {
 	// "started" goes out before the lock is released: the reaper needs the
 	// lock to report "exited", so the daemon always sees them in order.
 	a.mu.Lock()
-	pid, err := syscall.ForkExec(prog, req.Argv, attr)
+	var pid int
+	var err error
+	initOOM.aroundFork(func() { pid, err = syscall.ForkExec(prog, req.Argv, attr) })
 	if err == nil {
 		a.running[pid] = req.ID
 		a.pgids[req.ID] = pid
@@ -138,7 +140,9 @@ func (a *agent) start(req wire.Request, files []*os.File) {
 	a.mu.Unlock()
 	if err != nil {
 		var en syscall.Errno
-		if errors.As(err, &en) {
+		if errors.As(err, &en) && (en == unix.EAGAIN || en == unix.ENOMEM) {
+			a.fail(req.ID, wire.CodeNoResources, en, fmt.Errorf("%s: cannot start a process: the sandbox is at its process or memory limit (%w)", req.Argv[0], en))
+		} else if errors.As(err, &en) {
 			a.failStart(req.ID, req.Argv[0], en)
 		} else {
 			a.fail(req.ID, "io", 0, err)

@@ -13,6 +13,7 @@
 //	  | <------------------------------- Reply{exited, status}
 //	  | -- Request{signal|resize} -----------------------------> kill(-pgid) / TIOCSWINSZ
 //	  | -- Request{write|read|list} + [pipe end] --------------> copy or list within /workspace, /tmp
+//	  |    (a write's pipe carries the upload framed: package fileio)
 //	  | <------------------------------- Reply{done|failed}
 //
 // The child never learns anything about the host beyond what Config says,
@@ -61,7 +62,8 @@ const (
 )
 
 // Config is the first message: everything the child needs to build and seal
-// the sandbox. Sections: the root, the writable areas, the seal.
+// the sandbox. Sections: the root, the writable areas, what the sandbox
+// may know of its limits, the seal.
 type Config struct {
 	// The root.
 	Root []rootfs.Entry `json:"root"`
@@ -78,6 +80,13 @@ type Config struct {
 	WorkspaceBytes int64 `json:"workspace_bytes"`
 	TmpBytes       int64 `json:"tmp_bytes"`
 
+	// What the sandbox may know of its limits: the cgroup view mounted
+	// read-only at /sys/fs/cgroup, and the CPUs its commands run on (the
+	// affinity mask pid 1's forking thread takes, so that nproc and the
+	// runtimes that count CPUs see the CPU limit; empty: all).
+	Cgroup CgroupView `json:"cgroup"`
+	CPUs   []int      `json:"cpus,omitempty"`
+
 	// The seal.
 	OpenFiles       int64    `json:"open_files"`
 	UnshareCgroup   bool     `json:"unshare_cgroup"`        // cgroup v1: enter a cgroup namespace once placed
@@ -86,6 +95,26 @@ type Config struct {
 	RequireLandlock bool     `json:"require_landlock"`
 	// Gate: the gated programs to mask (and to run for approved execs).
 	Gate []GateProgram `json:"gate,omitempty"`
+	// WorkloadOOMScoreAdj is the oom_score_adj every command starts with
+	// (0: pid 1's own). pid 1 raises itself to it around each fork and
+	// goes back to its own (which the daemon may have lowered), so the OOM
+	// killer takes the workload first; landlock keeps commands from
+	// writing theirs.
+	WorkloadOOMScoreAdj int `json:"workload_oom_score_adj,omitempty"`
+}
+
+// CgroupView says what to mount at /sys/fs/cgroup (see cgroups.View).
+type CgroupView struct {
+	Version int `json:"version"` // 1 or 2; 0: no view
+	// V1 are the v1 hierarchies: Name is the directory and the mount's
+	// options, Links symlinks to it.
+	V1 []CgroupMount `json:"v1,omitempty"`
+}
+
+// CgroupMount is one v1 hierarchy of a CgroupView.
+type CgroupMount struct {
+	Name  string   `json:"name"`
+	Links []string `json:"links,omitempty"`
 }
 
 // Mount is an extra bind from the host; the child opens nothing else of the
@@ -95,6 +124,16 @@ type Mount struct {
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"read_only"`
 }
+
+// Failure codes of Reply.Code that both ends name.
+const (
+	// CodeAborted: a write's upload ended before its end mark (package
+	// fileio); the file was left as it was.
+	CodeAborted = "aborted"
+	// CodeNoResources: a command could not be started because the
+	// sandbox is at its process or memory limit (fork: EAGAIN, ENOMEM).
+	CodeNoResources = "no-resources"
+)
 
 // Request is a parent-to-child message.
 type Request struct {
@@ -118,7 +157,7 @@ type Reply struct {
 	ID     uint64 `json:"id"`
 	Pid    int    `json:"pid,omitempty"`
 	Status int    `json:"status,omitempty"` // a raw wait status
-	Code   string `json:"code,omitempty"`   // why an op failed: not-found, not-executable, bad-cwd, bad-request, denied, io
+	Code   string `json:"code,omitempty"`   // why an op failed: not-found, not-executable, bad-cwd, bad-request, denied, io, aborted, no-resources
 	Errno  int    `json:"errno,omitempty"`
 	Err    string `json:"err,omitempty"`
 	Size   int64  `json:"size,omitempty"`

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/execpath"
 	"golang.org/x/sys/unix"
 )
@@ -121,6 +122,14 @@ func execMain(args []string) int {
 	// to pollMax), and its own stdout and stderr served by the poller like
 	// the command's pipes.
 	runtime.GOMAXPROCS(1)
+	// The command and what it forks are the OOM killer's first choice,
+	// never the agent (see sandbox.WorkloadOOMScoreAdj). Raising it needs
+	// no privilege; a runtime that lowered the agent's started us at the
+	// agent's value.
+	if f, err := os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0); err == nil {
+		_, _ = f.WriteString(strconv.Itoa(sandbox.WorkloadOOMScoreAdj))
+		f.Close()
+	}
 	stdout, stderr := pollable(1, "stdout"), pollable(2, "stderr")
 	marker, cwd, argv := Marker(args[0]), args[2], args[3:]
 	fail := func(code string, errno syscall.Errno, text string) int {

@@ -7,31 +7,38 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"sort"
 	"strconv"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/beneath"
+	"github.com/ironclaw/ironclaw/internal/sandbox/fileio"
 	"golang.org/x/sys/unix"
 )
 
 // File operations run here, inside the sandbox, with the sandbox's uid and
 // view of the filesystem: whatever a path or symlink says, it can only ever
 // reach the sandbox's own files. On top of that, resolution stays beneath
-// /workspace or /tmp (openat2 RESOLVE_BENEATH).
+// /workspace or /tmp (openat2 RESOLVE_BENEATH). Writes are atomic and only
+// regular files are read or written (package fileio).
 //
-// Protocol: the data travels on stdin (write) or stdout (read: the file's
-// bytes; list: one JSON sandbox.FileInfo a line). Success is exit 0. A
-// failure is exit FileFailed with one JSON FileError on stderr.
+// Protocol: the data travels on stdin (write: the upload framed by
+// fileio.NewFramer) or stdout (read: the file's bytes; list: one JSON
+// sandbox.FileInfo a line). Success is exit 0. A failure is exit
+// FileFailed with one JSON FileError on stderr; code CodeAborted means the
+// upload ended before its end mark and the file was left as it was.
 
 // FileFailed is the exit status of a failed file operation.
 const FileFailed = 3
 
+// CodeAborted is the FileError code of a write whose upload ended before
+// its end mark: nothing was changed.
+const CodeAborted = "aborted"
+
 // FileError is how a file operation reports its failure.
 type FileError struct {
-	Code  string `json:"code"` // not-found, denied, bad-request or io
+	Code  string `json:"code"` // not-found, denied, bad-request, io or CodeAborted
 	Errno int    `json:"errno,omitempty"`
 	Err   string `json:"err"`
 }
@@ -81,6 +88,10 @@ func toFileError(p string, err error) *FileError {
 	errors.As(err, &en)
 	code := "io"
 	switch {
+	case errors.Is(err, fileio.ErrIncomplete):
+		code = CodeAborted
+	case errors.Is(err, fileio.ErrNotRegular):
+		code = CodeBadRequest
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
 		code = "not-found"
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EROFS):
@@ -94,33 +105,16 @@ func toFileError(p string, err error) *FileError {
 }
 
 func writeFile(base, rel string, mode uint32) error {
-	if mode == 0 {
-		mode = 0o644
-	}
-	f, err := beneath.Open(base, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, mode, true)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, os.Stdin)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	_, err := fileio.Write(base, rel, fileio.NewUnframer(os.Stdin), mode)
 	return err
 }
 
 func readFile(base, rel string) error {
-	f, err := beneath.Open(base, rel, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0, false)
+	f, _, err := fileio.OpenRegular(base, rel)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !st.Mode().IsRegular() {
-		return &FileError{Code: CodeBadRequest, Err: fmt.Sprintf("%s is not a regular file", path.Join(base, rel))}
-	}
 	_, err = io.Copy(os.Stdout, f)
 	return err
 }

@@ -9,8 +9,12 @@
 //	        to the daemon's unix sockets under SockDir), and kills process
 //	        groups (or, for the daemon's memory watch on runsc, the largest
 //	        process) when the daemon asks over its control connection. It
-//	        exits when the daemon hangs up, which ends the sandbox.
-//	exec    the front of every command: working directory, PATH lookup, then
+//	        exits when the daemon hangs up, which ends the sandbox. On runsc
+//	        it first prepares the sentry's /dev and cgroup view and drops
+//	        the capabilities it was started with for that (GVisorSetupFlag).
+//	exec    the front of every command: it raises its oom_score_adj to
+//	        sandbox.WorkloadOOMScoreAdj (the command and its children are the
+//	        OOM killer's first choice), working directory, PATH lookup, then
 //	        it forks the command into a new session with pipes of its own,
 //	        reports "started <pid>" or why the command could not start as one
 //	        marked line on stderr (see Header), copies the command's output
@@ -22,12 +26,14 @@
 //	        which holds the real program, starts it (see gate.go).
 //	write, read, list
 //	        file operations confined beneath /workspace or /tmp with openat2
-//	        RESOLVE_BENEATH, run with the sandbox's own identity and view.
+//	        RESOLVE_BENEATH, run with the sandbox's own identity and view;
+//	        writes are atomic, special files refused (package fileio).
 //	probe   prints the seal it runs under (runtime.New's probe container).
 //
 // main (and TestMain in tests) must call Main when IsHelper reports true,
 // before doing anything else. Every mode refuses to run unless it is sealed:
-// uid 65532, no effective capabilities, no_new_privs; the agent moreover
+// uid 65532, no effective capabilities, no_new_privs (the agent on runsc
+// once it has dropped its setup capabilities); the agent moreover
 // only as pid 1 of its own pid namespace.
 package helper
 
@@ -87,6 +93,14 @@ func IsHelper() bool { return len(os.Args) > 1 && os.Args[0] == Path }
 
 // Main runs the helper mode named by os.Args[1] and never returns.
 func Main() {
+	if os.Args[1] == ModeAgent && len(os.Args) > 2 && strings.HasPrefix(os.Args[2], GVisorSetupFlag) {
+		// runsc only, before the seal is checked: see GVisorSetupFlag.
+		if err := gvisorSetup(strings.TrimPrefix(os.Args[2], GVisorSetupFlag)); err != nil {
+			fmt.Fprintf(os.Stderr, "ironclaw: oci agent refused to run: preparing the gVisor sandbox: %v\n", err)
+			os.Exit(ExitRefused)
+		}
+		os.Args = append(os.Args[:2], os.Args[3:]...)
+	}
 	if err := checkSealed(); err != nil {
 		fmt.Fprintf(os.Stderr, "ironclaw: oci helper refused to run: %v\n", err)
 		os.Exit(ExitRefused)

@@ -85,7 +85,7 @@ func StartFailure(h helper.Header) (sandbox.ExecResult, error) {
 	case helper.CodeNoResources:
 		// Not the request's fault: the sandbox is at a limit (pids, memory)
 		// for now.
-		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("the command could not start: %s", h.Text)
+		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: the command could not start: %s", sandbox.ErrSandboxLimit, h.Text)
 	}
 	return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrInvalidRequest, h.Text)
 }

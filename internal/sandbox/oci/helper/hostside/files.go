@@ -10,8 +10,10 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/fileio"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
 )
 
@@ -75,7 +77,10 @@ func CheckFilePath(p string) error {
 	return fmt.Errorf("%w: path %q is not under %s or %s", sandbox.ErrInvalidRequest, p, sandbox.WorkspaceDir, sandbox.TmpDir)
 }
 
-// WriteFile is sandbox.Sandbox's WriteFile through op.
+// WriteFile is sandbox.Sandbox's WriteFile through op. The upload travels
+// framed (package fileio): the helper replaces the file only once all of
+// it has arrived, so when src fails the file is left as it was, and the
+// error is src's.
 func WriteFile(ctx context.Context, op FileOp, p string, src io.Reader, mode fs.FileMode) error {
 	if err := CheckFilePath(p); err != nil {
 		return err
@@ -83,7 +88,39 @@ func WriteFile(ctx context.Context, op FileOp, p string, src io.Reader, mode fs.
 	if src == nil {
 		src = bytes.NewReader(nil)
 	}
-	return op(ctx, []string{helper.ModeWrite, p, strconv.FormatUint(uint64(mode.Perm()), 8)}, src, nil)
+	in := &srcErr{r: src}
+	err := op(ctx, []string{helper.ModeWrite, p, strconv.FormatUint(uint64(mode.Perm()), 8)}, fileio.NewFramer(in), nil)
+	if rerr := in.get(); err != nil && rerr != nil && ctx.Err() == nil {
+		return fmt.Errorf("writing %s: %w (the file was left as it was)", p, rerr)
+	}
+	return err
+}
+
+// srcErr remembers the first error reading r returned (io.EOF aside). The
+// copy into the helper's stdin may still be running when the operation
+// returns, hence the lock.
+type srcErr struct {
+	r   io.Reader
+	mu  sync.Mutex
+	err error
+}
+
+func (s *srcErr) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = err
+		}
+		s.mu.Unlock()
+	}
+	return n, err
+}
+
+func (s *srcErr) get() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // ReadFile is sandbox.Sandbox's ReadFile through op.

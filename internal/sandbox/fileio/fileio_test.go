@@ -1,0 +1,160 @@
+package fileio
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func framed(t *testing.T, payload []byte) []byte {
+	t.Helper()
+	b, err := io.ReadAll(NewFramer(bytes.NewReader(payload)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestFraming(t *testing.T) {
+	for _, size := range []int{0, 1, frameSize - 1, frameSize, 3*frameSize + 17} {
+		payload := bytes.Repeat([]byte("x"), size)
+		for _, read := range []func(io.Reader) io.Reader{
+			func(r io.Reader) io.Reader { return r },
+			iotest.OneByteReader,
+			iotest.HalfReader,
+		} {
+			got, err := io.ReadAll(NewUnframer(read(bytes.NewReader(framed(t, payload)))))
+			if err != nil || !bytes.Equal(got, payload) {
+				t.Fatalf("size %d: got %d bytes, %v", size, len(got), err)
+			}
+		}
+	}
+	// Every cut of a framed stream short of its end is incomplete.
+	whole := framed(t, bytes.Repeat([]byte("abc"), frameSize))
+	for _, cut := range []int{0, 3, 4, 5, frameSize, len(whole) - 4, len(whole) - 1} {
+		_, err := io.ReadAll(NewUnframer(bytes.NewReader(whole[:cut])))
+		if !errors.Is(err, ErrIncomplete) {
+			t.Errorf("cut at %d of %d: %v, want ErrIncomplete", cut, len(whole), err)
+		}
+	}
+	// A source that fails yields no end mark.
+	src := io.MultiReader(strings.NewReader("partial"), iotest.ErrReader(errors.New("client went away")))
+	var stream bytes.Buffer
+	if _, err := io.Copy(&stream, NewFramer(src)); err == nil || !strings.Contains(err.Error(), "went away") {
+		t.Fatalf("framer over a failing source: %v", err)
+	}
+	if _, err := io.ReadAll(NewUnframer(&stream)); !errors.Is(err, ErrIncomplete) {
+		t.Fatalf("what the framer sent before the failure: %v, want ErrIncomplete", err)
+	}
+	// An absurd frame length is refused, not allocated.
+	if _, err := io.ReadAll(NewUnframer(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff}))); err == nil || errors.Is(err, ErrIncomplete) {
+		t.Fatalf("huge frame: %v", err)
+	}
+}
+
+func listTemps(t *testing.T, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, de := range des {
+		if strings.HasPrefix(de.Name(), TempPrefix) {
+			out = append(out, de.Name())
+		}
+	}
+	return out
+}
+
+// An upload cut short must leave the old file, and nothing else, behind.
+func TestHostileUploadAbortedKeepsOldFile(t *testing.T) {
+	base := t.TempDir()
+	target := filepath.Join(base, "d", "f.txt")
+	if _, err := Write(base, "d/f.txt", NewUnframer(bytes.NewReader(framed(t, []byte("old content")))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	whole := framed(t, bytes.Repeat([]byte("new"), 100000))
+	for _, cut := range []int{0, 2, 4, 70000, len(whole) - 4} {
+		_, err := Write(base, "d/f.txt", NewUnframer(bytes.NewReader(whole[:cut])), 0o644)
+		if !errors.Is(err, ErrIncomplete) {
+			t.Fatalf("cut at %d: Write = %v, want ErrIncomplete", cut, err)
+		}
+		if b, _ := os.ReadFile(target); string(b) != "old content" {
+			t.Fatalf("cut at %d: the file now holds %d bytes", cut, len(b))
+		}
+		if tmps := listTemps(t, filepath.Dir(target)); len(tmps) != 0 {
+			t.Fatalf("cut at %d: temporary files left: %v", cut, tmps)
+		}
+	}
+	n, err := Write(base, "d/f.txt", NewUnframer(bytes.NewReader(whole)), 0o640)
+	if err != nil || n != 300000 {
+		t.Fatalf("complete upload: %d, %v", n, err)
+	}
+	st, err := os.Stat(target)
+	if err != nil || st.Size() != 300000 || st.Mode().Perm()&^0o022 != 0o640&^0o022 {
+		t.Fatalf("after the complete upload: %v %v", st, err)
+	}
+}
+
+// A FIFO (or socket) at the path is refused at once, for writing and for
+// reading, and is left in place.
+func TestHostileUploadOntoFIFODoesNotBlock(t *testing.T) {
+	base := t.TempDir()
+	fifo := filepath.Join(base, "fifo")
+	if err := unix.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(base, "sock")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(base, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, tc := range []struct {
+			name string
+			want error
+		}{{"fifo", ErrNotRegular}, {"sock", ErrNotRegular}, {"dir", unix.EISDIR}, {"link", unix.ELOOP}} {
+			if _, err := Write(base, tc.name, NewUnframer(bytes.NewReader(framed(t, []byte("x")))), 0); !errors.Is(err, tc.want) {
+				t.Errorf("Write(%s) = %v, want %v", tc.name, err, tc.want)
+			}
+			if f, _, err := OpenRegular(base, tc.name); !errors.Is(err, tc.want) {
+				if f != nil {
+					f.Close()
+				}
+				t.Errorf("OpenRegular(%s) = %v, want %v", tc.name, err, tc.want)
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // only a hang gets here
+		t.Fatal("a file operation on a FIFO blocked")
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("the FIFO is gone or replaced: %v %v", st, err)
+	}
+	if tmps := listTemps(t, base); len(tmps) != 0 {
+		t.Fatalf("temporary files left: %v", tmps)
+	}
+}
