@@ -415,7 +415,7 @@ export class IronClawFilesystem extends MastraFilesystem {
   private async mapFileError(err: unknown, path: string): Promise<unknown> {
     if (!(err instanceof SandboxError)) return err;
     if (err instanceof NotFoundError && !/sandbox/.test(err.message)) return new FileNotFoundError(path);
-    if (err instanceof InvalidArgumentError && /not a regular file/.test(err.message)) return new IsDirectoryError(path);
+    if (err instanceof InvalidArgumentError && /not a regular file|is a directory/.test(err.message)) return new IsDirectoryError(path);
     return err;
   }
 
