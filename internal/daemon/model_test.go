@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 )
 
 // A program inside a sandbox reaches the model proxy at its own loopback
@@ -27,10 +28,7 @@ func TestModelProxyFromInsideSandbox(t *testing.T) {
 	r := startDaemon(t, t.TempDir(), func(c *Config) { c.Model.Provider = "mock" })
 	cl := r.client(t, false)
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 	run := func(cmd string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
@@ -231,15 +229,8 @@ func TestHostileModelTokenOtherSandbox(t *testing.T) {
 	}
 	r := startDaemon(t, t.TempDir(), func(c *Config) { c.Model.Provider = "mock" })
 	cl := r.client(t, false)
-	ctx := context.Background()
-	a, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := daemontest.CreateSandbox(t, cl)
+	b := daemontest.CreateSandbox(t, cl)
 	tokA := strings.TrimSpace(sandboxRun(t, cl, a.ID, `echo "$OPENAI_API_KEY"`))
 	tokB := strings.TrimSpace(sandboxRun(t, cl, b.ID, `echo "$OPENAI_API_KEY"`))
 	if !strings.HasPrefix(tokA, "icp_") || !strings.HasPrefix(tokB, "icp_") || tokA == tokB {
@@ -290,10 +281,7 @@ func TestHostileModelBudgetInsideSandbox(t *testing.T) {
 	})
 	cl := r.client(t, false)
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 	// Streams (the proxy asks the mock for usage), until refused.
 	out := sandboxRun(t, cl, sb.ID, `printf '%s' '{"model":"mock-gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}' > /tmp/q.json; `+
 		`for i in $(seq 1 100); do c=$(curl -s -o /tmp/out -w '%{http_code}' -H "Authorization: Bearer $OPENAI_API_KEY" --data-binary @/tmp/q.json "$OPENAI_BASE_URL/chat/completions"); `+
@@ -354,10 +342,7 @@ func TestHostileModelBudgetInsideSandbox(t *testing.T) {
 	}
 	// A new sandbox has a budget of its own, but its creator's is shared:
 	// it stops at 300 less what the first one spent.
-	sb2, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb2 := daemontest.CreateSandbox(t, cl)
 	out = sandboxRun(t, cl, sb2.ID, `printf '%s' '{"model":"mock-gpt","messages":[{"role":"user","content":"hi"}]}' > /tmp/q.json; `+
 		`for i in $(seq 1 100); do c=$(curl -s -o /tmp/out -w '%{http_code}' -H "Authorization: Bearer $OPENAI_API_KEY" --data-binary @/tmp/q.json "$OPENAI_BASE_URL/chat/completions"); `+
 		`echo "$c"; [ "$c" = 200 ] || { cat /tmp/out; break; }; done`)
