@@ -54,14 +54,9 @@ func needChromium(t *testing.T) (chromium, driverDir string) {
 // filed, clicks approve, and the held request proceeds.
 func TestConsoleApprovesHeldRequest(t *testing.T) {
 	chromium, driverDir := needChromium(t)
-	port := upstream(t, func(r *http.Request) string { return "hello from " + r.Host })
-	g := &gatewayRig{t: t, dir: t.TempDir(), port: port}
-	g.start(writePolicy(t, t.TempDir(), "egress:\n  allow_private: [\"127.0.0.0/8\"]\napprovals:\n  timeout: 2m\n"))
+	h := holdRequest(t, func(r *http.Request) string { return "hello from " + r.Host }, "2m")
+	g, op, sb, held, a := h.g, h.op, h.sb, h.curl, h.approval
 	ctx := context.Background()
-	agent, op := g.r.client(t, false), g.r.client(t, true)
-	sb := daemontest.CreateSandbox(t, agent)
-	held := curlHeld(ctx, agent, sb.ID, "http://stand-in.test:"+port+"/")
-	a := waitPending(t, op, sb.ID, "egress.host")
 
 	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()

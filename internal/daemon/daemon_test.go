@@ -237,8 +237,12 @@ type daemonProc struct {
 	errb *strings.Builder
 }
 
+// startProc starts the test binary as a daemon on dir (subprocessMain)
+// and waits until it serves; the test is skipped where there are no
+// sandboxes.
 func startProc(t *testing.T, dir string) *daemonProc {
 	t.Helper()
+	daemontest.NeedSandbox(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +321,6 @@ func cgroupPids(dirs []string) []int {
 // daemon collects their cgroups, shows them as lost, and the audit chain
 // still verifies.
 func TestCrashThenRestart(t *testing.T) {
-	daemontest.NeedSandbox(t)
 	dir := t.TempDir()
 	p := startProc(t, dir)
 	ctx := context.Background()
@@ -385,14 +388,7 @@ func TestCrashThenRestart(t *testing.T) {
 		t.Error("exec in a lost sandbox worked")
 	}
 	op := daemontest.Client(t, p2.addr, dir, true)
-	v, err := op.AuditVerify(ctx)
-	if err != nil || !v.OK {
-		t.Fatalf("verify: %+v %v", v, err)
-	}
-	recs, err := op.AuditTail(ctx, 0, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := daemontest.VerifiedAudit(t, op)
 	var kinds []string
 	for _, r := range recs {
 		if r.Session == sb.ID {
@@ -415,7 +411,6 @@ func TestCrashThenRestart(t *testing.T) {
 // SIGTERM: the daemon destroys its sandboxes (audited), exits 0 and leaves
 // no cgroup.
 func TestGracefulShutdown(t *testing.T) {
-	daemontest.NeedSandbox(t)
 	dir := t.TempDir()
 	p := startProc(t, dir)
 	ctx := context.Background()

@@ -111,6 +111,31 @@ func upstream(t *testing.T, answer func(r *http.Request) string) string {
 	return port
 }
 
+// heldRequest is a sandbox's request to a host off its list
+// (stand-in.test, served by an upstream on the host), held by the broker
+// while the egress.host request it filed waits for a decision.
+type heldRequest struct {
+	g         *gatewayRig
+	agent, op *client.Client
+	sb        client.Sandbox
+	curl      <-chan curlResult // how the held request ended
+	approval  client.Approval   // the egress.host request it filed
+}
+
+// holdRequest starts a daemon whose approvals time out after timeout, an
+// upstream answering answer, and a sandbox whose request to it is held.
+func holdRequest(t *testing.T, answer func(*http.Request) string, timeout string) *heldRequest {
+	t.Helper()
+	port := upstream(t, answer)
+	g := &gatewayRig{t: t, dir: t.TempDir(), port: port}
+	g.start(writePolicy(t, t.TempDir(), "egress:\n  allow_private: [\"127.0.0.0/8\"]\napprovals:\n  timeout: "+timeout+"\n"))
+	h := &heldRequest{g: g, agent: g.r.client(t, false), op: g.r.client(t, true)}
+	h.sb = daemontest.CreateSandbox(t, h.agent)
+	h.curl = curlHeld(context.Background(), h.agent, h.sb.ID, "http://stand-in.test:"+port+"/")
+	h.approval = waitPending(t, h.op, h.sb.ID, "egress.host")
+	return h
+}
+
 // waitPending polls for the one pending request of a kind for a sandbox.
 func waitPending(t *testing.T, op *client.Client, session, kind string) client.Approval {
 	t.Helper()
@@ -282,14 +307,7 @@ egress:
 	}
 
 	// The chain verifies and shows every step, with alice as the decider.
-	v, err := op.AuditVerify(ctx)
-	if err != nil || !v.OK {
-		t.Fatalf("verify: %+v %v", v, err)
-	}
-	recs, err := op.AuditTail(ctx, 0, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := daemontest.VerifiedAudit(t, op)
 	count := map[string]int{}
 	aliceDecided := false
 	for _, rec := range recs {

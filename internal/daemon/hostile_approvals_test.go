@@ -223,14 +223,9 @@ func TestHostileApprovalFloodFromManySandboxes(t *testing.T) {
 // one answers at once, the held egress connection is refused, and the
 // withdrawal is audited.
 func TestHostileApprovalWithdrawnWhenSandboxEnds(t *testing.T) {
-	port := upstream(t, func(*http.Request) string { return "upstream" })
-	g := &gatewayRig{t: t, dir: t.TempDir(), port: port}
-	g.start(writePolicy(t, t.TempDir(), "egress:\n  allow_private: [\"127.0.0.0/8\"]\napprovals:\n  timeout: 5m\n"))
+	h := holdRequest(t, func(*http.Request) string { return "upstream" }, "5m")
+	agent, op, sb, held, egressReq := h.agent, h.op, h.sb, h.curl, h.approval
 	ctx := context.Background()
-	agent, op := g.r.client(t, false), g.r.client(t, true)
-	sb := daemontest.CreateSandbox(t, agent)
-	held := curlHeld(ctx, agent, sb.ID, "http://stand-in.test:"+port+"/")
-	egressReq := waitPending(t, op, sb.ID, "egress.host")
 	call, err := agent.FileApproval(ctx, "tool.call", sb.ID, "", map[string]any{"tool": "t"})
 	if err != nil {
 		t.Fatal(err)

@@ -141,3 +141,19 @@ func CreateSandbox(t testing.TB, cl *client.Client) client.Sandbox {
 	}
 	return sb
 }
+
+// VerifiedAudit checks through op (an operator's client) that the
+// daemon's audit log verifies, then returns its first 1000 records.
+func VerifiedAudit(t testing.TB, op *client.Client) []client.AuditRecord {
+	t.Helper()
+	ctx := context.Background()
+	v, err := op.AuditVerify(ctx)
+	if err != nil || !v.OK {
+		t.Fatalf("verify: %+v %v", v, err)
+	}
+	recs, err := op.AuditTail(ctx, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}

@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -167,6 +168,26 @@ type CreateRequest struct {
 	// EgressAllow adds hosts ("api.github.com", "*.pypi.org:443") to the
 	// sandbox's egress allowlist; it needs Options.Egress.
 	EgressAllow []string
+}
+
+// CheckImageRef checks the form of a CreateRequest's Image: a local image
+// must be a clean absolute path (optionally followed by ":tag" or
+// "@digest"), and no reference is over 1024 bytes or more than one line.
+// Whether the image may be used is the daemon's image policy.
+func CheckImageRef(ref string) error {
+	if strings.HasPrefix(ref, "/") || strings.HasPrefix(ref, ".") {
+		p := ref
+		if i := strings.IndexAny(ref, ":@"); i > 0 {
+			p = ref[:i]
+		}
+		if !path.IsAbs(p) || path.Clean(p) != p {
+			return fmt.Errorf("image %q: a local image must be a clean absolute path", ref)
+		}
+	}
+	if len(ref) > 1024 || strings.ContainsAny(ref, "\x00\n") {
+		return errors.New("image reference too long or not one line")
+	}
+	return nil
 }
 
 // Info describes a sandbox, running or ended.
