@@ -198,8 +198,8 @@ approvals:
 	if _, err := agent.Approve(ctx, a.ID, "", ""); !client.IsCode(err, "forbidden") {
 		t.Fatalf("agent token approving: %v", err)
 	}
-	if err := rawPost(g.r.addr, daemontest.Token(t, g.dir, OperatorTokenFile), "/v1/approvals/"+a.ID+"/approve", `{"decided_by":"mallory"}`, http.StatusBadRequest); err != nil {
-		t.Fatal(err)
+	if code, b := daemontest.Do(t, "POST", "http://"+g.r.addr+"/v1/approvals/"+a.ID+"/approve", op.Token, `{"decided_by":"mallory"}`); code != http.StatusBadRequest {
+		t.Fatalf("an operator naming the decider: %d %s, want 400", code, b)
 	}
 	if _, err := op.Approve(ctx, "apr-0000000000000000", "", ""); !client.IsCode(err, "not_found") {
 		t.Fatalf("unknown id: %v", err)
@@ -446,35 +446,13 @@ func memoryLimit(t *testing.T, id string) string {
 	return ""
 }
 
-func rawPost(addr, tok, path, body string, want int) error {
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		return fmt.Errorf("POST %s: %d %s, want %d", path, resp.StatusCode, b, want)
-	}
-	return nil
-}
-
 func getJSON(t *testing.T, addr, tok, path string, out any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	code, b := daemontest.Do(t, "GET", "http://"+addr+path, tok, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, code, b)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := json.Unmarshal(b, out); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,7 +1,9 @@
 // Package daemontest runs an ironclaw daemon inside a test: on a free
 // loopback port, with its audit key and checkpoints in the test's temp
-// tree, stopped (and its error reported) when the test ends; and gives
-// clients holding the tokens it wrote. Only tests import it.
+// tree, stopped (and its error reported) when the test ends. It gives
+// clients holding the tokens the daemon wrote, and the calls such tests
+// repeat: create a sandbox, read the audit log once it verifies, send a
+// raw request with a token. Only tests import it.
 //
 // It does not import package daemon, so that package's own tests can use
 // it too: the caller hands Start the daemon's Run with a Config built from
@@ -11,6 +13,8 @@ package daemontest
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,4 +160,27 @@ func VerifiedAudit(t testing.TB, op *client.Client) []client.AuditRecord {
 		t.Fatal(err)
 	}
 	return recs
+}
+
+// Do sends a request with the bearer token and body ("" for none) to url
+// and returns the status and the answer's body. A request that cannot be
+// sent fails the test.
+func Do(t testing.TB, method, url, token, body string) (status int, answer []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ = io.ReadAll(resp.Body)
+	return resp.StatusCode, answer
 }

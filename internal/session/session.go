@@ -170,26 +170,6 @@ type CreateRequest struct {
 	EgressAllow []string
 }
 
-// CheckImageRef checks the form of a CreateRequest's Image: a local image
-// must be a clean absolute path (optionally followed by ":tag" or
-// "@digest"), and no reference is over 1024 bytes or more than one line.
-// Whether the image may be used is the daemon's image policy.
-func CheckImageRef(ref string) error {
-	if strings.HasPrefix(ref, "/") || strings.HasPrefix(ref, ".") {
-		p := ref
-		if i := strings.IndexAny(ref, ":@"); i > 0 {
-			p = ref[:i]
-		}
-		if !path.IsAbs(p) || path.Clean(p) != p {
-			return fmt.Errorf("image %q: a local image must be a clean absolute path", ref)
-		}
-	}
-	if len(ref) > 1024 || strings.ContainsAny(ref, "\x00\n") {
-		return errors.New("image reference too long or not one line")
-	}
-	return nil
-}
-
 // Info describes a sandbox, running or ended.
 type Info struct {
 	ID    string `json:"id"`
@@ -528,6 +508,26 @@ const (
 	// KindSandboxCrash is a sandbox that ended on its own.
 	KindSandboxCrash = "sandbox.crash"
 )
+
+// CheckImageRef checks the form of a CreateRequest's Image: a local image
+// must be a clean absolute path (optionally followed by ":tag" or
+// "@digest"), and no reference is over 1024 bytes or more than one line.
+// Whether the image may be used is the daemon's image policy.
+func CheckImageRef(ref string) error {
+	if strings.HasPrefix(ref, "/") || strings.HasPrefix(ref, ".") {
+		p := ref
+		if i := strings.IndexAny(ref, ":@"); i > 0 {
+			p = ref[:i]
+		}
+		if !path.IsAbs(p) || path.Clean(p) != p {
+			return fmt.Errorf("image %q: a local image must be a clean absolute path", ref)
+		}
+	}
+	if len(ref) > 1024 || strings.ContainsAny(ref, "\x00\n") {
+		return errors.New("image reference too long or not one line")
+	}
+	return nil
+}
 
 // CheckEgress validates egress rules without using them.
 func (m *Manager) CheckEgress(rules []string) error {
