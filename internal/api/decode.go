@@ -74,11 +74,8 @@ func createRequest(b wire.CreateSandboxRequest) (session.CreateRequest, error) {
 	if b.Image != "" {
 		// A local image must be a clean absolute path; whether it (or a
 		// registry reference) is allowed is the daemon's image policy.
-		if (strings.HasPrefix(b.Image, "/") || strings.HasPrefix(b.Image, ".")) && !cleanLocalRef(b.Image) {
-			return req, badRequest(fmt.Sprintf("image %q: a local image must be a clean absolute path", b.Image))
-		}
-		if len(b.Image) > 1024 || strings.ContainsAny(b.Image, "\x00\n") {
-			return req, badRequest("image reference too long or not one line")
+		if err := session.CheckImageRef(b.Image); err != nil {
+			return req, badRequest(err.Error())
 		}
 		req.Image = b.Image
 	}
@@ -193,16 +190,6 @@ func decodeExec(r io.Reader) (execCall, error) {
 		req.Stdin = bytes.NewReader([]byte(*b.Stdin))
 	}
 	return call, nil
-}
-
-// cleanLocalRef checks a local image reference: an absolute clean path,
-// optionally followed by ":tag" or "@digest".
-func cleanLocalRef(ref string) bool {
-	p := ref
-	if i := strings.IndexAny(ref, ":@"); i > 0 {
-		p = ref[:i]
-	}
-	return path.IsAbs(p) && path.Clean(p) == p
 }
 
 // Label rules. Labels are shown to operators (CLI, console) and select

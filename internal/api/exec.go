@@ -170,13 +170,7 @@ const maxFrameText = 32 << 10
 func writeJSONString(w *bufio.Writer, b []byte) {
 	w.WriteByte('"')
 	for len(b) > 0 {
-		n := len(b)
-		if n > maxFrameText {
-			n = maxFrameText
-			if cut := incompleteTail(b[:n]); cut > 0 {
-				n = cut
-			}
-		}
+		n := framePiece(b)
 		enc, _ := json.Marshal(string(b[:n]))
 		w.Write(enc[1 : len(enc)-1])
 		b = b[n:]
@@ -302,19 +296,26 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 		buf = buf[:cut]
 	}
 	for len(buf) > 0 {
-		n := len(buf)
-		if n > maxFrameText {
-			n = maxFrameText
-			if cut := incompleteTail(buf[:n]); cut > 0 {
-				n = cut
-			}
-		}
+		n := framePiece(buf)
 		if err := f.writeLocked(s.frame(string(buf[:n]))); err != nil {
 			return 0, err
 		}
 		buf = buf[n:]
 	}
 	return len(p), nil
+}
+
+// framePiece returns how many of b's leading bytes go into one piece of
+// frame text: all of them, or at most maxFrameText cut before a rune that
+// would not fit whole.
+func framePiece(b []byte) int {
+	if len(b) <= maxFrameText {
+		return len(b)
+	}
+	if cut := incompleteTail(b[:maxFrameText]); cut > 0 {
+		return cut
+	}
+	return maxFrameText
 }
 
 // incompleteTail returns where a trailing, possibly incomplete UTF-8

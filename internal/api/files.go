@@ -50,13 +50,22 @@ func cleanPath(p string) error {
 	return nil
 }
 
-func (s *Server) putFile(w http.ResponseWriter, r *http.Request, who principal) error {
-	id := r.PathValue("id")
-	p, err := filePath(r)
-	if err != nil {
-		return err
+// fileTarget is the sandbox and the path a files request names: the path
+// checked first, then the sandbox, which must be one the caller may use.
+func (s *Server) fileTarget(r *http.Request, who principal) (id, path string, err error) {
+	id = r.PathValue("id")
+	if path, err = filePath(r); err != nil {
+		return "", "", err
 	}
 	if _, err := s.sandboxOf(r.Context(), who, id); err != nil {
+		return "", "", err
+	}
+	return id, path, nil
+}
+
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request, who principal) error {
+	id, p, err := s.fileTarget(r, who)
+	if err != nil {
 		return err
 	}
 	mode := fs.FileMode(0o644)
@@ -82,12 +91,8 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, who principal) 
 }
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request, who principal) error {
-	id := r.PathValue("id")
-	p, err := filePath(r)
+	id, p, err := s.fileTarget(r, who)
 	if err != nil {
-		return err
-	}
-	if _, err := s.sandboxOf(r.Context(), who, id); err != nil {
 		return err
 	}
 	if l := r.URL.Query().Get("list"); l == "1" || l == "true" {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
@@ -77,14 +78,7 @@ func stateDir() string {
 	if os.Geteuid() == 0 {
 		return "/var/log/ironclaw"
 	}
-	if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "ironclaw")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		home = "/"
-	}
-	return filepath.Join(home, ".local", "state", "ironclaw")
+	return defaults.UserDir("XDG_STATE_HOME", ".local/state")
 }
 
 // checkpointFile appends checkpoints to one file, fsyncing each. It keeps
@@ -231,14 +225,9 @@ func (cs *checkpointSet) add(c Checkpoint) {
 // the set, not as an error; an error means the file exists but could not
 // be read.
 func readCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
-	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}, stride: 1}
-	f, _, err := openRegular(path, os.O_RDONLY)
-	if errors.Is(err, os.ErrNotExist) {
-		cs.missing = true
-		return cs, nil
-	}
-	if err != nil {
-		return nil, err
+	cs, f, _, err := openCheckpoints(path)
+	if f == nil {
+		return cs, err
 	}
 	defer f.Close()
 	err = scanCheckpoints(ctx, f, cs)
@@ -246,6 +235,22 @@ func readCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
 		cs.bySeq[cs.newest.Seq] = cs.newest // kept whatever the thinning did
 	}
 	return cs, err
+}
+
+// openCheckpoints opens the checkpoint file at path for a new, empty set.
+// A missing file gives the set, marked missing, and no file; an error
+// (the file exists but cannot be opened) gives neither.
+func openCheckpoints(path string) (*checkpointSet, *os.File, os.FileInfo, error) {
+	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}, stride: 1}
+	f, st, err := openRegular(path, os.O_RDONLY)
+	if errors.Is(err, os.ErrNotExist) {
+		cs.missing = true
+		return cs, nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cs, f, st, nil
 }
 
 // scanCheckpoints adds the checkpoints read from r to cs.
@@ -293,14 +298,9 @@ func scanCheckpoints(ctx context.Context, r io.Reader, cs *checkpointSet) error 
 // 64 KiB, some 200 checkpoints): enough for New to compare the log with
 // what was checkpointed last, however long the file has grown.
 func readRecentCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
-	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}, stride: 1}
-	f, st, err := openRegular(path, os.O_RDONLY)
-	if errors.Is(err, os.ErrNotExist) {
-		cs.missing = true
-		return cs, nil
-	}
-	if err != nil {
-		return nil, err
+	cs, f, st, err := openCheckpoints(path)
+	if f == nil {
+		return cs, err
 	}
 	defer f.Close()
 	const tail = 64 << 10

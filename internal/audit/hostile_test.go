@@ -82,6 +82,16 @@ func (ks *keyedSetup) open(t *testing.T, mod func(*Options)) (*store.Store, *Log
 	return openLog(t, ks.db, ks.opts(mod))
 }
 
+// write opens the Log, appends n records and closes it, leaving the
+// database and checkpoints to an offline attacker.
+func (ks *keyedSetup) write(t *testing.T, n int) {
+	t.Helper()
+	st, l := ks.open(t, nil)
+	appendN(t, l, n)
+	l.Close()
+	st.Close()
+}
+
 func (ks *keyedSetup) verifyOpts() VerifyOptions {
 	return VerifyOptions{Key: ks.key, CheckpointFile: ks.cpFile}
 }
@@ -168,10 +178,7 @@ func TestHostileAuditRewriteRecomputedChain(t *testing.T) {
 	ctx := context.Background()
 	t.Run("offline, MACs kept", func(t *testing.T) {
 		ks := newKeyedSetup(t)
-		st, l := ks.open(t, nil)
-		appendN(t, l, 20)
-		l.Close()
-		st.Close()
+		ks.write(t, 20)
 		rewriteChain(t, ks.db, 5, false)
 
 		// The SHA-256 chain alone is fine: that is the attack.
@@ -195,10 +202,7 @@ func TestHostileAuditRewriteRecomputedChain(t *testing.T) {
 	})
 	t.Run("offline, MACs stripped", func(t *testing.T) {
 		ks := newKeyedSetup(t)
-		st, l := ks.open(t, nil)
-		appendN(t, l, 20)
-		l.Close()
-		st.Close()
+		ks.write(t, 20)
 		rewriteChain(t, ks.db, 5, true)
 		res, err := VerifyDatabase(ctx, ks.db, ks.verifyOpts())
 		wantProblem(t, res, err, ProblemMACMissing, 5)
@@ -541,21 +545,11 @@ func TestHostileAuditRedactionKeepsShellSyntax(t *testing.T) {
 		}
 		return b.String()
 	}
-	rng := uint64(7)
-	next := func(n int) int {
-		rng ^= rng << 13
-		rng ^= rng >> 7
-		rng ^= rng << 17
-		return int(rng % uint64(n))
-	}
+	random := fragmentJoins(7, frags, 10)
 	plain := NewRedactor()
 	redacted := 0
 	for i := 0; i < 50000; i++ {
-		var b strings.Builder
-		for j := next(10) + 1; j > 0; j-- {
-			b.WriteString(frags[next(len(frags))])
-		}
-		in := b.String()
+		in := random()
 		out := plain.RedactString(in)
 		if out != in {
 			redacted++

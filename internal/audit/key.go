@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ironclaw/ironclaw/internal/defaults"
 )
 
 // KeySize is the length of an audit key in bytes.
@@ -113,14 +115,7 @@ func configDir() string {
 	if os.Geteuid() == 0 {
 		return "/etc/ironclaw"
 	}
-	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "ironclaw")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		home = "/"
-	}
-	return filepath.Join(home, ".config", "ironclaw")
+	return defaults.UserDir("XDG_CONFIG_HOME", ".config")
 }
 
 // LoadKey reads the key file at path: one line of 64 hex digits. It

@@ -257,6 +257,25 @@ func TestComputeHashKnownAnswer(t *testing.T) {
 	}
 }
 
+// fragmentJoins returns a source of pseudo-random strings, the same for
+// the same seed on every run: each joins 1 to most fragments of frags.
+func fragmentJoins(seed uint64, frags []string, most int) func() string {
+	rng := seed
+	next := func(n int) int { // xorshift64
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return int(rng % uint64(n))
+	}
+	return func() string {
+		var b strings.Builder
+		for j := next(most) + 1; j > 0; j-- {
+			b.WriteString(frags[next(len(frags))])
+		}
+		return b.String()
+	}
+}
+
 // TestPrefilterCoversPatterns checks that mayHoldCredential never hides a
 // string the regexp would match, on random strings built from fragments of
 // every pattern in mixed case.
@@ -269,20 +288,10 @@ func TestPrefilterCoversPatterns(t *testing.T) {
 		"abcdefghij", "0123456789", "ABCDEFGHIJKLMNOP", "x", "/", "&",
 		"key", "KEY", "token", "secret", "password", "Passwd", "credentials", "access_", "api-", "--", ":", "\t", "\n",
 	}
-	rng := uint64(1)
-	next := func(n int) int {
-		rng ^= rng << 13
-		rng ^= rng >> 7
-		rng ^= rng << 17
-		return int(rng % uint64(n))
-	}
+	random := fragmentJoins(1, frags, 8)
 	matched := 0
 	for i := 0; i < 100000; i++ {
-		var b strings.Builder
-		for j := next(8) + 1; j > 0; j-- {
-			b.WriteString(frags[next(len(frags))])
-		}
-		s := b.String()
+		s := random()
 		if r.patterns.MatchString(s) {
 			matched++
 			if !mayHoldCredential(s) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/textsafe"
 )
 
@@ -29,10 +30,7 @@ func TestHostileApprovalCLI(t *testing.T) {
 	startDaemon(t)
 	ctx := context.Background()
 	cl := &client.Client{}
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 	spoof, err := cl.FileApproval(ctx, "egress.host", sb.ID, "read-only docs host", map[string]any{"host": "evil.example", "port": 443})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/testutil/selfcopy"
 )
@@ -26,15 +26,6 @@ func TestMain(m *testing.M) {
 		signalHelper()
 	}
 	os.Exit(m.Run())
-}
-
-func needSandbox(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 && os.Getenv("IRONCLAW_REQUIRE_SANDBOX") != "1" {
-		if err := native.CheckUserNamespaces(); err != nil {
-			t.Skipf("no sandboxes here: %v", err)
-		}
-	}
 }
 
 func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
@@ -99,7 +90,7 @@ func TestRunBadInput(t *testing.T) {
 }
 
 func TestRunExitCodes(t *testing.T) {
-	needSandbox(t)
+	daemontest.NeedSandbox(t)
 	tests := []struct {
 		name   string
 		stdin  string
@@ -139,7 +130,7 @@ func TestRunExitCodes(t *testing.T) {
 }
 
 func TestDoctor(t *testing.T) {
-	needSandbox(t)
+	daemontest.NeedSandbox(t)
 	code, stdout, _ := run(t, "", "doctor")
 	if code != 0 {
 		t.Fatalf("doctor exit %d:\n%s", code, stdout)

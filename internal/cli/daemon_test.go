@@ -18,51 +18,33 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/daemon"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 )
 
 // startDaemon runs the daemon in-process on a free port in a fresh data
 // directory and points the CLI's environment at it.
 func startDaemon(t *testing.T) (addr, dir string) {
 	t.Helper()
-	needSandbox(t)
+	daemontest.NeedSandbox(t)
 	dir = filepath.Join(t.TempDir(), "data")
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Config{Listen: "127.0.0.1:0", DataDir: dir, PoolSize: -1,
-			AuditKeyFile: dir + ".custody/audit.key", AuditCheckpointFile: dir + ".custody/checkpoints.jsonl",
-			InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), Ready: func(a string) { ready <- a }})
-	}()
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("daemon: %v", err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		t.Fatal("daemon did not start")
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-	})
-	t.Setenv(client.EnvAddr, addr) // host:port, as a user may write it
+	addr = startDaemonAt(t, dir)
 	t.Setenv(client.EnvDataDir, dir)
-	t.Setenv(client.EnvAgentToken, readTok(t, filepath.Join(dir, "agent.token")))
-	t.Setenv(client.EnvOperatorToken, readTok(t, filepath.Join(dir, "operator.token")))
+	t.Setenv(client.EnvAgentToken, daemontest.Token(t, dir, client.AgentTokenFile))
+	t.Setenv(client.EnvOperatorToken, daemontest.Token(t, dir, client.OperatorTokenFile))
 	return addr, dir
 }
 
-func readTok(t *testing.T, p string) string {
+// startDaemonAt runs the daemon in-process on a free port with its data in
+// dir and points the CLI's $IRONCLAW_ADDR at it.
+func startDaemonAt(t *testing.T, dir string) (addr string) {
 	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
+	key, cps := daemontest.Custody(dir)
+	d := daemontest.Start(t, func(ctx context.Context, ready func(string)) error {
+		return daemon.Run(ctx, daemon.Config{Listen: daemontest.Listen, DataDir: dir, PoolSize: -1,
+			AuditKeyFile: key, AuditCheckpointFile: cps, InitExe: daemontest.InitExe(), Ready: ready})
+	})
+	t.Setenv(client.EnvAddr, d.Addr) // host:port, as a user may write it
+	return d.Addr
 }
 
 func TestServeSecondRefused(t *testing.T) {
@@ -300,7 +282,7 @@ func TestNoDaemon(t *testing.T) {
 // `ironclaw serve` as a process: prints where the tokens are (never a
 // token), serves, and on SIGTERM destroys its sandboxes and exits 0.
 func TestServeProcessSIGTERM(t *testing.T) {
-	needSandbox(t)
+	daemontest.NeedSandbox(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe, "serve", "--listen", "127.0.0.1:0", "--pool", "off",
@@ -338,7 +320,7 @@ func TestServeProcessSIGTERM(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("serve did not start")
 	}
-	agentTok := readTok(t, filepath.Join(dir, "agent.token"))
+	agentTok := daemontest.Token(t, dir, client.AgentTokenFile)
 	t.Setenv(client.EnvAddr, "http://"+addr)
 	t.Setenv(client.EnvDataDir, dir) // tokens from the files
 	t.Setenv(client.EnvAgentToken, "")
@@ -362,26 +344,6 @@ func TestServeProcessSIGTERM(t *testing.T) {
 	if code, out, _ := run(t, "", "audit", "tail"); code != 0 || !regexp.MustCompile(`daemon sandbox.destroy `+id+` .*daemon shut down`).MatchString(out) {
 		t.Errorf("audit after SIGTERM: %d\n%s", code, out)
 	}
-}
-
-func startDaemonAt(t *testing.T, dir string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Config{Listen: "127.0.0.1:0", DataDir: dir, PoolSize: -1,
-			AuditKeyFile: dir + ".custody/audit.key", AuditCheckpointFile: dir + ".custody/checkpoints.jsonl",
-			InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), Ready: func(a string) { ready <- a }})
-	}()
-	select {
-	case a := <-ready:
-		t.Setenv(client.EnvAddr, a)
-	case err := <-done:
-		cancel()
-		t.Fatalf("daemon: %v", err)
-	}
-	t.Cleanup(func() { cancel(); <-done })
 }
 
 func TestApprovalsCommands(t *testing.T) {

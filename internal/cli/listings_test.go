@@ -74,7 +74,7 @@ func TestHostileListingsJSON(t *testing.T) {
 		t.Fatalf("approve tool: %d %q", code, stderr)
 	}
 	code, out, _ = run(t, "", "tools", "ls", "--json")
-	tools := jsonLines[tool](t, "tools ls --json", out)
+	tools := jsonLines[client.Tool](t, "tools ls --json", out)
 	if code != 0 || len(tools) != 1 || tools[0].Name != "lint" || tools[0].Description != desc || tools[0].Approval != a.ID {
 		t.Fatalf("tools ls --json: %d %+v\n%s", code, tools, out)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 )
 
 // signalHelper is the test binary as a command that does not stop when
@@ -167,10 +168,7 @@ func TestInterruptEndsCommands(t *testing.T) {
 	cliEnv := []string{"IRONCLAW_CLI_TEST_MAIN=1"}
 	cl := &client.Client{}
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 
 	// audit tail -f --json: the records so far, then those appended.
 	tail := startProc(t, cliEnv, selfExe(t), "audit", "tail", "-f", "--json")
@@ -266,7 +264,7 @@ func TestOneSignalHandler(t *testing.T) {
 // Ctrl-C during 'run' tears the sandbox down (no cgroup of it is left)
 // and exits 130: run's signals are the root context's.
 func TestInterruptRun(t *testing.T) {
-	needSandbox(t)
+	daemontest.NeedSandbox(t)
 	p := startProc(t, []string{"IRONCLAW_CLI_TEST_MAIN=1"}, selfExe(t), "run", "--", "sh", "-c", "echo started; exec sleep 600")
 	if l := p.next(); l != "started" {
 		t.Fatalf("run says %q", l)

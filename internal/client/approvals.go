@@ -96,24 +96,22 @@ func (c *Client) ListApprovalsPage(ctx context.Context, f ApprovalFilter, cursor
 // GetApproval returns one approval (agent token: only its own); with
 // wait > 0 it long-polls until the request is decided or wait passes.
 func (c *Client) GetApproval(ctx context.Context, id string, wait time.Duration) (Approval, error) {
-	q := url.Values{}
-	if wait > 0 {
-		q.Set("wait", wait.String())
-	}
-	var a Approval
-	err := c.doJSON(ctx, agent, http.MethodGet, approvalPath(id, ""), q, nil, &a)
-	return a, err
+	return c.getApproval(ctx, agent, id, wait)
 }
 
 // ShowApproval is GetApproval with the operator token, which sees every
 // principal's approvals (an agent token sees only its own).
 func (c *Client) ShowApproval(ctx context.Context, id string, wait time.Duration) (Approval, error) {
+	return c.getApproval(ctx, operator, id, wait)
+}
+
+func (c *Client) getApproval(ctx context.Context, r role, id string, wait time.Duration) (Approval, error) {
 	q := url.Values{}
 	if wait > 0 {
 		q.Set("wait", wait.String())
 	}
 	var a Approval
-	err := c.doJSON(ctx, operator, http.MethodGet, approvalPath(id, ""), q, nil, &a)
+	err := c.doJSON(ctx, r, http.MethodGet, approvalPath(id, ""), q, nil, &a)
 	return a, err
 }
 
@@ -189,6 +187,16 @@ func (c *Client) postPending(ctx context.Context, path string, body any) (Approv
 // RegisterTool files a tool.register request.
 func (c *Client) RegisterTool(ctx context.Context, def map[string]any) (Approval, error) {
 	return c.postPending(ctx, "/v1/tools", def)
+}
+
+// Tool is a tool definition operators approved.
+type Tool = wire.Tool
+
+// ListTools returns the registered tools (GET /v1/tools).
+func (c *Client) ListTools(ctx context.Context) ([]Tool, error) {
+	var out wire.ToolList
+	err := c.doJSON(ctx, agent, http.MethodGet, "/v1/tools", nil, nil, &out)
+	return out.Tools, err
 }
 
 // SpawnAgent files an agent.spawn request; body is a create request plus

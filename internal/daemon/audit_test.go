@@ -11,6 +11,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/store"
 )
 
@@ -29,10 +30,7 @@ func TestHostileAuditDaemonCustody(t *testing.T) {
 
 	r := startDaemon(t, dir, mod)
 	ag, op := r.client(t, false), r.client(t, true)
-	sb, err := ag.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, ag)
 	for i := 0; i < 3; i++ {
 		if _, err := ag.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "true"}); err != nil {
 			t.Fatal(err)

@@ -5,16 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 )
@@ -25,11 +23,7 @@ import (
 // backend this host lacks is skipped with its reason (failed when CI's
 // IRONCLAW_REQUIRE_OCI or IRONCLAW_REQUIRE_DOCKER names it).
 func TestInsideContractOnEveryBackend(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "hello from the allowlisted host")
-	}))
-	defer up.Close()
-	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	port := upstream(t, func(*http.Request) string { return "hello from the allowlisted host" })
 	for _, name := range []string{backend.Runc, backend.Runsc, backend.Docker} {
 		t.Run(name, func(t *testing.T) {
 			required := slices.Contains(strings.Split(os.Getenv("IRONCLAW_REQUIRE_OCI"), ","), name) ||
@@ -52,10 +46,7 @@ func TestInsideContractOnEveryBackend(t *testing.T) {
 			})
 			cl := r.client(t, false)
 			ctx := context.Background()
-			sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sb := daemontest.CreateSandbox(t, cl)
 			var out bytes.Buffer
 			res, err := cl.Exec(ctx, sb.ID, client.ExecRequest{Stdout: &out, Stderr: &out, Cmd: fmt.Sprintf(`
 echo "model=$OPENAI_BASE_URL proxy=$HTTP_PROXY"

@@ -3,10 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 )
 
 // needChromium returns the browser and the driver's directory, or skips
@@ -57,34 +54,15 @@ func needChromium(t *testing.T) (chromium, driverDir string) {
 // filed, clicks approve, and the held request proceeds.
 func TestConsoleApprovesHeldRequest(t *testing.T) {
 	chromium, driverDir := needChromium(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "hello from "+r.Host)
-	}))
-	defer up.Close()
-	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
-	g := &gatewayRig{t: t, dir: t.TempDir(), port: port}
-	g.start(writePolicy(t, t.TempDir(), "egress:\n  allow_private: [\"127.0.0.0/8\"]\napprovals:\n  timeout: 2m\n"))
+	h := holdRequest(t, func(r *http.Request) string { return "hello from " + r.Host }, "2m")
+	g, op, sb, held, a := h.g, h.op, h.sb, h.curl, h.approval
 	ctx := context.Background()
-	agent, op := g.r.client(t, false), g.r.client(t, true)
-	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := make(chan string, 1)
-	go func() {
-		out, err := curlVia(ctx, agent, sb.ID, "http://stand-in.test:"+port+"/")
-		if err != nil {
-			out += " " + err.Error()
-		}
-		held <- out
-	}()
-	a := waitPending(t, op, sb.ID, "egress.host")
 
 	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, "node", "console.mjs")
 	cmd.Dir = driverDir
-	cmd.Env = append(os.Environ(), "IRONCLAW_URL=http://"+g.r.addr, "IRONCLAW_OPERATOR_TOKEN="+readTok(t, g.dir, OperatorTokenFile),
+	cmd.Env = append(os.Environ(), "IRONCLAW_URL=http://"+g.r.addr, "IRONCLAW_OPERATOR_TOKEN="+daemontest.Token(t, g.dir, OperatorTokenFile),
 		"APPROVAL_ID="+a.ID, "DECISION=approve", "EXPECT_SANDBOX="+sb.ID, "CHROMIUM="+chromium)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -94,7 +72,8 @@ func TestConsoleApprovesHeldRequest(t *testing.T) {
 		t.Fatalf("console driver said: %s", out)
 	}
 	select {
-	case got := <-held:
+	case r := <-held:
+		got := r.String()
 		if !strings.Contains(got, "hello from stand-in.test") || !strings.Contains(got, "status=200") {
 			t.Fatalf("held request after the click: %q", got)
 		}
@@ -119,10 +98,7 @@ func TestHostileApprovalConsoleSpoof(t *testing.T) {
 	g.start("")
 	ctx := context.Background()
 	agent := g.r.client(t, false)
-	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, agent)
 	spoof, err := agent.FileApproval(ctx, "egress.host", sb.ID, "read-only docs host", map[string]any{"host": "evil.example", "port": 443})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +112,7 @@ func TestHostileApprovalConsoleSpoof(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(cctx, "node", "console.mjs")
 	cmd.Dir = driverDir
-	cmd.Env = append(os.Environ(), "IRONCLAW_URL=http://"+g.r.addr, "IRONCLAW_OPERATOR_TOKEN="+readTok(t, g.dir, OperatorTokenFile),
+	cmd.Env = append(os.Environ(), "IRONCLAW_URL=http://"+g.r.addr, "IRONCLAW_OPERATOR_TOKEN="+daemontest.Token(t, g.dir, OperatorTokenFile),
 		"MODE=spoof", "APPROVAL_ID="+spoof.ID, "EXPECT_APPLY=evil.example:443", "EXPECT_NOTE=read-only docs host",
 		"ESC_ID="+esc.ID, "ESC_TAIL=END-OF-ARGUMENT", "CHROMIUM="+chromium)
 	out, err := cmd.CombinedOutput()

@@ -11,13 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
 )
@@ -44,13 +43,13 @@ func TestMain(m *testing.M) {
 func subprocessMain(dir string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	key, cps := testCustody(dir)
+	key, cps := daemontest.Custody(dir)
 	err := Run(ctx, Config{
-		Listen:              "127.0.0.1:0",
+		Listen:              daemontest.Listen,
 		DataDir:             dir,
 		AuditKeyFile:        key,
 		AuditCheckpointFile: cps,
-		InitExe:             os.Getenv("IRONCLAW_TEST_INIT_EXE"),
+		InitExe:             daemontest.InitExe(),
 		Logf:                func(f string, a ...any) { fmt.Fprintf(os.Stderr, "daemon: "+f+"\n", a...) },
 		Ready:               func(addr string) { fmt.Printf("ADDR %s\n", addr) },
 	})
@@ -61,91 +60,39 @@ func subprocessMain(dir string) int {
 	return 0
 }
 
-func needSandbox(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 && os.Getenv("IRONCLAW_REQUIRE_SANDBOX") != "1" {
-		if err := native.CheckUserNamespaces(); err != nil {
-			t.Skipf("no sandboxes here: %v", err)
-		}
-	}
-}
-
-// testCustody is where a test daemon on dir keeps its audit key and
-// checkpoints: beside the data dir (outside it, as the daemon insists),
-// the same for every start on dir, and inside the test's temp tree, so no
-// test writes the host's /etc/ironclaw or /var/log/ironclaw.
-func testCustody(dir string) (key, checkpoints string) {
-	c := filepath.Clean(dir) + ".custody"
-	return filepath.Join(c, "audit.key"), filepath.Join(c, "checkpoints.jsonl")
-}
-
+// running is a daemon started by startDaemon.
 type running struct {
+	d         *daemontest.Daemon
 	addr, dir string
-	cancel    context.CancelFunc
-	done      chan error
-	once      sync.Once
 }
 
-// startDaemon runs Run in-process on a free port.
+// startDaemon runs Run in-process on a free port; mod changes the Config.
 func startDaemon(t *testing.T, dir string, mod func(*Config)) *running {
 	t.Helper()
-	needSandbox(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	r := &running{dir: dir, cancel: cancel, done: make(chan error, 1)}
-	key, cps := testCustody(dir)
+	daemontest.NeedSandbox(t)
+	key, cps := daemontest.Custody(dir)
 	cfg := Config{
-		Listen:              "127.0.0.1:0",
+		Listen:              daemontest.Listen,
 		DataDir:             dir,
 		AuditKeyFile:        key,
 		AuditCheckpointFile: cps,
 		PoolSize:            -1,
-		InitExe:             os.Getenv("IRONCLAW_TEST_INIT_EXE"),
-		Ready:               func(addr string) { ready <- addr },
+		InitExe:             daemontest.InitExe(),
 	}
 	if mod != nil {
 		mod(&cfg)
 	}
-	go func() { r.done <- Run(ctx, cfg) }()
-	select {
-	case r.addr = <-ready:
-	case err := <-r.done:
-		cancel()
-		t.Fatalf("daemon did not start: %v", err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		t.Fatal("daemon did not start within 60s")
-	}
-	t.Cleanup(func() { r.stop(t) })
-	return r
+	d := daemontest.Start(t, func(ctx context.Context, ready func(string)) error {
+		cfg.Ready = ready
+		return Run(ctx, cfg)
+	})
+	return &running{d: d, addr: d.Addr, dir: dir}
 }
 
-func (r *running) stop(t *testing.T) {
-	t.Helper()
-	r.once.Do(func() {
-		r.cancel()
-		select {
-		case err := <-r.done:
-			if err != nil {
-				t.Errorf("daemon: %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("daemon did not stop within 60s")
-		}
-	})
-}
+func (r *running) stop(t *testing.T) { r.d.Stop(t) }
 
 func (r *running) client(t *testing.T, operator bool) *client.Client {
-	t.Helper()
-	name := AgentTokenFile
-	if operator {
-		name = OperatorTokenFile
-	}
-	b, err := os.ReadFile(filepath.Join(r.dir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &client.Client{Addr: r.addr, Token: strings.TrimSpace(string(b))}
+	return daemontest.Client(t, r.addr, r.dir, operator)
 }
 
 func TestServeTokensAndLock(t *testing.T) {
@@ -193,10 +140,7 @@ func TestServeTokensAndLock(t *testing.T) {
 	defer cancel()
 	followed := make(chan client.AuditRecord, 10)
 	go op.AuditFollow(fctx, 0, func(rec client.AuditRecord) error { followed <- rec; return nil })
-	sb, err := r.client(t, false).CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, r.client(t, false))
 	select {
 	case rec := <-followed:
 		if rec.Kind != "sandbox.create" || rec.Session != sb.ID || rec.Actor != "agent" {
@@ -274,9 +218,9 @@ func TestDefaultDataDirAgrees(t *testing.T) {
 
 // A listen failure stops the start-up cleanly and frees the data dir.
 func TestListenFailure(t *testing.T) {
-	needSandbox(t)
+	daemontest.NeedSandbox(t)
 	dir := t.TempDir()
-	key, cps := testCustody(dir)
+	key, cps := daemontest.Custody(dir)
 	err := Run(context.Background(), Config{Listen: "256.0.0.1:1", DataDir: dir, PoolSize: -1, InitExe: os.Getenv("IRONCLAW_TEST_INIT_EXE"),
 		AuditKeyFile: key, AuditCheckpointFile: cps})
 	if err == nil || !strings.Contains(err.Error(), "listen") {
@@ -293,8 +237,12 @@ type daemonProc struct {
 	errb *strings.Builder
 }
 
+// startProc starts the test binary as a daemon on dir (subprocessMain)
+// and waits until it serves; the test is skipped where there are no
+// sandboxes.
 func startProc(t *testing.T, dir string) *daemonProc {
 	t.Helper()
+	daemontest.NeedSandbox(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -369,30 +317,14 @@ func cgroupPids(dirs []string) []int {
 	return out
 }
 
-func clientFor(t *testing.T, addr, dir string, operator bool) *client.Client {
-	t.Helper()
-	c := &client.Client{Addr: addr, DataDir: dir}
-	name := AgentTokenFile
-	if operator {
-		name = OperatorTokenFile
-	}
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Token = strings.TrimSpace(string(b))
-	return c
-}
-
 // Restart safety: a SIGKILLed daemon's sandboxes die with it, the next
 // daemon collects their cgroups, shows them as lost, and the audit chain
 // still verifies.
 func TestCrashThenRestart(t *testing.T) {
-	needSandbox(t)
 	dir := t.TempDir()
 	p := startProc(t, dir)
 	ctx := context.Background()
-	ag := clientFor(t, p.addr, dir, false)
+	ag := daemontest.Client(t, p.addr, dir, false)
 	sb, err := ag.CreateSandbox(ctx, client.CreateRequest{Labels: map[string]string{"t": "crash"}})
 	if err != nil {
 		t.Fatal(err)
@@ -444,7 +376,7 @@ func TestCrashThenRestart(t *testing.T) {
 	if left := cgroupDirs(prefix, ""); len(left) != 0 {
 		t.Errorf("cgroups of the dead daemon remain: %v", left)
 	}
-	ag2 := clientFor(t, p2.addr, dir, false)
+	ag2 := daemontest.Client(t, p2.addr, dir, false)
 	got, err := ag2.GetSandbox(ctx, sb.ID)
 	if err != nil || got.State != "lost" {
 		t.Fatalf("after restart: %+v %v", got, err)
@@ -455,15 +387,8 @@ func TestCrashThenRestart(t *testing.T) {
 	if _, err := ag2.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "true"}); err == nil {
 		t.Error("exec in a lost sandbox worked")
 	}
-	op := clientFor(t, p2.addr, dir, true)
-	v, err := op.AuditVerify(ctx)
-	if err != nil || !v.OK {
-		t.Fatalf("verify: %+v %v", v, err)
-	}
-	recs, err := op.AuditTail(ctx, 0, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	op := daemontest.Client(t, p2.addr, dir, true)
+	recs := daemontest.VerifiedAudit(t, op)
 	var kinds []string
 	for _, r := range recs {
 		if r.Session == sb.ID {
@@ -486,17 +411,13 @@ func TestCrashThenRestart(t *testing.T) {
 // SIGTERM: the daemon destroys its sandboxes (audited), exits 0 and leaves
 // no cgroup.
 func TestGracefulShutdown(t *testing.T) {
-	needSandbox(t)
 	dir := t.TempDir()
 	p := startProc(t, dir)
 	ctx := context.Background()
-	ag := clientFor(t, p.addr, dir, false)
+	ag := daemontest.Client(t, p.addr, dir, false)
 	var ids []string
 	for range 2 {
-		sb, err := ag.CreateSandbox(ctx, client.CreateRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := daemontest.CreateSandbox(t, ag)
 		ids = append(ids, sb.ID)
 	}
 	// One exec in flight while shutting down.

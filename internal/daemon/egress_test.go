@@ -5,15 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/egress"
 )
@@ -23,11 +21,7 @@ import (
 // and both are audited. The stand-in "internet" is a server on the host's
 // loopback, reachable only because the test allows 127.0.0.0/8.
 func TestEgressFromInsideSandbox(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "hello from the allowlisted host")
-	}))
-	defer up.Close()
-	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	port := upstream(t, func(*http.Request) string { return "hello from the allowlisted host" })
 	r := startDaemon(t, t.TempDir(), func(c *Config) {
 		c.Model.Provider = "mock"
 		c.Egress.AllowPrivate = []string{"127.0.0.0/8"}
@@ -78,11 +72,7 @@ curl -sS --max-time 2 http://localhost:%[1]s/ >/dev/null 2>&1 || echo "direct: r
 // approval may (MaxWaitingPerHost) and refuses the rest at once with 429;
 // the approval then lets the held ones through.
 func TestHostileEgressHeldPerApproval(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "through")
-	}))
-	defer up.Close()
-	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	port := upstream(t, func(*http.Request) string { return "through" })
 	r := startDaemon(t, t.TempDir(), func(c *Config) {
 		c.Model.Provider = "mock"
 		c.Egress.AllowPrivate = []string{"127.0.0.0/8"}
@@ -91,10 +81,7 @@ func TestHostileEgressHeldPerApproval(t *testing.T) {
 	})
 	cl, op := r.client(t, false), r.client(t, true)
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 	var out bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
@@ -151,10 +138,7 @@ func TestHostileEgressRefusalLoop(t *testing.T) {
 	})
 	cl, op := r.client(t, false), r.client(t, true)
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 	const n = 10000
 	start := time.Now()
 	var out bytes.Buffer

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 )
 
 // A gated program (exec.gate) asks for approval however its exec spells
@@ -29,10 +30,7 @@ func TestHostileExecGateApprovals(t *testing.T) {
 	g.start(writePolicy(t, t.TempDir(), "exec:\n  gate: [curl]\n  require_approval: ['^echo marked']\n"))
 	ctx := context.Background()
 	agent, op := g.r.client(t, false), g.r.client(t, true)
-	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, agent)
 	need := func(t *testing.T, req client.ExecRequest) client.Approval {
 		t.Helper()
 		var out bytes.Buffer

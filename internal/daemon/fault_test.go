@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 )
 
 // A full disk under the data directory: writes answer 507
@@ -19,7 +20,7 @@ import (
 // cannot be written does not run), reads keep working, and once there is
 // room again the daemon carries on with an intact audit chain.
 func TestHostileFullDisk(t *testing.T) {
-	needSandbox(t)
+	daemontest.NeedSandbox(t)
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a small tmpfs for the data directory needs root")
 	}
@@ -35,10 +36,7 @@ func TestHostileFullDisk(t *testing.T) {
 	r := startDaemon(t, dir, func(c *Config) { c.RatePerSecond, c.RateBurst = 1e6, 1e6 })
 	ag, op := r.client(t, false), r.client(t, true)
 	ctx := context.Background()
-	sb, err := ag.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, ag)
 	// Each command line is long, so its records fill the store fast.
 	pad := strings.Repeat("x", 3000)
 	run := func(i int) error {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,6 +74,68 @@ func curlVia(ctx context.Context, cl *client.Client, id, url string) (string, er
 	return out.String(), nil
 }
 
+// curlResult is how a curlVia run in the background ended, and when.
+type curlResult struct {
+	out string
+	err error
+	at  time.Time
+}
+
+// String is what curl printed, then the error if there was one.
+func (r curlResult) String() string {
+	if r.err != nil {
+		return r.out + " " + r.err.Error()
+	}
+	return r.out
+}
+
+// curlHeld runs curlVia in the background, for a request the broker holds
+// until a decision; the channel gets its result.
+func curlHeld(ctx context.Context, cl *client.Client, id, url string) <-chan curlResult {
+	ch := make(chan curlResult, 1)
+	go func() {
+		out, err := curlVia(ctx, cl, id, url)
+		ch <- curlResult{out, err, time.Now()}
+	}()
+	return ch
+}
+
+// upstream serves answer(r) to every request on the host's loopback until
+// the test ends (a stand-in for a host on the internet) and returns its
+// port.
+func upstream(t *testing.T, answer func(r *http.Request) string) string {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, answer(r)) }))
+	t.Cleanup(up.Close)
+	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	return port
+}
+
+// heldRequest is a sandbox's request to a host off its list
+// (stand-in.test, served by an upstream on the host), held by the broker
+// while the egress.host request it filed waits for a decision.
+type heldRequest struct {
+	g         *gatewayRig
+	agent, op *client.Client
+	sb        client.Sandbox
+	curl      <-chan curlResult // how the held request ended
+	approval  client.Approval   // the egress.host request it filed
+}
+
+// holdRequest starts a daemon whose approvals time out after timeout, an
+// upstream answering answer, and a sandbox whose request to it is held.
+func holdRequest(t *testing.T, answer func(*http.Request) string, timeout string) *heldRequest {
+	t.Helper()
+	port := upstream(t, answer)
+	g := &gatewayRig{t: t, dir: t.TempDir(), port: port}
+	g.start(writePolicy(t, t.TempDir(), "egress:\n  allow_private: [\"127.0.0.0/8\"]\napprovals:\n  timeout: "+timeout+"\n"))
+	h := &heldRequest{g: g, agent: g.r.client(t, false), op: g.r.client(t, true)}
+	h.sb = daemontest.CreateSandbox(t, h.agent)
+	h.curl = curlHeld(context.Background(), h.agent, h.sb.ID, "http://stand-in.test:"+port+"/")
+	h.approval = waitPending(t, h.op, h.sb.ID, "egress.host")
+	return h
+}
+
 // waitPending polls for the one pending request of a kind for a sandbox.
 func waitPending(t *testing.T, op *client.Client, session, kind string) client.Approval {
 	t.Helper()
@@ -98,11 +161,7 @@ func waitPending(t *testing.T, op *client.Client, session, kind string) client.A
 // operator behind it, and are idempotent; every step is in a chain that
 // verifies.
 func TestApprovalGatewayEndToEnd(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "hello from "+r.Host)
-	}))
-	defer up.Close()
-	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	port := upstream(t, func(r *http.Request) string { return "hello from " + r.Host })
 	g := &gatewayRig{t: t, dir: t.TempDir(), port: port}
 	alicePath, err := AddOperator(g.dir, "alice")
 	if err != nil {
@@ -120,23 +179,11 @@ approvals:
 	agent, op := g.r.client(t, false), g.r.client(t, true)
 	aliceTok, _ := os.ReadFile(alicePath)
 	alice := &client.Client{Addr: g.r.addr, Token: strings.TrimSpace(string(aliceTok))}
-	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, agent)
 
 	// Approve: the held request proceeds.
 	url := "http://stand-in.test:" + port + "/"
-	type result struct {
-		out string
-		err error
-		at  time.Time
-	}
-	held := make(chan result, 1)
-	go func() {
-		out, err := curlVia(ctx, agent, sb.ID, url)
-		held <- result{out, err, time.Now()}
-	}()
+	held := curlHeld(ctx, agent, sb.ID, url)
 	a := waitPending(t, op, sb.ID, "egress.host")
 	// Filed by the broker on behalf of the sandbox's principal.
 	if !strings.Contains(string(a.Data), `"stand-in.test"`) || a.RequestedBy != "agent" || a.Via != "egress" {
@@ -151,8 +198,8 @@ approvals:
 	if _, err := agent.Approve(ctx, a.ID, "", ""); !client.IsCode(err, "forbidden") {
 		t.Fatalf("agent token approving: %v", err)
 	}
-	if err := rawPost(g.r.addr, readTok(t, g.dir, OperatorTokenFile), "/v1/approvals/"+a.ID+"/approve", `{"decided_by":"mallory"}`, http.StatusBadRequest); err != nil {
-		t.Fatal(err)
+	if code, b := daemontest.Do(t, "POST", "http://"+g.r.addr+"/v1/approvals/"+a.ID+"/approve", op.Token, `{"decided_by":"mallory"}`); code != http.StatusBadRequest {
+		t.Fatalf("an operator naming the decider: %d %s, want 400", code, b)
 	}
 	if _, err := op.Approve(ctx, "apr-0000000000000000", "", ""); !client.IsCode(err, "not_found") {
 		t.Fatalf("unknown id: %v", err)
@@ -182,11 +229,7 @@ approvals:
 	}
 
 	// Deny: a clear 403 naming the decision.
-	held2 := make(chan result, 1)
-	go func() {
-		out, err := curlVia(ctx, agent, sb.ID, "http://deny.test:"+port+"/")
-		held2 <- result{out: out, err: err}
-	}()
+	held2 := curlHeld(ctx, agent, sb.ID, "http://deny.test:"+port+"/")
 	d := waitPending(t, op, sb.ID, "egress.host")
 	if _, err := op.Deny(ctx, d.ID, "not today"); err != nil {
 		t.Fatal(err)
@@ -222,16 +265,12 @@ approvals:
 	var tools struct {
 		Tools []json.RawMessage `json:"tools"`
 	}
-	getJSON(t, g.r.addr, readTok(t, g.dir, AgentTokenFile), "/v1/tools", &tools)
+	getJSON(t, g.r.addr, daemontest.Token(t, g.dir, AgentTokenFile), "/v1/tools", &tools)
 	if len(tools.Tools) != 0 {
 		t.Fatalf("tool registered before approval: %s", tools.Tools)
 	}
 	// A global approval, remembered across the restart below.
-	held3 := make(chan result, 1)
-	go func() {
-		out, err := curlVia(ctx, agent, sb.ID, "http://global.test:"+port+"/")
-		held3 <- result{out: out, err: err}
-	}()
+	held3 := curlHeld(ctx, agent, sb.ID, "http://global.test:"+port+"/")
 	ga := waitPending(t, op, sb.ID, "egress.host")
 	if _, err := op.Approve(ctx, ga.ID, "global", ""); err != nil {
 		t.Fatal(err)
@@ -255,14 +294,11 @@ egress:
 	if got, err := op.Approve(ctx, tool.ID, "", ""); err != nil || string(got.Result) != `{"tool":"lint"}` {
 		t.Fatalf("approving after restart: %+v %v", got, err)
 	}
-	getJSON(t, g.r.addr, readTok(t, g.dir, AgentTokenFile), "/v1/tools", &tools)
+	getJSON(t, g.r.addr, daemontest.Token(t, g.dir, AgentTokenFile), "/v1/tools", &tools)
 	if len(tools.Tools) != 1 || !strings.Contains(string(tools.Tools[0]), `"approval":"`+tool.ID) {
 		t.Fatalf("tools after approval: %s", tools.Tools)
 	}
-	sb2, err := agent.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb2 := daemontest.CreateSandbox(t, agent)
 	if out, err := curlVia(ctx, agent, sb2.ID, "http://global.test:"+port+"/"); err != nil || !strings.Contains(out, "status=200") {
 		t.Fatalf("global rule after restart: %q %v", out, err)
 	}
@@ -271,14 +307,7 @@ egress:
 	}
 
 	// The chain verifies and shows every step, with alice as the decider.
-	v, err := op.AuditVerify(ctx)
-	if err != nil || !v.OK {
-		t.Fatalf("verify: %+v %v", v, err)
-	}
-	recs, err := op.AuditTail(ctx, 0, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := daemontest.VerifiedAudit(t, op)
 	count := map[string]int{}
 	aliceDecided := false
 	for _, rec := range recs {
@@ -417,44 +446,13 @@ func memoryLimit(t *testing.T, id string) string {
 	return ""
 }
 
-func readTok(t *testing.T, dir, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func rawPost(addr, tok, path, body string, want int) error {
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		return fmt.Errorf("POST %s: %d %s, want %d", path, resp.StatusCode, b, want)
-	}
-	return nil
-}
-
 func getJSON(t *testing.T, addr, tok, path string, out any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	code, b := daemontest.Do(t, "GET", "http://"+addr+path, tok, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, code, b)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := json.Unmarshal(b, out); err != nil {
 		t.Fatal(err)
 	}
 }

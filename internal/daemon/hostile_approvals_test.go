@@ -5,16 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 )
 
 // agentClient adds a named agent token before the daemon starts and
@@ -74,10 +72,7 @@ func TestHostileApprovalOtherPrincipalInvisible(t *testing.T) {
 	r := startDaemon(t, dir, func(c *Config) { c.Model.Provider = "mock" })
 	ctx := context.Background()
 	a, b, op := mkA(r), mkB(r), r.client(t, true)
-	sb, err := a.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, a)
 	mine, err := a.FileApproval(ctx, "tool.call", sb.ID, "", map[string]any{"tool": "deploy"})
 	if err != nil {
 		t.Fatal(err)
@@ -154,10 +149,7 @@ func TestHostileApprovalFloodFromManySandboxes(t *testing.T) {
 	junk, real, op := mkJunk(r), mkReal(r), r.client(t, true)
 	var boxes []string
 	for range 5 {
-		sb, err := junk.CreateSandbox(ctx, client.CreateRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := daemontest.CreateSandbox(t, junk)
 		boxes = append(boxes, sb.ID)
 	}
 	refused, lastErr := 0, error(nil)
@@ -178,13 +170,11 @@ func TestHostileApprovalFloodFromManySandboxes(t *testing.T) {
 	if refused != 460 || !strings.Contains(lastErr.Error(), "agent:junk") {
 		t.Fatalf("%d of 500 refused; last: %v", refused, lastErr)
 	}
-	sb, err := real.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, real)
 	want := map[string]bool{}
 	for i := range 8 {
 		var a client.Approval
+		var err error
 		if i%2 == 0 {
 			a, err = real.FileApproval(ctx, "egress.host", sb.ID, "", map[string]any{"host": "real.example", "port": 1000 + i})
 		} else {
@@ -233,26 +223,9 @@ func TestHostileApprovalFloodFromManySandboxes(t *testing.T) {
 // one answers at once, the held egress connection is refused, and the
 // withdrawal is audited.
 func TestHostileApprovalWithdrawnWhenSandboxEnds(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
-	defer up.Close()
-	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
-	g := &gatewayRig{t: t, dir: t.TempDir(), port: port}
-	g.start(writePolicy(t, t.TempDir(), "egress:\n  allow_private: [\"127.0.0.0/8\"]\napprovals:\n  timeout: 5m\n"))
+	h := holdRequest(t, func(*http.Request) string { return "upstream" }, "5m")
+	agent, op, sb, held, egressReq := h.agent, h.op, h.sb, h.curl, h.approval
 	ctx := context.Background()
-	agent, op := g.r.client(t, false), g.r.client(t, true)
-	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := make(chan string, 1)
-	go func() {
-		out, err := curlVia(ctx, agent, sb.ID, "http://stand-in.test:"+port+"/")
-		if err != nil {
-			out += " " + err.Error()
-		}
-		held <- out
-	}()
-	egressReq := waitPending(t, op, sb.ID, "egress.host")
 	call, err := agent.FileApproval(ctx, "tool.call", sb.ID, "", map[string]any{"tool": "t"})
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +248,8 @@ func TestHostileApprovalWithdrawnWhenSandboxEnds(t *testing.T) {
 		t.Fatal("the long poll was not answered when the sandbox ended")
 	}
 	select {
-	case out := <-held:
+	case r := <-held:
+		out := r.String()
 		if strings.Contains(out, "upstream") {
 			t.Fatalf("the held connection went through: %q", out)
 		}

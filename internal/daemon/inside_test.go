@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
 )
@@ -195,14 +196,8 @@ func TestHostileInsideConnectionFlood(t *testing.T) {
 	})
 	cl := r.client(t, false)
 	ctx := context.Background()
-	attacker, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bystander, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	attacker := daemontest.CreateSandbox(t, cl)
+	bystander := daemontest.CreateSandbox(t, cl)
 	base := openFDs(t)
 
 	ready := make(chan struct{})
@@ -367,10 +362,7 @@ func TestHostileInsideSlowClients(t *testing.T) {
 	})
 	cl := r.client(t, false)
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 	var out strings.Builder
 	res, err := cl.Exec(ctx, sb.ID, client.ExecRequest{Stdout: &out, Stderr: &out,
 		Cmd: fmt.Sprintf("/usr/bin/python3 - %d %d %d %d <<'EOF'\n%sEOF\n", defaults.ModelPort, defaults.EgressPort, upPort, echoPort, slowPy)})
@@ -412,7 +404,7 @@ func TestHostileAPIStalledBody(t *testing.T) {
 	}
 	defer c.Close()
 	fmt.Fprintf(c, "POST /v1/sandboxes HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 100000\r\n\r\n{\"labels\": {", r.addr, readTok(t, dir, AgentTokenFile))
+		"Content-Length: 100000\r\n\r\n{\"labels\": {", r.addr, daemontest.Token(t, dir, AgentTokenFile))
 	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	got, err := io.ReadAll(c)
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
@@ -425,10 +417,7 @@ func TestHostileAPIStalledBody(t *testing.T) {
 
 	cl := r.client(t, false)
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 	var out strings.Builder
 	res, err := cl.Exec(ctx, sb.ID, client.ExecRequest{Stdout: &out, Cmd: "echo start; sleep 2; echo done"})
 	if err != nil || res.Exit != 0 || out.String() != "start\ndone\n" {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 )
 
 // A program inside a sandbox reaches the model proxy at its own loopback
@@ -27,10 +28,7 @@ func TestModelProxyFromInsideSandbox(t *testing.T) {
 	r := startDaemon(t, t.TempDir(), func(c *Config) { c.Model.Provider = "mock" })
 	cl := r.client(t, false)
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 	run := func(cmd string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
@@ -88,15 +86,8 @@ fetch(process.env.ANTHROPIC_BASE_URL + "/v1/messages", {method: "POST",
 	// From the host through the API: the sandbox's token is refused (it
 	// works only on its own sandbox's loopback).
 	call := func(tok string) int {
-		req, _ := http.NewRequest("POST", "http://"+r.addr+"/v1/model/openai/v1/chat/completions", strings.NewReader(`{"model":"mock-gpt","messages":[{"role":"user","content":"hi"}]}`))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _ := hostChat(t, r.addr, tok)
+		return code
 	}
 	if code := call(token); code != 401 {
 		t.Fatalf("sandbox token on the host route: %d, want 401", code)
@@ -129,31 +120,18 @@ func TestModelProxyHostTokenAndKeyCustody(t *testing.T) {
 	dir := t.TempDir()
 	r := startDaemon(t, dir, nil)
 	cl := r.client(t, false)
-	req, _ := http.NewRequest("POST", "http://"+r.addr+"/v1/model/tokens", nil)
-	req.Header.Set("Authorization", "Bearer "+cl.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	code, b := daemontest.Do(t, "POST", "http://"+r.addr+"/v1/model/tokens", cl.Token, "")
 	var minted struct{ Token, OpenAIBaseURL string }
-	json.NewDecoder(resp.Body).Decode(&struct {
+	json.Unmarshal(b, &struct {
 		Token         *string `json:"token"`
 		OpenAIBaseURL *string `json:"openai_base_url"`
 	}{&minted.Token, &minted.OpenAIBaseURL})
-	resp.Body.Close()
-	if resp.StatusCode != 201 || !strings.HasPrefix(minted.Token, "icp_") {
-		t.Fatalf("mint: %d %+v", resp.StatusCode, minted)
+	if code != 201 || !strings.HasPrefix(minted.Token, "icp_") {
+		t.Fatalf("mint: %d %+v", code, minted)
 	}
-	req, _ = http.NewRequest("POST", minted.OpenAIBaseURL+"/chat/completions", strings.NewReader(`{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("Authorization", "Bearer "+minted.Token)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "upstream") {
-		t.Fatalf("through the proxy: %d %s", resp.StatusCode, body)
+	code, body := daemontest.Do(t, "POST", minted.OpenAIBaseURL+"/chat/completions", minted.Token, `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`)
+	if code != 200 || !strings.Contains(string(body), "upstream") {
+		t.Fatalf("through the proxy: %d %s", code, body)
 	}
 	mu.Lock()
 	if len(seen) != 1 || seen[0] != "Bearer "+key {
@@ -187,38 +165,25 @@ func sandboxRun(t *testing.T, cl *client.Client, id, cmd string) string {
 // mintHost mints a host model token through the API with the bearer tok.
 func mintHost(t *testing.T, addr, tok string) (status int, token, session string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/model/tokens", strings.NewReader(`{}`))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	status, b := daemontest.Do(t, "POST", "http://"+addr+"/v1/model/tokens", tok, `{}`)
 	var v struct{ Token, Session, ExpiresAt string }
-	json.NewDecoder(resp.Body).Decode(&struct {
+	json.Unmarshal(b, &struct {
 		Token     *string `json:"token"`
 		Session   *string `json:"session"`
 		ExpiresAt *string `json:"expires_at"`
 	}{&v.Token, &v.Session, &v.ExpiresAt})
-	if resp.StatusCode == 201 && (v.ExpiresAt == "" || !strings.HasPrefix(v.Token, "icp_")) {
+	if status == 201 && (v.ExpiresAt == "" || !strings.HasPrefix(v.Token, "icp_")) {
 		t.Fatalf("minted %+v", v)
 	}
-	return resp.StatusCode, v.Token, v.Session
+	return status, v.Token, v.Session
 }
 
 // hostChat posts a chat completion to the host route with tok.
 func hostChat(t *testing.T, addr, tok string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/model/openai/v1/chat/completions",
-		strings.NewReader(`{"model":"mock-gpt","messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, string(b)
+	code, b := daemontest.Do(t, "POST", "http://"+addr+"/v1/model/openai/v1/chat/completions", tok,
+		`{"model":"mock-gpt","messages":[{"role":"user","content":"hi"}]}`)
+	return code, string(b)
 }
 
 // In a real sandbox, its proxy listener accepts its own token only:
@@ -231,15 +196,8 @@ func TestHostileModelTokenOtherSandbox(t *testing.T) {
 	}
 	r := startDaemon(t, t.TempDir(), func(c *Config) { c.Model.Provider = "mock" })
 	cl := r.client(t, false)
-	ctx := context.Background()
-	a, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := daemontest.CreateSandbox(t, cl)
+	b := daemontest.CreateSandbox(t, cl)
 	tokA := strings.TrimSpace(sandboxRun(t, cl, a.ID, `echo "$OPENAI_API_KEY"`))
 	tokB := strings.TrimSpace(sandboxRun(t, cl, b.ID, `echo "$OPENAI_API_KEY"`))
 	if !strings.HasPrefix(tokA, "icp_") || !strings.HasPrefix(tokB, "icp_") || tokA == tokB {
@@ -290,10 +248,7 @@ func TestHostileModelBudgetInsideSandbox(t *testing.T) {
 	})
 	cl := r.client(t, false)
 	ctx := context.Background()
-	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := daemontest.CreateSandbox(t, cl)
 	// Streams (the proxy asks the mock for usage), until refused.
 	out := sandboxRun(t, cl, sb.ID, `printf '%s' '{"model":"mock-gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}' > /tmp/q.json; `+
 		`for i in $(seq 1 100); do c=$(curl -s -o /tmp/out -w '%{http_code}' -H "Authorization: Bearer $OPENAI_API_KEY" --data-binary @/tmp/q.json "$OPENAI_BASE_URL/chat/completions"); `+
@@ -354,10 +309,7 @@ func TestHostileModelBudgetInsideSandbox(t *testing.T) {
 	}
 	// A new sandbox has a budget of its own, but its creator's is shared:
 	// it stops at 300 less what the first one spent.
-	sb2, err := cl.CreateSandbox(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb2 := daemontest.CreateSandbox(t, cl)
 	out = sandboxRun(t, cl, sb2.ID, `printf '%s' '{"model":"mock-gpt","messages":[{"role":"user","content":"hi"}]}' > /tmp/q.json; `+
 		`for i in $(seq 1 100); do c=$(curl -s -o /tmp/out -w '%{http_code}' -H "Authorization: Bearer $OPENAI_API_KEY" --data-binary @/tmp/q.json "$OPENAI_BASE_URL/chat/completions"); `+
 		`echo "$c"; [ "$c" = 200 ] || { cat /tmp/out; break; }; done`)
@@ -385,6 +337,10 @@ func TestHostileModelBudgetFreshTokensAndRestart(t *testing.T) {
 	}
 	r := startDaemon(t, dir, mod)
 	agent := r.client(t, false).Token
+	del := func(tok, session string) int {
+		code, _ := daemontest.Do(t, "DELETE", "http://"+r.addr+"/v1/model/tokens/"+session, tok, "")
+		return code
+	}
 	spent := 0
 	for i := 0; ; i++ {
 		status, tok, session := mintHost(t, r.addr, agent)
@@ -403,13 +359,9 @@ func TestHostileModelBudgetFreshTokensAndRestart(t *testing.T) {
 		}
 		spent++
 		// Revoke it, so the cap does not stop the loop first.
-		req, _ := http.NewRequest("DELETE", "http://"+r.addr+"/v1/model/tokens/"+session, nil)
-		req.Header.Set("Authorization", "Bearer "+agent)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != 204 {
-			t.Fatalf("revoke: %v %v", err, resp)
+		if code := del(agent, session); code != 204 {
+			t.Fatalf("revoke: %d", code)
 		}
-		resp.Body.Close()
 	}
 	if spent == 0 {
 		t.Fatal("no request passed")
@@ -420,16 +372,6 @@ func TestHostileModelBudgetFreshTokensAndRestart(t *testing.T) {
 	mintHost(t, r.addr, agent)
 	if status, _, _ := mintHost(t, r.addr, agent); status != 429 {
 		t.Fatalf("third live token: %d", status)
-	}
-	del := func(tok, session string) int {
-		req, _ := http.NewRequest("DELETE", "http://"+r.addr+"/v1/model/tokens/"+session, nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
 	}
 	if code := del(strings.TrimSpace(string(bob)), s1); code != 404 {
 		t.Fatalf("another principal revoked a token: %d", code)

@@ -124,13 +124,19 @@ const (
 // DataDir is the daemon's data directory: $XDG_DATA_HOME/ironclaw (when
 // absolute), else ~/.local/share/ironclaw. IRONCLAW_DATA_DIR, which
 // clients read, is not consulted here.
-func DataDir() string {
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+func DataDir() string { return UserDir("XDG_DATA_HOME", ".local/share") }
+
+// UserDir is ironclaw's directory in one of the user's XDG base
+// directories: $env/ironclaw when the variable env (XDG_DATA_HOME,
+// XDG_STATE_HOME, ...) holds an absolute path, else ~/fallback/ironclaw,
+// taking / as the home directory when there is none.
+func UserDir(env, fallback string) string {
+	if x := os.Getenv(env); x != "" && filepath.IsAbs(x) {
 		return filepath.Join(x, "ironclaw")
 	}
 	home, err := os.UserHomeDir()
 	if err != nil || home == "" {
 		home = "/"
 	}
-	return filepath.Join(home, ".local", "share", "ironclaw")
+	return filepath.Join(home, fallback, "ironclaw")
 }

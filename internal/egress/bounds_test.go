@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/audittest"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
 )
 
@@ -42,18 +43,7 @@ func echoServer(t *testing.T) int {
 // rawConnect sends a CONNECT and returns the connection and the status.
 func rawConnect(t *testing.T, e *env, target string) (net.Conn, *bufio.Reader, int, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, br, resp := connect(t, e, target)
 	b := ""
 	if resp.StatusCode != 200 {
 		b = body(resp)
@@ -133,7 +123,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestHostileHeldOnApproval(t *testing.T) {
 	var calls atomic.Int32
 	release := make(chan struct{})
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, newResolver(), func(c *Config) {
 		c.Log, c.MaxWaitingPerHost, c.MaxWaiting = l, 3, 5
 		c.Unknown = func(ctx context.Context, session, host string, port int) (bool, error) {
@@ -163,28 +153,28 @@ func TestHostileHeldOnApproval(t *testing.T) {
 			results <- resp.StatusCode
 		}()
 	}
-	for range 3 {
-		hold("a.example")
-	}
-	waitFor(t, func() bool { return calls.Load() == 3 })
-	for range 10 {
-		hold("a.example") // one approval's cap
-	}
-	for range 10 {
-		if code := <-results; code != 429 {
-			t.Fatalf("over the per-host cap: %d", code)
+	// Fill a cap with held connections; ten more are then refused at once.
+	for _, step := range []struct {
+		held  string // n more connections held on this host
+		n     int
+		calls int32  // the hook calls made by then, in all
+		over  string // the host of the ten refused ones
+		which string // the cap they are over
+	}{
+		{"a.example", 3, 3, "a.example", "the per-host cap"}, // one approval's cap
+		{"b.example", 2, 5, "c.example", "the sandbox's cap"},
+	} {
+		for range step.n {
+			hold(step.held)
 		}
-	}
-	for range 2 {
-		hold("b.example")
-	}
-	waitFor(t, func() bool { return calls.Load() == 5 })
-	for range 10 {
-		hold("c.example") // the sandbox's cap
-	}
-	for range 10 {
-		if code := <-results; code != 429 {
-			t.Fatalf("over the sandbox's cap: %d", code)
+		waitFor(t, func() bool { return calls.Load() == step.calls })
+		for range 10 {
+			hold(step.over)
+		}
+		for range 10 {
+			if code := <-results; code != 429 {
+				t.Fatalf("over %s: %d", step.which, code)
+			}
 		}
 	}
 	if n := calls.Load(); n != 5 {
@@ -221,7 +211,7 @@ func TestHostileHeldOnApproval(t *testing.T) {
 func TestHostileIdleTunnel(t *testing.T) {
 	p := echoServer(t)
 	target := fmt.Sprintf("echo.example:%d", p)
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, newResolver("echo.example", "127.0.0.1"), func(c *Config) {
 		c.Log, c.IdleTimeout = l, 400*time.Millisecond
 	}, target)
@@ -275,7 +265,7 @@ func TestHostileHalfSentBodyThroughBroker(t *testing.T) {
 		got <- n
 	}))
 	defer up.Close()
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, newResolver("up.example", "127.0.0.1"), func(c *Config) {
 		c.Log, c.Body = l, netlimit.BodyLimits{Timeout: 300 * time.Millisecond, Idle: 300 * time.Millisecond}
 	}, fmt.Sprintf("up.example:%d", port(t, up)))
@@ -308,7 +298,7 @@ func TestHostileHalfSentBodyThroughBroker(t *testing.T) {
 // rest; 10,000 at as many hosts give at most MaxDenyKeys full records and
 // one overflow summary.
 func TestHostileRefusalLoop(t *testing.T) {
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, newResolver(), func(c *Config) { c.Log = l })
 	const n = 10000
 	hammer := func(host func(i int) string) {
@@ -390,7 +380,7 @@ func mustURL(s string) *url.URL {
 // With aggregation off every refusal is a record (the old behaviour, and
 // the control for the test above).
 func TestRefusalsUnaggregated(t *testing.T) {
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, newResolver(), func(c *Config) { c.Log, c.DenyWindow = l, -1 })
 	c := e.client(t, nil)
 	for range 5 {
@@ -405,7 +395,7 @@ func TestRefusalsUnaggregated(t *testing.T) {
 
 // A window's summaries are written when it ends, not only at Close.
 func TestRefusalSummaryAtWindowEnd(t *testing.T) {
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, newResolver(), func(c *Config) { c.Log, c.DenyWindow = l, 200*time.Millisecond })
 	c := e.client(t, nil)
 	for range 3 {

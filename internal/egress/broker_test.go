@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +20,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
-	"github.com/ironclaw/ironclaw/internal/store"
+	"github.com/ironclaw/ironclaw/internal/audittest"
 )
 
 // fakeResolver maps names to addresses; unknown names fail, so no test ever
@@ -480,7 +479,7 @@ func TestUnknownHookCancel(t *testing.T) {
 			return true, nil // must be ignored: the client is gone
 		}
 	}
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, newResolver("slow.example", "127.0.0.1"), func(c *Config) { blocking(c); c.Log = l })
 	c, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
 	if err != nil {
@@ -571,7 +570,7 @@ func TestTunnelHalfClose(t *testing.T) {
 		fmt.Fprintf(c, "got %d bytes: %s", len(b), b)
 	}()
 	p := ln.Addr().(*net.TCPAddr).Port
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, newResolver("raw.example", "127.0.0.1"), func(c *Config) { c.Log = l }, fmt.Sprintf("raw.example:%d", p))
 	c, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
 	if err != nil {
@@ -600,21 +599,7 @@ func TestTunnelHalfClose(t *testing.T) {
 }
 
 func TestCloseEndsTunnels(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(c, c)
-		}
-	}()
-	p := ln.Addr().(*net.TCPAddr).Port
+	p := echoServer(t)
 	e := setup(t, newResolver("echo.example", "127.0.0.1"), nil, fmt.Sprintf("echo.example:%d", p))
 	c, br, resp := connect(t, e, fmt.Sprintf("echo.example:%d", p))
 	if resp.StatusCode != 200 {
@@ -637,46 +622,12 @@ func TestCloseEndsTunnels(t *testing.T) {
 	}
 }
 
-func openAudit(t *testing.T) (*store.Store, *audit.Log) {
-	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := audit.New(ctx, st, audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close(); st.Close() })
-	return st, l
-}
-
 // waitRecords waits for n records of what connections did (an allowed
 // one's result, a refusal); the intent records written before each dial
 // are left out (TestHostileEgressIntentBeforeDial checks them).
 func waitRecords(t *testing.T, l *audit.Log, n int) []audit.Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		all, err := l.Tail(context.Background(), 0, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var recs []audit.Record
-		for _, r := range all {
-			if !strings.HasSuffix(r.Kind, audit.IntentSuffix) {
-				recs = append(recs, r)
-			}
-		}
-		if len(recs) >= n {
-			return recs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d audit records, want %d", len(recs), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return audittest.Wait(t, l, n, func(r audit.Record) bool { return !strings.HasSuffix(r.Kind, audit.IntentSuffix) })
 }
 
 func data(t *testing.T, r audit.Record) map[string]any {
@@ -688,19 +639,40 @@ func data(t *testing.T, r audit.Record) map[string]any {
 	return m
 }
 
-func TestAudit(t *testing.T) {
+// audited is a broker with an audit log in front of two allowlisted
+// upstreams that echo what they get: example.com over TLS (reached with
+// CONNECT) and plain.example over plain HTTP.
+type audited struct {
+	e       *env
+	l       *audit.Log
+	c       *http.Client // through the broker, trusting example.com's certificate
+	tlsPort int
+	tls     string // "https://example.com:PORT"
+	plain   string // "http://plain.example:PORT"
+}
+
+func newAudited(t *testing.T) *audited {
+	t.Helper()
 	tlsUp := httptest.NewTLSServer(http.HandlerFunc(echo))
-	defer tlsUp.Close()
+	t.Cleanup(tlsUp.Close)
 	up := httptest.NewServer(http.HandlerFunc(echo))
-	defer up.Close()
-	_, l := openAudit(t)
-	e := setup(t, newResolver("example.com", "127.0.0.1", "plain.example", "127.0.0.1"), func(c *Config) { c.Log = l },
-		fmt.Sprintf("example.com:%d", port(t, tlsUp)), fmt.Sprintf("plain.example:%d", port(t, up)))
-	c := e.client(t, tlsUp)
-	if code, _ := get(t, c, fmt.Sprintf("https://example.com:%d/tls", port(t, tlsUp))); code != 200 {
+	t.Cleanup(up.Close)
+	_, l := audittest.Open(t)
+	a := &audited{l: l, tlsPort: port(t, tlsUp)}
+	a.tls, a.plain = fmt.Sprintf("https://example.com:%d", a.tlsPort), fmt.Sprintf("http://plain.example:%d", port(t, up))
+	a.e = setup(t, newResolver("example.com", "127.0.0.1", "plain.example", "127.0.0.1"), func(c *Config) { c.Log = l },
+		fmt.Sprintf("example.com:%d", a.tlsPort), fmt.Sprintf("plain.example:%d", port(t, up)))
+	a.c = a.e.client(t, tlsUp)
+	return a
+}
+
+func TestAudit(t *testing.T) {
+	a := newAudited(t)
+	l, c := a.l, a.c
+	if code, _ := get(t, c, a.tls+"/tls"); code != 200 {
 		t.Fatal(code)
 	}
-	resp, err := c.Post(fmt.Sprintf("http://plain.example:%d/p", port(t, up)), "text/plain", strings.NewReader("0123456789"))
+	resp, err := c.Post(a.plain+"/p", "text/plain", strings.NewReader("0123456789"))
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatal(resp, err)
 	}
@@ -724,7 +696,7 @@ func TestAudit(t *testing.T) {
 	}
 	tun := byMethod["CONNECT example.com"]
 	if tun == nil || tun["kind"] != audit.KindEgressAllow || tun["reason"] != "allowlist" || tun["addr"] != "127.0.0.1" ||
-		tun["port"] != float64(port(t, tlsUp)) || tun["bytes_up"].(float64) < 100 || tun["bytes_down"].(float64) < 100 {
+		tun["port"] != float64(a.tlsPort) || tun["bytes_up"].(float64) < 100 || tun["bytes_down"].(float64) < 100 {
 		t.Errorf("connect record %v", tun)
 	}
 	pl := byMethod["POST plain.example"]
@@ -750,15 +722,9 @@ var (
 // dialled, both for CONNECT and for plain HTTP; and each made one has its
 // intent on record before its result.
 func TestHostileEgressIntentBeforeDial(t *testing.T) {
-	tlsUp := httptest.NewTLSServer(http.HandlerFunc(echo))
-	defer tlsUp.Close()
-	up := httptest.NewServer(http.HandlerFunc(echo))
-	defer up.Close()
-	_, l := openAudit(t)
-	e := setup(t, newResolver("example.com", "127.0.0.1", "plain.example", "127.0.0.1"), func(c *Config) { c.Log = l },
-		fmt.Sprintf("example.com:%d", port(t, tlsUp)), fmt.Sprintf("plain.example:%d", port(t, up)))
-	c := e.client(t, tlsUp)
-	if code, _ := get(t, c, fmt.Sprintf("http://plain.example:%d/p", port(t, up))); code != 200 {
+	a := newAudited(t)
+	e, l, c := a.e, a.l, a.c
+	if code, _ := get(t, c, a.plain+"/p"); code != 200 {
 		t.Fatal(code)
 	}
 	all, _ := l.Tail(context.Background(), 0, 100)
@@ -767,10 +733,10 @@ func TestHostileEgressIntentBeforeDial(t *testing.T) {
 	}
 	dialled := e.dial.count()
 	l.Close()
-	if code, _ := get(t, c, fmt.Sprintf("http://plain.example:%d/q", port(t, up))); code != http.StatusServiceUnavailable {
+	if code, _ := get(t, c, a.plain+"/q"); code != http.StatusServiceUnavailable {
 		t.Fatalf("plain HTTP with no audit log: %d", code)
 	}
-	if _, err := c.Get(fmt.Sprintf("https://example.com:%d/tls", port(t, tlsUp))); err == nil {
+	if _, err := c.Get(a.tls + "/tls"); err == nil {
 		t.Fatal("a CONNECT with no audit log went through")
 	}
 	if n := e.dial.count(); n != dialled {

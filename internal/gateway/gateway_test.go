@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/audittest"
 	"github.com/ironclaw/ironclaw/internal/store"
 )
 
@@ -26,17 +27,8 @@ type fixture struct {
 
 func openFixture(t *testing.T, path string) *fixture {
 	t.Helper()
-	st, err := store.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log, err := audit.New(context.Background(), st, audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{path: path, st: st, log: log}
-	t.Cleanup(f.close)
-	return f
+	st, log := audittest.OpenAt(t, path)
+	return &fixture{path: path, st: st, log: log}
 }
 
 func (f *fixture) close() {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/audittest"
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 	"github.com/ironclaw/ironclaw/internal/modelproxy/mock"
 )
@@ -123,7 +124,7 @@ func manyMembers(n int) string {
 
 // The audit record of a refused body says why.
 func TestModelRefusalAudited(t *testing.T) {
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, func(c *Config) { c.Log = l })
 	tok := mint(t, e.p, "agent")
 	post(t, e.srv.URL+"/openai/v1/chat/completions", tok, `{"model":"a","MODEL":"b"}`)
@@ -138,7 +139,7 @@ func TestModelRefusalAudited(t *testing.T) {
 // A loop of refused requests cannot grow the audit log one record per
 // request: refusals of one sandbox and reason are aggregated.
 func TestHostileModelRefusalLoopAggregated(t *testing.T) {
-	st, l := openAudit(t)
+	st, l := audittest.Open(t)
 	e := setup(t, func(c *Config) { c.Log = l; c.Models = []string{"allowed"} })
 	tok := mint(t, e.p, "agent")
 	const n = 500
@@ -636,7 +637,7 @@ func sandboxSpent(t testing.TB, p *Proxy, session string) int64 {
 // settled at the usage the mock reports, as real providers do; the stream
 // usage the proxy asked for on a client's behalf does not reach it.
 func TestModelMockUsageEveryFormat(t *testing.T) {
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	m := mock.New(nil)
 	e := setup(t, func(c *Config) {
 		c.OpenAI, c.Anthropic = nil, nil

@@ -193,19 +193,29 @@ func (s *scanner) array(depth int) error {
 		if err := s.value(depth); err != nil {
 			return err
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return invalidJSON("unexpected end", s.i)
+		if end, err := s.next(']'); end || err != nil {
+			return err
 		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return nil
-		default:
-			return invalidJSON("want ',' or ']'", s.i)
-		}
+	}
+}
+
+// next scans what follows an element of an array or a member of an
+// object that closer ends: a ',' before another one (end false), or
+// closer (end true).
+func (s *scanner) next(closer byte) (end bool, err error) {
+	s.ws()
+	if s.i >= len(s.b) {
+		return false, invalidJSON("unexpected end", s.i)
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		return false, nil
+	case closer:
+		s.i++
+		return true, nil
+	default:
+		return false, invalidJSON("want ',' or '"+string(closer)+"'", s.i)
 	}
 }
 
@@ -271,18 +281,8 @@ func (s *scanner) object(depth int) error {
 		if top {
 			s.members = append(s.members, member{key: key, vStart: vStart, vEnd: s.i})
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return invalidJSON("unexpected end", s.i)
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil
-		default:
-			return invalidJSON("want ',' or '}'", s.i)
+		if end, err := s.next('}'); end || err != nil {
+			return err
 		}
 	}
 }

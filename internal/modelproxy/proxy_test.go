@@ -10,14 +10,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
-	"github.com/ironclaw/ironclaw/internal/store"
+	"github.com/ironclaw/ironclaw/internal/audittest"
 )
 
 const (
@@ -570,7 +569,7 @@ func TestMockUpstream(t *testing.T) {
 		w.WriteHeader(418)
 		io.WriteString(w, `{"path":"`+r.URL.Path+`"}`)
 	})
-	st, l := openAudit(t)
+	st, l := audittest.Open(t)
 	_ = st
 	e := setup(t, func(c *Config) {
 		c.OpenAI, c.Anthropic = nil, nil
@@ -610,23 +609,8 @@ func TestMockUpstream(t *testing.T) {
 	}
 }
 
-func openAudit(t testing.TB) (*store.Store, *audit.Log) {
-	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := audit.New(ctx, st, audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close(); st.Close() })
-	return st, l
-}
-
 func TestAudit(t *testing.T) {
-	_, l := openAudit(t)
+	_, l := audittest.Open(t)
 	e := setup(t, func(c *Config) { c.Log = l; c.Models = []string{"gpt-4o"} })
 	tok := mint(t, e.p, "agent:one")
 	sess := e.p.hostGrant(tok).session
@@ -760,21 +744,5 @@ func waitTokens(t testing.TB, p *Proxy, principal string, want int64) {
 // went upstream are left out.
 func waitRecords(t *testing.T, l *audit.Log, n int) []audit.Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		all, err := l.Tail(context.Background(), 0, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var recs []audit.Record
-		for _, r := range all {
-			if r.Kind == audit.KindModelRequest {
-				recs = append(recs, r)
-			}
-		}
-		if len(recs) >= n || time.Now().After(deadline) {
-			return recs
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	return audittest.Wait(t, l, n, func(r audit.Record) bool { return r.Kind == audit.KindModelRequest })
 }

@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -508,6 +509,26 @@ const (
 	KindSandboxCrash = "sandbox.crash"
 )
 
+// CheckImageRef checks the form of a CreateRequest's Image: a local image
+// must be a clean absolute path (optionally followed by ":tag" or
+// "@digest"), and no reference is over 1024 bytes or more than one line.
+// Whether the image may be used is the daemon's image policy.
+func CheckImageRef(ref string) error {
+	if strings.HasPrefix(ref, "/") || strings.HasPrefix(ref, ".") {
+		p := ref
+		if i := strings.IndexAny(ref, ":@"); i > 0 {
+			p = ref[:i]
+		}
+		if !path.IsAbs(p) || path.Clean(p) != p {
+			return fmt.Errorf("image %q: a local image must be a clean absolute path", ref)
+		}
+	}
+	if len(ref) > 1024 || strings.ContainsAny(ref, "\x00\n") {
+		return errors.New("image reference too long or not one line")
+	}
+	return nil
+}
+
 // CheckEgress validates egress rules without using them.
 func (m *Manager) CheckEgress(rules []string) error {
 	if m.opts.Egress == nil {
@@ -533,10 +554,10 @@ func (m *Manager) AllowEgress(ctx context.Context, id string, rules []string) er
 		return fmt.Errorf("%w: egress: %v", sandbox.ErrInvalidRequest, err)
 	}
 	m.mu.Lock()
-	e := m.live[id]
+	e, err := m.liveLocked(id)
 	m.mu.Unlock()
-	if e == nil {
-		return fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
+	if err != nil {
+		return err
 	}
 	for _, r := range rules {
 		if err := e.broker.Allow(r); err != nil {
@@ -554,32 +575,17 @@ func (m *Manager) UpdateLimits(ctx context.Context, id string, l sandbox.Limits)
 		return fmt.Errorf("%w: workspace, tmp and open_files are fixed once a sandbox runs", sandbox.ErrInvalidRequest)
 	}
 	m.mu.Lock()
-	e := m.live[id]
-	if e == nil {
+	e, err := m.liveLocked(id)
+	if err != nil {
 		m.mu.Unlock()
-		return fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
+		return err
 	}
 	u, ok := e.sb.(limitUpdater)
 	if !ok {
 		m.mu.Unlock()
 		return fmt.Errorf("%w: this runtime cannot change a running sandbox's limits", sandbox.ErrUnsupported)
 	}
-	next := e.limits
-	if l.MemoryBytes != 0 {
-		next.MemoryBytes = l.MemoryBytes
-	}
-	if l.Pids != 0 {
-		next.Pids = l.Pids
-	}
-	if l.CPUs != 0 {
-		next.CPUs = l.CPUs
-	}
-	if l.Timeout != 0 {
-		next.Timeout = l.Timeout
-	}
-	if l.OutputBytes != 0 {
-		next.OutputBytes = l.OutputBytes
-	}
+	next := ChangedLimits(e.limits, l)
 	if err := next.Validate(); err != nil {
 		m.mu.Unlock()
 		return err
@@ -603,6 +609,28 @@ func (m *Manager) UpdateLimits(ctx context.Context, id string, l sandbox.Limits)
 	return nil
 }
 
+// ChangedLimits is base with the change UpdateLimits makes: each nonzero
+// memory, pids, CPU, timeout or output limit of change replaces base's;
+// the rest of base stays.
+func ChangedLimits(base, change sandbox.Limits) sandbox.Limits {
+	if change.MemoryBytes != 0 {
+		base.MemoryBytes = change.MemoryBytes
+	}
+	if change.Pids != 0 {
+		base.Pids = change.Pids
+	}
+	if change.CPUs != 0 {
+		base.CPUs = change.CPUs
+	}
+	if change.Timeout != 0 {
+		base.Timeout = change.Timeout
+	}
+	if change.OutputBytes != 0 {
+		base.OutputBytes = change.OutputBytes
+	}
+	return base
+}
+
 // SetLifetime gives a running sandbox a new TTL (counted from its
 // creation) and idle timeout; a zero value leaves that one as it is. The
 // caller (the approval gateway) decides whether it may.
@@ -611,10 +639,10 @@ func (m *Manager) SetLifetime(ctx context.Context, id string, ttl, idle time.Dur
 		return fmt.Errorf("%w: ttl and idle timeout must not be negative", sandbox.ErrInvalidRequest)
 	}
 	m.mu.Lock()
-	e := m.live[id]
-	if e == nil {
+	e, err := m.liveLocked(id)
+	if err != nil {
 		m.mu.Unlock()
-		return fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
+		return err
 	}
 	if ttl > 0 {
 		e.info.ExpiresAt = e.info.CreatedAt.Add(ttl)
@@ -742,9 +770,9 @@ func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info,
 func (m *Manager) use(id string) (sandbox.Sandbox, func(), error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.live[id]
-	if e == nil {
-		return nil, nil, fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
+	e, err := m.liveLocked(id)
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := m.startUseLocked(id, e); err != nil {
 		return nil, nil, err
@@ -896,11 +924,19 @@ func (m *Manager) ListDir(ctx context.Context, id, path string) ([]sandbox.FileI
 func (m *Manager) Limits(id string) (sandbox.Limits, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.live[id]
-	if e == nil {
-		return sandbox.Limits{}, fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
+	e, err := m.liveLocked(id)
+	if err != nil {
+		return sandbox.Limits{}, err
 	}
 	return e.limits, nil
+}
+
+// liveLocked returns the running sandbox id, or ErrNotFound; m.mu is held.
+func (m *Manager) liveLocked(id string) (*entry, error) {
+	if e := m.live[id]; e != nil {
+		return e, nil
+	}
+	return nil, fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
 }
 
 // Running counts the running sandboxes of this run.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -102,11 +101,8 @@ func (p *AgentSpawn) check() error {
 		}
 	}
 	if p.Image != "" {
-		if (strings.HasPrefix(p.Image, "/") || strings.HasPrefix(p.Image, ".")) && !cleanLocalRef(p.Image) {
-			return fmt.Errorf("image %q: a local image must be a clean absolute path", p.Image)
-		}
-		if len(p.Image) > 1024 || strings.ContainsAny(p.Image, "\x00\n") {
-			return errors.New("image reference too long or not one line")
+		if err := session.CheckImageRef(p.Image); err != nil {
+			return err
 		}
 	}
 	for k, v := range p.Env {
@@ -200,14 +196,4 @@ func (p *AgentSpawn) Apply(ctx context.Context, env Env, t Target) (map[string]a
 	}
 	output := env.Agents.StartAgent(t.ID, t.RequestedBy, info.ID, p.ArgvToRun())
 	return map[string]any{"sandbox": info.ID, "output": output}, nil
-}
-
-// cleanLocalRef checks a local image reference: an absolute clean path,
-// optionally followed by ":tag" or "@digest".
-func cleanLocalRef(ref string) bool {
-	p := ref
-	if i := strings.IndexAny(ref, ":@"); i > 0 {
-		p = ref[:i]
-	}
-	return path.IsAbs(p) && path.Clean(p) == p
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/egress"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/session"
 )
 
 // MaxWidenRules bounds the egress rules of one sandbox.widen request.
@@ -68,22 +69,7 @@ func (l *WidenLimits) check() error {
 	}
 	// Check each given limit against the maxima by validating a full set
 	// in which the others take their defaults.
-	full := sandbox.DefaultLimits
-	if sl.MemoryBytes != 0 {
-		full.MemoryBytes = sl.MemoryBytes
-	}
-	if sl.Pids != 0 {
-		full.Pids = sl.Pids
-	}
-	if sl.CPUs != 0 {
-		full.CPUs = sl.CPUs
-	}
-	if sl.Timeout != 0 {
-		full.Timeout = sl.Timeout
-	}
-	if sl.OutputBytes != 0 {
-		full.OutputBytes = sl.OutputBytes
-	}
+	full := session.ChangedLimits(sandbox.DefaultLimits, sl)
 	if err := full.Validate(); err != nil {
 		return errors.New(strings.TrimPrefix(err.Error(), sandbox.ErrInvalidSpec.Error()+": "))
 	}
