@@ -118,7 +118,7 @@ var rules = []rule{
 	},
 	{
 		pkgs:  []string{"internal/audit", "internal/tools"},
-		only:  join(vocabulary, []string{"internal/store"}),
+		only:  join(vocabulary, []string{"internal/store"}, testKits),
 		tests: true,
 		why:   "the audit log and the tool registry sit on the store and nothing else",
 	},
