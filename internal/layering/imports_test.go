@@ -50,12 +50,6 @@ var (
 		"internal/sandbox/native", "internal/sandbox/oci", "internal/sandbox/oci/helper/hostside",
 		"internal/sandbox/docker", "internal/sandbox/backend",
 	}
-	// daemonSide: the services the daemon wires together.
-	daemonSide = []string{
-		"internal/api/...", "internal/session", "internal/gateway/...", "internal/modelproxy/...",
-		"internal/egress", "internal/audit", "internal/store", "internal/tools", "internal/policy",
-		"internal/netlimit", "internal/image", "internal/daemon", "internal/client", "internal/cli",
-	}
 	// testKits: helpers for tests, never linked into the binary.
 	testKits = []string{"internal/testutil/...", "internal/sandbox/conformance"}
 )
