@@ -55,7 +55,7 @@ fmt:
 vet:
 	$(GO) vet ./...
 
-## staticcheck: staticcheck ./... (its settings: staticcheck.conf)
+## staticcheck: staticcheck ./... at STATICCHECK_VERSION (default checks)
 staticcheck: $(STATICCHECK)
 	$(STATICCHECK) ./...
 
