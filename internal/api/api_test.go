@@ -484,9 +484,11 @@ func TestAuthAndRoutes(t *testing.T) {
 	// Not "Bearer".
 	r, _ := http.NewRequest("GET", e.ts.URL+"/v1/sandboxes", nil)
 	r.Header.Set("Authorization", "Basic "+agentTok)
-	if resp, err := e.client.Do(r); err != nil || resp.StatusCode != 401 {
+	resp, err := e.client.Do(r)
+	if err != nil || resp.StatusCode != 401 {
 		t.Fatalf("Basic auth: %v %v", resp, err)
 	}
+	resp.Body.Close()
 	e.wantError(403, "forbidden", "GET", "/v1/audit", agentTok, nil)
 	e.wantError(403, "forbidden", "GET", "/v1/audit/verify", agentTok, nil)
 	e.wantError(403, "forbidden", "GET", "/v1/audit/export", agentTok, nil)

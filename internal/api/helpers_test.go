@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +23,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/session"
+	"github.com/ironclaw/ironclaw/internal/testutil/leakcheck"
 	"github.com/ironclaw/ironclaw/internal/testutil/stack"
 )
 
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	if boot.IsInit() {
 		boot.Main()
 	}
-	os.Exit(m.Run())
+	leakcheck.Main(m)
 }
 
 const (

@@ -2,9 +2,7 @@ package api
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/modelproxy"
+	"github.com/ironclaw/ironclaw/internal/testutil/gosource"
 )
 
 // stubModel stands in for the model proxy where only its routes matter.
@@ -103,12 +102,8 @@ func TestRoutesMatchTheDocument(t *testing.T) {
 // Every error code the package writes is one of wire's constants (which
 // the document lists): no apiError spells its code as a string.
 func TestErrorCodesAreWireConstants(t *testing.T) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range pkgs["api"].Files {
+	fset, files := gosource.Files(t, ".", 0)
+	for _, f := range files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			cl, ok := n.(*ast.CompositeLit)
 			if !ok {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/store"
+	"github.com/ironclaw/ironclaw/internal/testutil/leakcheck"
 )
 
 // crashChildEnv, when set in the environment, turns the test binary into
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(crashChildEnv); path != "" {
 		os.Exit(crashChild(path))
 	}
-	os.Exit(m.Run())
+	leakcheck.Main(m)
 }
 
 // crashChild appends from several goroutines forever and prints

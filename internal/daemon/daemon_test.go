@@ -19,6 +19,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/testutil/leakcheck"
 )
 
 // envDaemonDir makes the test binary a daemon on that data directory (see
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(envDaemonDir); dir != "" {
 		os.Exit(subprocessMain(dir))
 	}
-	os.Exit(m.Run())
+	leakcheck.Main(m)
 }
 
 // subprocessMain runs the daemon until SIGTERM, printing "ADDR host:port"

@@ -51,7 +51,7 @@ const (
 	BodyMinRate int64 = 4 << 10
 	// RatePerSecond and RateBurst shape each token's request rate.
 	RatePerSecond float64 = 50
-	RateBurst             = 100
+	RateBurst     int     = 100
 	// The API server's own bounds on a request's head and on an idle
 	// keep-alive connection.
 	APIHeaderTimeout  = 10 * time.Second

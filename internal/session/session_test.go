@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/store"
+	"github.com/ironclaw/ironclaw/internal/testutil/leakcheck"
 	"github.com/ironclaw/ironclaw/internal/testutil/stack"
 )
 
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	if boot.IsInit() {
 		boot.Main()
 	}
-	os.Exit(m.Run())
+	leakcheck.Main(m)
 }
 
 type fixture struct {

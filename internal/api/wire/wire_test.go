@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/gateway/kinds"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/testutil/gosource"
 )
 
 // goTypes pairs each schema of the document with the Go type that is its
@@ -111,14 +111,8 @@ func TestEverySchemaHasItsGoType(t *testing.T) {
 			t.Errorf("%s is not a schema of the document", name)
 		}
 	}
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range pkgs["wire"].Files {
+	_, files := gosource.Files(t, ".", 0)
+	for _, f := range files {
 		for _, decl := range f.Decls {
 			g, ok := decl.(*ast.GenDecl)
 			if !ok || g.Tok != token.TYPE {
@@ -187,12 +181,8 @@ func TestErrorCodesMatchTheDocument(t *testing.T) {
 // The package carries nothing of the daemon into a client: the standard
 // library and package sandbox's JSON forms only.
 func TestWireImportsOnlyTheStandardLibrary(t *testing.T) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", nil, parser.ImportsOnly)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range pkgs["wire"].Files {
+	fset, files := gosource.Files(t, ".", parser.ImportsOnly)
+	for _, f := range files {
 		for _, imp := range f.Imports {
 			p := strings.Trim(imp.Path.Value, `"`)
 			if strings.Contains(p, ".") && p != "github.com/ironclaw/ironclaw/internal/sandbox" {
