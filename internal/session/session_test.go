@@ -14,15 +14,15 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/store"
 	"github.com/ironclaw/ironclaw/internal/testutil/stack"
 )
 
 func TestMain(m *testing.M) {
-	if boot.IsInit() {
-		boot.Main()
+	if inside.Entered() {
+		inside.Main()
 	}
 	os.Exit(m.Run())
 }

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/fileio"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // The hostile cases (RunHostile): each tries an attack or a fault from
@@ -446,7 +446,7 @@ func (s *suite) hostileFIFO(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("a file operation on a FIFO hung until the deadline")
 	}
-	if o := b.sh(`[ -p /workspace/fifo ] && [ -p /tmp/fifo ] && echo still-fifos; find /workspace /tmp -name '` + fileio.TempPrefix + `*' | wc -l`); o.stdout != "still-fifos\n0\n" {
+	if o := b.sh(`[ -p /workspace/fifo ] && [ -p /tmp/fifo ] && echo still-fifos; find /workspace /tmp -name '` + wire.UploadTempPrefix + `*' | wc -l`); o.stdout != "still-fifos\n0\n" {
 		t.Fatalf("after the refused operations: %q", o.stdout)
 	}
 	// The sandbox's pid 1 is not stuck: it still runs commands and files.

@@ -12,10 +12,10 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
-	"github.com/moby/moby/api/types/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
+	ctr "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 )
 
@@ -124,8 +124,8 @@ func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
 			}
 		}
 	}
-	if taken[helper.Dir] {
-		return p, fmt.Errorf("%w: the root's top-level entry %s is reserved", sandbox.ErrInvalidSpec, helper.Dir)
+	if taken[wire.HelperDir] {
+		return p, fmt.Errorf("%w: the root's top-level entry %s is reserved", sandbox.ErrInvalidSpec, wire.HelperDir)
 	}
 	switch {
 	case synthetic:
@@ -163,7 +163,7 @@ func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
 		bind(filepath.Clean(spec.Workspace), sandbox.WorkspaceDir, false)
 	}
 	for _, m := range spec.Mounts {
-		if m.Target == helper.Dir || strings.HasPrefix(m.Target, helper.Dir+"/") {
+		if m.Target == wire.HelperDir || strings.HasPrefix(m.Target, wire.HelperDir+"/") {
 			return p, fmt.Errorf("%w: mount target %s is reserved", sandbox.ErrInvalidSpec, m.Target)
 		}
 		if taken[m.Target] {
@@ -174,7 +174,7 @@ func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
 		}
 		bind(m.Source, m.Target, m.ReadOnly)
 	}
-	stubs, err := hostside.WriteStubs(filepath.Join(s.dir, "gate"), s.gate)
+	stubs, err := container.WriteStubs(filepath.Join(s.dir, "gate"), s.gate)
 	if err != nil {
 		return p, err
 	}
@@ -182,8 +182,8 @@ func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
 		bind(st.Host, st.Inside, true)
 	}
 	// The helper's mounts go last; nothing may shadow them.
-	bind(helperExe, helper.Path, true)
-	bind(s.sockDir(), helper.SockDir, true)
+	bind(helperExe, wire.HelperPath, true)
+	bind(s.sockDir(), wire.SockDir, true)
 	return p, nil
 }
 
@@ -212,12 +212,12 @@ type containerOpts struct {
 
 // containerConfig is the sealed container for spec: the seal of the other
 // backends expressed as Docker settings (see the package documentation).
-func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*container.Config, *container.HostConfig) {
+func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*ctr.Config, *ctr.HostConfig) {
 	lim := spec.Limits
-	cfg := &container.Config{
+	cfg := &ctr.Config{
 		Hostname:   spec.Hostname,
 		User:       user,
-		Env:        append([]string(nil), hostside.BaseEnv...),
+		Env:        append([]string(nil), container.BaseEnv...),
 		Entrypoint: o.args,
 		Cmd:        []string{},
 		Image:      o.image,
@@ -233,7 +233,7 @@ func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*container.Con
 		nano = int64(o.hostCPUs) * 1e9 // dockerd refuses more than the host has
 	}
 	pids := lim.Pids
-	ulimits := []*container.Ulimit{
+	ulimits := []*ctr.Ulimit{
 		{Name: "nofile", Soft: lim.OpenFiles, Hard: lim.OpenFiles},
 		// No POSIX message queues: /dev/mqueue is mounted in every Docker
 		// container and its quota is per host user, shared by every
@@ -255,20 +255,20 @@ func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*container.Con
 		tmpfs[sandbox.WorkspaceDir] = fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d",
 			lim.WorkspaceBytes, sandbox.UID, sandbox.GID)
 	}
-	hc := &container.HostConfig{
+	hc := &ctr.HostConfig{
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges", o.seccomp},
-		IpcMode:        container.IPCModeNone, // private, and no /dev/shm
-		CgroupnsMode:   container.CgroupnsModePrivate,
+		IpcMode:        ctr.IPCModeNone, // private, and no /dev/shm
+		CgroupnsMode:   ctr.CgroupnsModePrivate,
 		Tmpfs:          tmpfs,
 		Mounts:         p.mounts,
 		Runtime:        o.runtime,
-		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		RestartPolicy:  ctr.RestartPolicy{Name: ctr.RestartPolicyDisabled},
 		// The agent writes only when it fails to start; keep that short.
-		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "64k", "max-file": "1"}},
-		Resources: container.Resources{
+		LogConfig: ctr.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "64k", "max-file": "1"}},
+		Resources: ctr.Resources{
 			Memory:     lim.MemoryBytes,
 			MemorySwap: lim.MemoryBytes, // memory plus swap: no swap
 			NanoCPUs:   nano,

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 )
@@ -87,12 +87,12 @@ func (b *Sandbox) exitCode(id string) (int, error) {
 }
 
 // Exec implements sandbox.Sandbox. The command starts through the helper's
-// exec front (see helper.Marker), which gives it a session of its own and
+// exec front (see wire.Marker), which gives it a session of its own and
 // reports its pid or why it could not start; on timeout or cancellation the
 // agent kills its process group.
 func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	var res sandbox.ExecResult
-	params, err := hostside.CheckExec(req, b.spec, b.rt.name)
+	params, err := container.CheckExec(req, b.spec, b.rt.name)
 	if err != nil {
 		return res, err
 	}
@@ -100,11 +100,11 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		return res, err
 	}
 
-	nonce := hostside.RandHex(8)
+	nonce := container.RandHex(8)
 	oomBefore := b.oomKills()
-	// The container's environment (hostside.BaseEnv) is under these;
+	// The container's environment (container.BaseEnv) is under these;
 	// dockerd replaces or appends by key.
-	env := hostside.MergeEnv(b.spec.Env, req.Env)
+	env := container.MergeEnv(b.spec.Env, req.Env)
 	// nproc: the command's RLIMIT_NPROC. Under runsc that is how the pids
 	// limit is enforced (see config.go); elsewhere the container's pids
 	// cgroup is, and the front sets none.
@@ -127,8 +127,8 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		go a.feed(req.Stdin)
 	}
 
-	out := hostside.NewCapped(params.OutputBytes)
-	front := hostside.NewFront(nonce, out.Writer(req.Stderr, &res.StderrBytes))
+	out := container.NewCapped(params.OutputBytes)
+	front := container.NewFront(nonce, out.Writer(req.Stderr, &res.StderrBytes))
 	streamDone := make(chan struct{})
 	go func() {
 		defer close(streamDone)
@@ -136,7 +136,7 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		front.Finish()
 	}()
 
-	ctxErr, err := front.Wait(ctx, hostside.Watch{
+	ctxErr, err := front.Wait(ctx, container.Watch{
 		ID:        b.id,
 		Timeout:   params.Timeout,
 		Exited:    streamDone,
@@ -177,12 +177,12 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 	// dockerd reports a killed process the shell's way (128+N); the signal
 	// itself is only known when we sent it, or the OOM killer did.
-	hostside.MarkKilled(&res, ctxErr != nil)
+	container.MarkKilled(&res, ctxErr != nil)
 	return res, ctxErr
 }
 
-// startFailure is hostside.StartFailure.
-func startFailure(h helper.Header) (sandbox.ExecResult, error) { return hostside.StartFailure(h) }
+// startFailure is container.StartFailure.
+func startFailure(h wire.Header) (sandbox.ExecResult, error) { return container.StartFailure(h) }
 
 // fileOp runs one of the helper's file modes inside the sandbox through
 // the exec API, with the same identity and confinement as a command (never
@@ -191,7 +191,7 @@ func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, st
 	if err := b.closedErr(); err != nil {
 		return err
 	}
-	a, err := b.attach(ctx, append([]string{helper.Path}, args...), nil, stdin != nil)
+	a, err := b.attach(ctx, append([]string{wire.HelperPath}, args...), nil, stdin != nil)
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, st
 	if stdin != nil {
 		go a.feed(stdin)
 	}
-	stderr := &hostside.LimitedBuffer{Max: 64 << 10}
+	stderr := &container.LimitedBuffer{Max: 64 << 10}
 	if stdout == nil {
 		stdout = io.Discard
 	}
@@ -218,8 +218,8 @@ func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, st
 		return nil
 	case code == 0:
 		return fmt.Errorf("sandbox %s: %s: %w", b.id, args[0], cerr)
-	case code == helper.FileFailed:
-		if err := hostside.FileOpError(stderr.Bytes()); err != nil {
+	case code == wire.FileFailed:
+		if err := container.FileOpError(stderr.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -231,15 +231,15 @@ func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, st
 
 // WriteFile implements sandbox.Sandbox.
 func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode fs.FileMode) error {
-	return hostside.WriteFile(ctx, b.fileOp, p, src, mode)
+	return container.WriteFile(ctx, b.fileOp, p, src, mode)
 }
 
 // ReadFile implements sandbox.Sandbox.
 func (b *Sandbox) ReadFile(ctx context.Context, p string, dst io.Writer) error {
-	return hostside.ReadFile(ctx, b.fileOp, p, dst)
+	return container.ReadFile(ctx, b.fileOp, p, dst)
 }
 
 // ListDir implements sandbox.Sandbox.
 func (b *Sandbox) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, error) {
-	return hostside.ListDir(ctx, b.fileOp, p)
+	return container.ListDir(ctx, b.fileOp, p)
 }

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // planGate resolves the spec's gated programs in its root (see package
@@ -15,32 +15,32 @@ import (
 // every path, and the agent gets the real files once it connects. The
 // caller closes the plan.
 func (b *Sandbox) planGate() (*gate.Plan, error) {
-	plan, err := hostside.PlanGate(b.spec)
+	plan, err := container.PlanGate(b.spec)
 	if err != nil || plan == nil {
 		return nil, err
 	}
 	b.st.gate = plan
-	b.gateSock = hostside.GateSock()
+	b.gateSock = container.GateSock()
 	return plan, nil
 }
 
 // execArgv is the helper invocation for req: the exec front, or, for an
 // approved exec of a gated program (req.Gate), the gate front once the
 // agent is armed with the run. disarm is called when the exec has ended.
-func (b *Sandbox) execArgv(nonce string, nproc int64, params hostside.ExecParams, req sandbox.ExecRequest) (argv []string, disarm func(), err error) {
+func (b *Sandbox) execArgv(nonce string, nproc int64, params container.ExecParams, req sandbox.ExecRequest) (argv []string, disarm func(), err error) {
 	if req.Gate == "" || b.gateSock == "" {
-		return hostside.ExecArgv(nonce, nproc, params.Cwd, req.Argv), func() {}, nil
+		return container.ExecArgv(nonce, nproc, params.Cwd, req.Argv), func() {}, nil
 	}
 	// What the exec would see: the container's environment, dockerd's
 	// HOSTNAME, the Spec's and the request's.
-	env := hostside.MergeEnv(hostside.BaseEnv, []string{"HOSTNAME=" + b.spec.Hostname}, b.spec.Env, req.Env)
-	arm, dis, err := hostside.ArmLine(nonce, helper.Armed{Key: req.Gate, Argv: req.Argv, Cwd: params.Cwd, Env: env,
+	env := container.MergeEnv(container.BaseEnv, []string{"HOSTNAME=" + b.spec.Hostname}, b.spec.Env, req.Env)
+	arm, dis, err := container.ArmLine(nonce, wire.Armed{Key: req.Gate, Argv: req.Argv, Cwd: params.Cwd, Env: env,
 		NProc: uint64(nproc), Readable: b.rt.runsc})
 	if err != nil {
 		return nil, nil, err
 	}
 	b.tellAgent(arm)
-	return hostside.GateExecArgv(nonce, b.gateSock), func() { b.tellAgent(dis) }, nil
+	return container.GateExecArgv(nonce, b.gateSock), func() { b.tellAgent(dis) }, nil
 }
 
 // tellAgent sends one control line to the agent.

@@ -13,7 +13,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"github.com/moby/moby/client"
 )
 
@@ -48,7 +48,7 @@ func TestContainerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, hc := containerConfig(spec, p, containerOpts{id: "dkr-x", image: EmptyImage, state: s, owner: "1.2",
-		seccomp: "seccomp={}", hostCPUs: 2, args: []string{helper.Path, helper.ModeAgent}})
+		seccomp: "seccomp={}", hostCPUs: 2, args: []string{wire.HelperPath, wire.ModeAgent}})
 	if cfg.User != "65532:65532" || cfg.WorkingDir != "/workspace" || cfg.Hostname != "sandbox" || cfg.Labels[ownerLabel] != "1.2" {
 		t.Errorf("config: %+v", cfg)
 	}
@@ -74,7 +74,7 @@ func TestContainerConfig(t *testing.T) {
 			t.Errorf("bind %s -> %s is writable", m.Source, m.Target)
 		}
 	}
-	for _, want := range []string{"/usr", "/etc", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname", helper.Path, helper.SockDir} {
+	for _, want := range []string{"/usr", "/etc", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname", wire.HelperPath, wire.SockDir} {
 		if !targets[want] {
 			t.Errorf("no mount at %s: %+v", want, p.mounts)
 		}
@@ -108,7 +108,7 @@ func TestCollect(t *testing.T) {
 		s := state{dir: filepath.Join(r.bundles, id)}
 		real := r.owner
 		r.owner = owner
-		cid, err := r.createContainer(ctx, id, s, spec, []string{helper.Path, helper.ModeProbe})
+		cid, err := r.createContainer(ctx, id, s, spec, []string{wire.HelperPath, wire.ModeProbe})
 		r.owner = real
 		if err != nil {
 			t.Fatal(err)

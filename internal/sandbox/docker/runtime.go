@@ -23,8 +23,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 )
@@ -124,7 +124,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 			return nil, fmt.Errorf("finding the ironclaw binary: %w", err)
 		}
 	}
-	owner, err := hostside.ProcessOwner(os.Getpid())
+	owner, err := container.ProcessOwner(os.Getpid())
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	if err := os.MkdirAll(r.bundles, 0o711); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	if r.helper, err = hostside.StageHelper(opts.Exe, filepath.Clean(opts.StateDir), "ironclaw-docker-helper-"); err != nil {
+	if r.helper, err = container.StageHelper(opts.Exe, filepath.Clean(opts.StateDir), "ironclaw-docker-helper-"); err != nil {
 		return nil, fmt.Errorf("staging the helper binary: %w", err)
 	}
 	r.collect(ctx)
@@ -310,11 +310,11 @@ func (r *Runtime) ensureImage(ctx context.Context, symlinks []rootfs.Entry) (str
 func (r *Runtime) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	id := "probe-" + hostside.RandHex(6)
+	id := "probe-" + container.RandHex(6)
 	s := state{dir: filepath.Join(r.bundles, id)}
 	defer os.RemoveAll(s.dir)
 	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Pids: 16, WorkspaceBytes: 1 << 20, TmpBytes: 1 << 20}}.WithDefaults()
-	cid, err := r.createContainer(ctx, id, s, spec, []string{helper.Path, helper.ModeProbe})
+	cid, err := r.createContainer(ctx, id, s, spec, []string{wire.HelperPath, wire.ModeProbe})
 	if err != nil {
 		return fmt.Errorf("%w: docker cannot create a sealed container here: %v", sandbox.ErrUnsupported, err)
 	}
@@ -414,7 +414,7 @@ func (r *Runtime) collect(ctx context.Context) {
 		r.opts.Logf("listing leftover containers: %v", err)
 	} else {
 		for _, c := range list.Items {
-			if hostside.OwnerAlive(c.Labels[ownerLabel]) {
+			if container.OwnerAlive(c.Labels[ownerLabel]) {
 				continue
 			}
 			if err := r.removeContainer(ctx, c.ID); err != nil {
@@ -434,7 +434,7 @@ func (r *Runtime) collect(ctx context.Context) {
 	for _, de := range des {
 		dir := filepath.Join(r.bundles, de.Name())
 		if owner, err := os.ReadFile(filepath.Join(dir, "owner")); err == nil {
-			if hostside.OwnerAlive(string(owner)) {
+			if container.OwnerAlive(string(owner)) {
 				continue
 			}
 		} else if info, serr := de.Info(); serr == nil && time.Since(info.ModTime()) < time.Minute {
@@ -447,4 +447,4 @@ func (r *Runtime) collect(ctx context.Context) {
 	}
 }
 
-func newID() string { return "dkr-" + hostside.RandHex(8) }
+func newID() string { return "dkr-" + container.RandHex(8) }

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
-	"github.com/moby/moby/api/types/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
+	ctr "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 )
 
@@ -108,7 +108,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		_ = os.RemoveAll(b.st.dir)
 	}()
 
-	args := []string{helper.Path, helper.ModeAgent}
+	args := []string{wire.HelperPath, wire.ModeAgent}
 	for _, p := range spec.Network.ExposedTCP {
 		args = append(args, strconv.Itoa(int(p)))
 	}
@@ -122,13 +122,13 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, err
 	}
 	b.cid = cid
-	ctlL, err := hostside.ListenUnix(filepath.Join(b.st.sockDir(), helper.CtlSock))
+	ctlL, err := container.ListenUnix(filepath.Join(b.st.sockDir(), wire.CtlSock))
 	if err != nil {
 		return nil, err
 	}
 	defer ctlL.Close()
 	for _, p := range spec.Network.ExposedTCP {
-		l, err := hostside.ListenUnix(filepath.Join(b.st.sockDir(), helper.PortSock(p)))
+		l, err := container.ListenUnix(filepath.Join(b.st.sockDir(), wire.PortSock(p)))
 		if err != nil {
 			return nil, fmt.Errorf("exposed port %d: %w", p, err)
 		}
@@ -136,7 +136,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}
 	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer wcancel()
-	wait := r.cli.ContainerWait(wctx, cid, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	wait := r.cli.ContainerWait(wctx, cid, client.ContainerWaitOptions{Condition: ctr.WaitConditionNextExit})
 	if _, err := r.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
 		if herr := sandbox.HostExhaustedText("starting the container", err.Error()); herr != nil {
 			return nil, herr
@@ -144,7 +144,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, fmt.Errorf("%w: starting the container: %v", sandbox.ErrUnsupported, err)
 	}
 
-	acc := hostside.AcceptOne(ctlL)
+	acc := container.AcceptOne(ctlL)
 	timer := time.NewTimer(readyTimeout)
 	defer timer.Stop()
 	var ctl net.Conn
@@ -169,11 +169,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	// place (the socket file goes with the listener).
 	ctlL.Close()
 	b.ctl = ctl
-	if err := hostside.SendGate(ctl, plan, b.gateSock); err != nil {
+	if err := container.SendGate(ctl, plan, b.gateSock); err != nil {
 		ctl.Close()
 		return nil, err
 	}
-	rd, err := hostside.AgentReady(ctl, id, readyTimeout, func() string { return r.logTail(cid) })
+	rd, err := container.AgentReady(ctl, id, readyTimeout, func() string { return r.logTail(cid) })
 	if err != nil {
 		return nil, err
 	}
@@ -240,11 +240,11 @@ func (b *Sandbox) killGroup(pgid int) {
 	defer b.ctlMu.Unlock()
 	if b.ctl != nil {
 		_ = b.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		_, _ = fmt.Fprintf(b.ctl, "%s %d\n", helper.MsgKill, pgid)
+		_, _ = fmt.Fprintf(b.ctl, "%s %d\n", wire.MsgKill, pgid)
 	}
 }
 
-func (b *Sandbox) closedErr() error { return hostside.ClosedErr(b.id, b.done) }
+func (b *Sandbox) closedErr() error { return container.ClosedErr(b.id, b.done) }
 
 // Stats implements sandbox.Sandbox from the container stats API (one
 // sample, no waiting); OOM kills come from the container's memory cgroup,
@@ -258,7 +258,7 @@ func (b *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", b.id, err)
 	}
 	defer res.Body.Close()
-	var s container.StatsResponse
+	var s ctr.StatsResponse
 	if err := json.NewDecoder(res.Body).Decode(&s); err != nil {
 		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", b.id, err)
 	}

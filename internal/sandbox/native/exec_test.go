@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/testutil/selfcopy"
 )
 

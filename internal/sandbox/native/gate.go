@@ -5,7 +5,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // gateConfig resolves the spec's gated programs in the root cfg plans

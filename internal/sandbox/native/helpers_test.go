@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 )
 
 // The test binary is three programs: the tests, the sandbox init (the

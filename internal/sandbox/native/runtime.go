@@ -30,7 +30,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
 	"golang.org/x/sys/unix"
 )
 

@@ -17,8 +17,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/fileio"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -579,7 +578,7 @@ func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode f
 	}
 	copyErr := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(pw, fileio.NewFramer(src))
+		_, err := io.Copy(pw, wire.NewFramer(src))
 		pw.Close()
 		copyErr <- err
 	}()

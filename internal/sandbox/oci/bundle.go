@@ -11,9 +11,9 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // The subset of the OCI runtime specification (v1.0.2) that IronClaw
@@ -329,7 +329,7 @@ func writeBundle(b bundle, c bundleConfig) error {
 			}
 		}
 	}
-	stubs, err := hostside.WriteStubs(filepath.Join(b.dir, "gate"), b.gate)
+	stubs, err := container.WriteStubs(filepath.Join(b.dir, "gate"), b.gate)
 	if err != nil {
 		return err
 	}
@@ -339,14 +339,14 @@ func writeBundle(b bundle, c bundleConfig) error {
 	mounts = append(mounts, sysMounts(c.gvisor)...)
 	addDir("/sys/fs/cgroup")
 	mounts = append(mounts,
-		bindMount(c.helperExe, helper.Path, true),
-		bindMount(b.sockDir(), helper.SockDir, true),
+		bindMount(c.helperExe, wire.HelperPath, true),
+		bindMount(b.sockDir(), wire.SockDir, true),
 	)
-	addFile(helper.Path)
-	addDir(helper.SockDir)
+	addFile(wire.HelperPath)
+	addDir(wire.SockDir)
 	// The helper's mounts go last; its directory must not be shadowed.
-	if _, ok := mountpoints[helper.Dir]; ok {
-		return fmt.Errorf("%w: mount target %s is reserved", sandbox.ErrInvalidSpec, helper.Dir)
+	if _, ok := mountpoints[wire.HelperDir]; ok {
+		return fmt.Errorf("%w: mount target %s is reserved", sandbox.ErrInvalidSpec, wire.HelperDir)
 	}
 
 	if err := makeMountpoints(b.rootfs(), mountpoints); err != nil {
@@ -385,9 +385,9 @@ func writeBundle(b bundle, c bundleConfig) error {
 			ReadonlyPaths: readonlyPaths,
 		},
 	}
-	if c.gvisor && len(c.args) > 1 && c.args[1] == helper.ModeAgent {
+	if c.gvisor && len(c.args) > 1 && c.args[1] == wire.ModeAgent {
 		// Only the agent, only on runsc, and only until it has prepared
-		// the sentry's /dev and cgroup view (helper.GVisorSetup): it drops
+		// the sentry's /dev and cgroup view (wire.GVisorSetup): it drops
 		// them before anything else runs.
 		cfg.Process.Capabilities = gvisorSetupCaps()
 	}
@@ -419,7 +419,7 @@ func writeBundle(b bundle, c bundleConfig) error {
 // tmpfs is root's, mode 0755. runsc mounts a sysfs of the sentry's own
 // unless the spec has a /sys: an empty read-only tmpfs hides it, and
 // --cgroupfs (see Runtime.globalArgs) mounts the sentry's cgroupfs beneath,
-// whose limits the agent writes (helper.GVisorSetup).
+// whose limits the agent writes (wire.GVisorSetup).
 func sysMounts(gvisor bool) []ociMount {
 	if gvisor {
 		return []ociMount{{Destination: "/sys", Type: "tmpfs", Source: "tmpfs",

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // drainGrace bounds how long output is read after the command exited: a
@@ -37,7 +37,7 @@ func (b *Sandbox) execArgs(p string) []string {
 // newProcessFile writes a process.json into the bundle's exec directory
 // and returns its path; the caller removes it.
 func (b *Sandbox) newProcessFile(args, env []string) (string, error) {
-	p := filepath.Join(b.b.execDir(), hostside.RandHex(8)+".json")
+	p := filepath.Join(b.b.execDir(), container.RandHex(8)+".json")
 	if err := writeProcess(p, sealedProcess(args, env, "/", b.spec.Limits)); err != nil {
 		return "", err
 	}
@@ -49,7 +49,7 @@ func (b *Sandbox) newProcessFile(args, env []string) (string, error) {
 // runscHostPidsOverhead); on runc and crun the pids cgroup does it (0).
 //
 // The command gets it, soft and hard, from its first instruction through
-// the helper's limit trampoline (helper.ModeLimit), which the front forks
+// the helper's limit trampoline (wire.ModeLimit), which the front forks
 // and which execve's the command. Neither the agent nor the front may
 // have it: they are Go programs, fatally hurt by a refused thread, and
 // runsc (2022-12) gives every exec'd process the very rlimit set of the
@@ -62,15 +62,15 @@ func (b *Sandbox) nproc() int64 {
 	return 0
 }
 
-func (b *Sandbox) closedErr() error { return hostside.ClosedErr(b.id, b.done) }
+func (b *Sandbox) closedErr() error { return container.ClosedErr(b.id, b.done) }
 
 // Exec implements sandbox.Sandbox. The command starts through the helper's
-// exec front (see helper.Marker), which gives it a session of its own and
+// exec front (see wire.Marker), which gives it a session of its own and
 // reports its pid or why it could not start; on timeout or cancellation the
 // agent kills its process group.
 func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	var res sandbox.ExecResult
-	params, err := hostside.CheckExec(req, b.spec, b.rt.opts.Runtime)
+	params, err := container.CheckExec(req, b.spec, b.rt.opts.Runtime)
 	if err != nil {
 		return res, err
 	}
@@ -78,13 +78,13 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		return res, err
 	}
 
-	nonce := hostside.RandHex(8)
+	nonce := container.RandHex(8)
 	argv, disarm, err := b.execArgv(nonce, params, req)
 	if err != nil {
 		return res, err
 	}
 	defer disarm()
-	pfile, err := b.newProcessFile(argv, hostside.MergeEnv(hostside.BaseEnv, b.spec.Env, req.Env))
+	pfile, err := b.newProcessFile(argv, container.MergeEnv(container.BaseEnv, b.spec.Env, req.Env))
 	if err != nil {
 		return res, err
 	}
@@ -128,8 +128,8 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		defer stdinW.Close()
 	}
 
-	out := hostside.NewCapped(params.OutputBytes)
-	front := hostside.NewFront(nonce, out.Writer(req.Stderr, &res.StderrBytes))
+	out := container.NewCapped(params.OutputBytes)
+	front := container.NewFront(nonce, out.Writer(req.Stderr, &res.StderrBytes))
 	var copiers sync.WaitGroup
 	copiers.Add(2)
 	go func() {
@@ -153,7 +153,7 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		close(exited)
 	}()
 
-	ctxErr, err := front.Wait(ctx, hostside.Watch{
+	ctxErr, err := front.Wait(ctx, container.Watch{
 		ID:        b.id,
 		Timeout:   params.Timeout,
 		Exited:    exited,
@@ -176,7 +176,7 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	switch {
 	case h != nil && !h.Started:
 		// The front could not start the command (before or at execve).
-		return hostside.StartFailure(*h)
+		return container.StartFailure(*h)
 	case h == nil:
 		if err := b.closedErr(); err != nil {
 			return res, err
@@ -191,7 +191,7 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	}
 	// OCI runtimes report a killed process the shell's way (128+N); the
 	// signal itself is only known when we sent it, or the OOM killer did.
-	hostside.MarkKilled(&res, ctxErr != nil)
+	container.MarkKilled(&res, ctxErr != nil)
 	return res, ctxErr
 }
 
@@ -245,7 +245,7 @@ func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, st
 	if err := b.closedErr(); err != nil {
 		return err
 	}
-	pfile, err := b.newProcessFile(append([]string{helper.Path}, args...), agentEnv)
+	pfile, err := b.newProcessFile(append([]string{wire.HelperPath}, args...), agentEnv)
 	if err != nil {
 		return err
 	}
@@ -260,7 +260,7 @@ func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, st
 		cmd.Stdin = stdinR
 		defer stdinR.Close()
 	}
-	stderr := &hostside.LimitedBuffer{Max: 64 << 10}
+	stderr := &container.LimitedBuffer{Max: 64 << 10}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		closeAll(stdinW)
@@ -300,8 +300,8 @@ func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, st
 		return nil
 	}
 	var ee *exec.ExitError
-	if errors.As(werr, &ee) && ee.ExitCode() == helper.FileFailed {
-		if err := hostside.FileOpError(stderr.Bytes()); err != nil {
+	if errors.As(werr, &ee) && ee.ExitCode() == wire.FileFailed {
+		if err := container.FileOpError(stderr.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -313,15 +313,15 @@ func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, st
 
 // WriteFile implements sandbox.Sandbox.
 func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode fs.FileMode) error {
-	return hostside.WriteFile(ctx, b.fileOp, p, src, mode)
+	return container.WriteFile(ctx, b.fileOp, p, src, mode)
 }
 
 // ReadFile implements sandbox.Sandbox.
 func (b *Sandbox) ReadFile(ctx context.Context, p string, dst io.Writer) error {
-	return hostside.ReadFile(ctx, b.fileOp, p, dst)
+	return container.ReadFile(ctx, b.fileOp, p, dst)
 }
 
 // ListDir implements sandbox.Sandbox.
 func (b *Sandbox) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, error) {
-	return hostside.ListDir(ctx, b.fileOp, p)
+	return container.ListDir(ctx, b.fileOp, p)
 }

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // The OCI runtimes this package drives.
@@ -114,7 +114,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 			return nil, fmt.Errorf("finding the ironclaw binary: %w", err)
 		}
 	}
-	owner, err := hostside.ProcessOwner(os.Getpid())
+	owner, err := container.ProcessOwner(os.Getpid())
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	if err := mkdirs(r.root, 0o700); err != nil {
 		return nil, err
 	}
-	if r.helper, err = hostside.StageHelper(opts.Exe, base, "ironclaw-oci-helper-"); err != nil {
+	if r.helper, err = container.StageHelper(opts.Exe, base, "ironclaw-oci-helper-"); err != nil {
 		return nil, fmt.Errorf("staging the helper binary: %w", err)
 	}
 	r.collect(ctx)
@@ -258,11 +258,11 @@ func lastLines(s string, n int) string {
 func (r *Runtime) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	id := "probe-" + hostside.RandHex(6)
+	id := "probe-" + container.RandHex(6)
 	b := bundle{dir: filepath.Join(r.bundles, id)}
 	defer os.RemoveAll(b.dir)
 	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Pids: 16, WorkspaceBytes: 1 << 20, TmpBytes: 1 << 20}}.WithDefaults()
-	if err := r.layout(b, id, spec, []string{helper.Path, helper.ModeProbe}); err != nil {
+	if err := r.layout(b, id, spec, []string{wire.HelperPath, wire.ModeProbe}); err != nil {
 		return fmt.Errorf("%w: %s probe bundle: %v", sandbox.ErrUnsupported, r.opts.Runtime, err)
 	}
 	out, err := r.run(ctx, nil, "run", "--bundle", b.dir, id)
@@ -404,7 +404,7 @@ func (r *Runtime) collect(ctx context.Context) {
 		dir := filepath.Join(r.bundles, de.Name())
 		owner, err := os.ReadFile(filepath.Join(dir, "owner"))
 		if err == nil {
-			if hostside.OwnerAlive(string(owner)) {
+			if container.OwnerAlive(string(owner)) {
 				continue // alive
 			}
 		} else if info, serr := de.Info(); serr == nil && time.Since(info.ModTime()) < time.Minute {
@@ -451,4 +451,4 @@ func checkSearchable(dir string) error {
 	}
 }
 
-func newID() string { return "oci-" + hostside.RandHex(8) }
+func newID() string { return "oci-" + container.RandHex(8) }

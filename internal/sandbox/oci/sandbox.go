@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // readyTimeout bounds a sandbox start (runsc takes about a second).
@@ -116,10 +116,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		}
 	}()
 
-	args := []string{helper.Path, helper.ModeAgent}
+	args := []string{wire.HelperPath, wire.ModeAgent}
 	if r.opts.Runtime == Runsc {
 		lim := spec.Limits
-		args = append(args, helper.GVisorSetupArg(lim.MemoryBytes, lim.Pids, int64(math.Round(lim.CPUs*cfsPeriodUs)), cfsPeriodUs))
+		args = append(args, wire.GVisorSetupArg(lim.MemoryBytes, lim.Pids, int64(math.Round(lim.CPUs*cfsPeriodUs)), cfsPeriodUs))
 	}
 	for _, p := range spec.Network.ExposedTCP {
 		args = append(args, strconv.Itoa(int(p)))
@@ -135,13 +135,13 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	if b.cg, err = locateCgroup(cgroupRel(id)); err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
-	ctlL, err := hostside.ListenUnix(filepath.Join(b.b.sockDir(), helper.CtlSock))
+	ctlL, err := container.ListenUnix(filepath.Join(b.b.sockDir(), wire.CtlSock))
 	if err != nil {
 		return nil, err
 	}
 	defer ctlL.Close()
 	for _, p := range spec.Network.ExposedTCP {
-		l, err := hostside.ListenUnix(filepath.Join(b.b.sockDir(), helper.PortSock(p)))
+		l, err := container.ListenUnix(filepath.Join(b.b.sockDir(), wire.PortSock(p)))
 		if err != nil {
 			return nil, fmt.Errorf("exposed port %d: %w", p, err)
 		}
@@ -178,7 +178,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	runErr := make(chan error, 1)
 	go func() { runErr <- cmd.Wait() }()
 
-	acc := hostside.AcceptOne(ctlL)
+	acc := container.AcceptOne(ctlL)
 	timer := time.NewTimer(readyTimeout)
 	defer timer.Stop()
 	var ctl net.Conn
@@ -207,11 +207,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	// place (the socket file goes with the listener).
 	ctlL.Close()
 	b.ctl = ctl
-	if err := hostside.SendGate(ctl, plan, b.gateSock); err != nil {
+	if err := container.SendGate(ctl, plan, b.gateSock); err != nil {
 		ctl.Close()
 		return nil, err
 	}
-	rd, err := hostside.AgentReady(ctl, id, readyTimeout, b.diag.tail)
+	rd, err := container.AgentReady(ctl, id, readyTimeout, b.diag.tail)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +313,7 @@ func (b *Sandbox) closeListeners() {
 
 // killGroup asks the agent to SIGKILL a command's process group.
 func (b *Sandbox) killGroup(pgid int) {
-	b.tellAgent(fmt.Sprintf("%s %d", helper.MsgKill, pgid))
+	b.tellAgent(fmt.Sprintf("%s %d", wire.MsgKill, pgid))
 }
 
 // tellAgent sends one control line to the agent.
@@ -360,7 +360,7 @@ func (b *Sandbox) watchMemory() {
 				settling = false
 			case !settling || time.Now().After(settleBy):
 				b.oomKills.Add(1)
-				b.tellAgent(helper.MsgOOM)
+				b.tellAgent(wire.MsgOOM)
 				settling, settleBy = true, time.Now().Add(oomSettle)
 			}
 			if ws > limit/2 {
