@@ -25,7 +25,7 @@ func gateConfig(spec sandbox.Spec, cfg *wire.Config) error {
 		return err
 	}
 	for _, g := range plan.Programs {
-		cfg.Gate = append(cfg.Gate, wire.GateProgram{Keys: g.Keys, Paths: g.Paths, Dev: g.Dev, Ino: g.Ino})
+		cfg.Gate = append(cfg.Gate, wire.GateProgram{Keys: g.Keys, Paths: g.Paths, Dev: g.Dev, Ino: g.Ino, Stub: gate.Stub(g.Keys[0])})
 	}
 	return nil
 }
