@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,52 +17,17 @@ import (
 // KillGrace bounds the wait for a killed command's exec to end.
 const KillGrace = 10 * time.Second
 
-// ExecParams are an exec request's effective settings.
-type ExecParams struct {
-	Cwd         string        // absolute
-	Timeout     time.Duration // the request's, at most the Spec's
-	OutputBytes int64         // the request's, at most the Spec's
-}
-
-// CheckExec validates req for a sandbox of spec on the named backend and
-// returns its effective settings. Errors wrap sandbox.ErrInvalidRequest,
-// or sandbox.ErrUnsupported for a terminal.
-func CheckExec(req sandbox.ExecRequest, spec sandbox.Spec, backend string) (ExecParams, error) {
-	var p ExecParams
-	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return p, fmt.Errorf("%w: empty command", sandbox.ErrInvalidRequest)
-	}
-	for _, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			return p, fmt.Errorf("%w: argument contains a NUL byte", sandbox.ErrInvalidRequest)
-		}
-	}
-	for _, kv := range req.Env {
-		if err := sandbox.ValidateEnv(kv); err != nil {
-			return p, fmt.Errorf("%w: env: %v", sandbox.ErrInvalidRequest, err)
-		}
-	}
+// CheckExec validates req for a container sandbox of spec on the named
+// backend (sandbox.CheckExec) and refuses a terminal, which the helper
+// does not offer: sandbox.ErrUnsupported.
+func CheckExec(req sandbox.ExecRequest, spec sandbox.Spec, backend string) (sandbox.ExecParams, error) {
 	if req.TTY {
-		return p, fmt.Errorf("%w: the %s backend does not allocate terminals yet (use the native backend for --tty)", sandbox.ErrUnsupported, backend)
+		if _, err := sandbox.CheckExec(req, spec.Cwd, spec.Limits); err != nil {
+			return sandbox.ExecParams{}, err
+		}
+		return sandbox.ExecParams{}, fmt.Errorf("%w: the %s backend does not allocate terminals yet (use the native backend for --tty)", sandbox.ErrUnsupported, backend)
 	}
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = spec.Cwd
-	}
-	if !path.IsAbs(cwd) || strings.ContainsRune(cwd, 0) {
-		return p, fmt.Errorf("%w: cwd %q must be absolute", sandbox.ErrInvalidRequest, cwd)
-	}
-	p.Cwd = cwd
-	lim := spec.Limits
-	p.Timeout = lim.Timeout
-	if req.Timeout > 0 && req.Timeout < p.Timeout {
-		p.Timeout = req.Timeout
-	}
-	p.OutputBytes = lim.OutputBytes
-	if req.OutputBytes > 0 && req.OutputBytes < p.OutputBytes {
-		p.OutputBytes = req.OutputBytes
-	}
-	return p, nil
+	return sandbox.CheckExec(req, spec.Cwd, spec.Limits)
 }
 
 // ExecArgv is the helper invocation that runs argv through the exec front:
@@ -72,22 +35,6 @@ func CheckExec(req sandbox.ExecRequest, spec sandbox.Spec, backend string) (Exec
 // RLIMIT_NPROC (0: none), cwd its working directory.
 func ExecArgv(nonce string, nproc int64, cwd string, argv []string) []string {
 	return append([]string{wire.HelperPath, wire.ModeExec, nonce, strconv.FormatInt(nproc, 10), cwd}, argv...)
-}
-
-// StartFailure is the result and error of a command the front could not
-// start (h is a header without Started).
-func StartFailure(h wire.Header) (sandbox.ExecResult, error) {
-	switch h.Code {
-	case wire.CodeNotFound:
-		return sandbox.ExecResult{ExitCode: 127}, fmt.Errorf("%w: %s", sandbox.ErrCommandNotFound, h.Text)
-	case wire.CodeNotExecutable, wire.CodeBadCwd:
-		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrNotExecutable, h.Text)
-	case wire.CodeNoResources:
-		// Not the request's fault: the sandbox is at a limit (pids, memory)
-		// for now.
-		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: the command could not start: %s", sandbox.ErrSandboxLimit, h.Text)
-	}
-	return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrInvalidRequest, h.Text)
 }
 
 // MarkKilled sets res.Signal to SIGKILL when the command ended the shell's
@@ -161,53 +108,6 @@ func (f *Front) Wait(ctx context.Context, w Watch, res *sandbox.ExecResult) (ctx
 		}
 	}
 }
-
-// Capped counts every byte and keeps the first limit across the streams it
-// serves; the rest is read and dropped so the command never blocks on it.
-type Capped struct {
-	mu    sync.Mutex
-	limit int64
-	kept  int64
-	trunc bool
-}
-
-// NewCapped keeps the first limit bytes of all its writers together.
-func NewCapped(limit int64) *Capped { return &Capped{limit: limit} }
-
-// Truncated reports whether any byte was dropped.
-func (c *Capped) Truncated() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.trunc
-}
-
-// Writer is one stream: every byte counts in *counter, what fits goes to
-// dst (nil: nowhere). It never fails, and a dst that fails is dropped so
-// that a reader that went away cannot stall the command.
-func (c *Capped) Writer(dst io.Writer, counter *int64) io.Writer {
-	return writerFunc(func(p []byte) (int, error) {
-		c.mu.Lock()
-		*counter += int64(len(p))
-		room := c.limit - c.kept
-		keep := p
-		if int64(len(keep)) > room {
-			keep = keep[:max(room, 0)]
-			c.trunc = true
-		}
-		c.kept += int64(len(keep))
-		c.mu.Unlock()
-		if dst != nil && len(keep) > 0 {
-			if _, err := dst.Write(keep); err != nil {
-				dst = nil // a reader that went away must not stall the command
-			}
-		}
-		return len(p), nil
-	})
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // Stages of a Front.
 const (

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"path"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -19,28 +17,9 @@ import (
 // FileOp runs the helper with args (a file mode and its arguments) inside
 // the sandbox, with the same identity and confinement as a command, stdin
 // (may be nil) as its input and stdout (may be nil) taking its output. A
-// failed operation's error comes from FileOpError where the helper
+// failed operation's error comes from wire.ParseFileError where the helper
 // reported one.
 type FileOp func(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error
-
-// FileOpError is the error a file mode reported on stderr as it exited
-// with wire.FileFailed, or nil when stderr holds no such report.
-func FileOpError(stderr []byte) error {
-	var fe wire.FileError
-	if json.Unmarshal(stderr, &fe) != nil {
-		return nil
-	}
-	var base error
-	switch fe.Code {
-	case "not-found":
-		base = sandbox.ErrNotFound
-	case "denied":
-		base = sandbox.ErrPermission
-	default:
-		base = sandbox.ErrInvalidRequest
-	}
-	return fmt.Errorf("%w: %s", base, fe.Err)
-}
 
 // LimitedBuffer keeps the first Max bytes written to it; every write
 // succeeds.
@@ -62,26 +41,12 @@ func (l *LimitedBuffer) Bytes() []byte { return l.buf.Bytes() }
 // String is what was kept.
 func (l *LimitedBuffer) String() string { return l.buf.String() }
 
-// CheckFilePath fails unless p is a clean absolute path beneath
-// sandbox.WorkspaceDir or sandbox.TmpDir.
-func CheckFilePath(p string) error {
-	if !path.IsAbs(p) || path.Clean(p) != p {
-		return fmt.Errorf("%w: path %q must be a clean absolute path", sandbox.ErrInvalidRequest, p)
-	}
-	for _, base := range []string{sandbox.WorkspaceDir, sandbox.TmpDir} {
-		if strings.HasPrefix(p, base+"/") {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: path %q is not under %s or %s", sandbox.ErrInvalidRequest, p, sandbox.WorkspaceDir, sandbox.TmpDir)
-}
-
 // WriteFile is sandbox.Sandbox's WriteFile through op. The upload travels
 // framed (package fileio): the helper replaces the file only once all of
 // it has arrived, so when src fails the file is left as it was, and the
 // error is src's.
 func WriteFile(ctx context.Context, op FileOp, p string, src io.Reader, mode fs.FileMode) error {
-	if err := CheckFilePath(p); err != nil {
+	if err := sandbox.CheckFilePath(p); err != nil {
 		return err
 	}
 	if src == nil {
@@ -124,7 +89,7 @@ func (s *srcErr) get() error {
 
 // ReadFile is sandbox.Sandbox's ReadFile through op.
 func ReadFile(ctx context.Context, op FileOp, p string, dst io.Writer) error {
-	if err := CheckFilePath(p); err != nil {
+	if err := sandbox.CheckFilePath(p); err != nil {
 		return err
 	}
 	if dst == nil {
@@ -135,10 +100,8 @@ func ReadFile(ctx context.Context, op FileOp, p string, dst io.Writer) error {
 
 // ListDir is sandbox.Sandbox's ListDir through op.
 func ListDir(ctx context.Context, op FileOp, p string) ([]sandbox.FileInfo, error) {
-	if p != sandbox.WorkspaceDir && p != sandbox.TmpDir {
-		if err := CheckFilePath(p); err != nil {
-			return nil, err
-		}
+	if err := sandbox.CheckListPath(p); err != nil {
+		return nil, err
 	}
 	var out bytes.Buffer
 	if err := op(ctx, []string{wire.ModeList, p}, nil, &out); err != nil {

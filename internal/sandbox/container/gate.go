@@ -11,6 +11,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
@@ -20,18 +21,14 @@ import (
 // backend builds, write their stubs for the runtime to bind over every
 // path, hand the agent the real programs, and arm each approved exec.
 
-// PlanGate resolves spec.Gate in spec's root (nil plan, nil error when
-// nothing is gated). The caller closes the plan once the agent has the
-// real files.
-func PlanGate(spec sandbox.Spec) (*gate.Plan, error) {
+// PlanGate resolves spec.Gate in the root of spec's seal sl (nil plan,
+// nil error when nothing is gated). The caller closes the plan once the
+// agent has the real files.
+func PlanGate(spec sandbox.Spec, sl *seal.Seal) (*gate.Plan, error) {
 	if len(spec.Gate) == 0 {
 		return nil, nil
 	}
-	v, err := gate.SpecView(spec)
-	if err != nil {
-		return nil, err
-	}
-	plan, err := gate.Resolve(v, spec.Gate)
+	plan, err := gate.Resolve(gate.ViewOf(sl, spec), spec.Gate)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ func gateConfig(spec sandbox.Spec, cfg *wire.Config) error {
 	if len(spec.Gate) == 0 {
 		return nil
 	}
-	plan, err := gate.Resolve(gate.ViewOf(cfg.Root, spec), spec.Gate)
+	plan, err := gate.Resolve(gate.ViewOf(&cfg.Seal, spec), spec.Gate)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 // an approved exec runs exactly its argv as the real program, and nothing
 // else in the sandbox can copy the program while it runs.
 func TestHostileExecGate(t *testing.T) {
-	conformance.RunGate(t, runtimeFor(t), conformance.Options{})
+	conformance.RunGate(t, runtimeFor(t))
 }
 
 // A pooled sandbox is never handed out for a spec whose gate it was not

@@ -93,6 +93,15 @@ const (
 	ModeGateExec = "gate-exec"
 )
 
+// IsHelperMode reports whether s names one of the helper's modes.
+func IsHelperMode(s string) bool {
+	switch s {
+	case ModeAgent, ModeExec, ModeWrite, ModeRead, ModeList, ModeProbe, ModeLimit, ModeGateExec:
+		return true
+	}
+	return false
+}
+
 // HelperExitRefused is the helper's exit status when it refuses to run
 // (outside a sealed sandbox, a bad command line).
 const HelperExitRefused = 125

@@ -51,7 +51,7 @@ import (
 	"net"
 	"os"
 
-	"github.com/ironclaw/ironclaw/internal/rootfs"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"golang.org/x/sys/unix"
 )
 
@@ -85,23 +85,19 @@ const (
 )
 
 // Config is the first message: everything the child needs to build and seal
-// the sandbox. Sections: the root, the writable areas, what the sandbox
-// may know of its limits, the seal.
+// the sandbox. Sections: the seal, where its sources come from, what the
+// sandbox may know of its limits, the init's own work.
 type Config struct {
-	// The root.
-	Root []rootfs.Entry `json:"root"`
+	// Seal is the sandbox's seal (package seal): the root, the mounts,
+	// the masked paths, the identity, the rlimits, the landlock rules.
+	// The init applies all of it, and seccomp (internal/seccomp's filter,
+	// the seal's rules) last.
+	Seal seal.Seal `json:"seal"`
 	// Sources are the host paths whose detached mount trees (open_tree)
 	// travel beside the Config as descriptors, in this order. The daemon
 	// opens them with its own privileges; a source not listed (rootless
 	// mode, old kernels) is opened by the child, as the sandbox's host uid.
-	Sources  []string `json:"sources,omitempty"`
-	Hostname string   `json:"hostname"`
-	Mounts   []Mount  `json:"mounts,omitempty"`
-
-	// The writable areas.
-	WorkspaceDir   bool  `json:"workspace_dir"` // /workspace is Mounts' bind, not a tmpfs
-	WorkspaceBytes int64 `json:"workspace_bytes"`
-	TmpBytes       int64 `json:"tmp_bytes"`
+	Sources []string `json:"sources,omitempty"`
 
 	// What the sandbox may know of its limits: the cgroup view mounted
 	// read-only at /sys/fs/cgroup, and the CPUs its commands run on (the
@@ -110,12 +106,15 @@ type Config struct {
 	Cgroup CgroupView `json:"cgroup"`
 	CPUs   []int      `json:"cpus,omitempty"`
 
-	// The seal.
-	OpenFiles       int64    `json:"open_files"`
-	UnshareCgroup   bool     `json:"unshare_cgroup"`        // cgroup v1: enter a cgroup namespace once placed
-	ConnectTCP      []uint16 `json:"connect_tcp,omitempty"` // the exposed ports: the child binds them on lo before the seal and hands the listeners back with "ready"
-	BindTCP         []uint16 `json:"bind_tcp,omitempty"`
-	RequireLandlock bool     `json:"require_landlock"`
+	// The init's own work.
+
+	// Listen are the exposed ports: the child binds them on lo before the
+	// seal and hands the listeners back with "ready".
+	Listen []uint16 `json:"listen,omitempty"`
+	// UnshareCgroup: cgroup v1, enter a cgroup namespace once placed.
+	UnshareCgroup bool `json:"unshare_cgroup"`
+	// RequireLandlock: fail on a kernel without landlock.
+	RequireLandlock bool `json:"require_landlock"`
 	// Gate: the gated programs to mask (and to run for approved execs).
 	Gate []GateProgram `json:"gate,omitempty"`
 	// WorkloadOOMScoreAdj is the oom_score_adj every command starts with
@@ -138,14 +137,6 @@ type CgroupView struct {
 type CgroupMount struct {
 	Name  string   `json:"name"`
 	Links []string `json:"links,omitempty"`
-}
-
-// Mount is an extra bind from the host; the child opens nothing else of the
-// host's.
-type Mount struct {
-	Source   string `json:"source"`
-	Target   string `json:"target"`
-	ReadOnly bool   `json:"read_only"`
 }
 
 // Request is a parent-to-child message.

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
@@ -50,7 +50,7 @@ func gvisorSetup(arg string) error {
 }
 
 // removeExtraDevices removes every device node under /dev that is not in
-// sandbox.DeviceNodes, and the directories that held only those.
+// seal.DeviceNodes, and the directories that held only those.
 func removeExtraDevices() error {
 	var errs []error
 	var emptied []string
@@ -58,7 +58,7 @@ func removeExtraDevices() error {
 		if err != nil {
 			return nil
 		}
-		if d.Type()&(fs.ModeDevice|fs.ModeCharDevice) == 0 || slices.Contains(sandbox.DeviceNodes, p) {
+		if d.Type()&(fs.ModeDevice|fs.ModeCharDevice) == 0 || slices.Contains(seal.DeviceNodes, p) {
 			return nil
 		}
 		if err := unix.Unlink(p); err != nil {

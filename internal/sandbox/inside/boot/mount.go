@@ -7,23 +7,10 @@ import (
 	"path/filepath"
 
 	"github.com/ironclaw/ironclaw/internal/rootfs"
-	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
-
-// devices are the host device nodes bound into the sandbox's /dev. A user
-// namespace cannot mknod, so they are binds of the host's nodes.
-var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
-
-// maskedFiles hide kernel state a sandbox has no business reading.
-var maskedFiles = []string{"kcore", "keys", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kmsg", "config.gz", "vmallocinfo", "pagetypeinfo", "slabinfo"}
-
-// maskedDirs are replaced by an empty read-only tmpfs.
-var maskedDirs = []string{"acpi", "scsi", "firmware", "asound", "driver"}
-
-// readOnlyProc are made read-only in place.
-var readOnlyProc = []string{"sys", "sysrq-trigger", "irq", "bus", "fs"}
 
 // setUp builds the sandbox from cfg; it runs as root of the new user
 // namespace, before the seal.
@@ -35,13 +22,13 @@ func setUp(cfg *wire.Config, trees []*os.File) ([]*os.File, error) {
 			return nil, fmt.Errorf("cgroup namespace: %w", err)
 		}
 	}
-	if err := rootfs.Check(cfg.Root); err != nil {
+	if err := rootfs.Check(cfg.Seal.Root); err != nil {
 		return nil, err
 	}
 	if err := buildRoot(cfg, trees); err != nil {
 		return nil, err
 	}
-	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+	if err := unix.Sethostname([]byte(cfg.Seal.Hostname)); err != nil {
 		return nil, fmt.Errorf("hostname: %w", err)
 	}
 	if err := loopbackUp(); err != nil {
@@ -55,11 +42,11 @@ func setUp(cfg *wire.Config, trees []*os.File) ([]*os.File, error) {
 		return nil, err
 	}
 	initOOM = oom
-	listeners, err := listenExposed(cfg.ConnectTCP)
+	listeners, err := listenExposed(cfg.Listen)
 	if err != nil {
 		return nil, err
 	}
-	if err := seal(cfg); err != nil {
+	if err := applySeal(cfg); err != nil {
 		wire.CloseAll(listeners)
 		return nil, err
 	}
@@ -70,7 +57,9 @@ func setUp(cfg *wire.Config, trees []*os.File) ([]*os.File, error) {
 // pivot_root; all are shadowed only inside our private mount namespace.
 var newRootCandidates = []string{"/tmp", "/mnt", "/run", "/dev"}
 
+// buildRoot builds cfg.Seal's root and mounts in a tmpfs and makes it "/".
 func buildRoot(cfg *wire.Config, trees []*os.File) error {
+	sl := &cfg.Seal
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
@@ -101,20 +90,22 @@ func buildRoot(cfg *wire.Config, trees []*os.File) error {
 		sources[p] = source{path: fmt.Sprintf("/proc/self/fd/%d", fd), tree: -1}
 		return nil
 	}
-	for _, e := range cfg.Root {
+	for _, e := range sl.Root {
 		if e.Source != "" {
 			if err := open(e.Source); err != nil {
 				return err
 			}
 		}
 	}
-	for _, m := range cfg.Mounts {
-		if err := open(m.Source); err != nil {
-			return err
+	for _, m := range sl.Mounts {
+		if m.Kind == seal.KindBind {
+			if err := open(m.Source); err != nil {
+				return err
+			}
 		}
 	}
-	for _, d := range devices {
-		if err := open("/dev/" + d); err != nil {
+	for _, d := range hostDevices(sl) {
+		if err := open(d); err != nil {
 			return err
 		}
 	}
@@ -134,40 +125,18 @@ func buildRoot(cfg *wire.Config, trees []*os.File) error {
 	}
 	at := func(p string) string { return filepath.Join(root, p) }
 
-	for _, e := range cfg.Root {
+	for _, e := range sl.Root {
 		if err := makeEntry(at(e.Path), e, sources[e.Source]); err != nil {
 			return fmt.Errorf("root entry %s: %w", e.Path, err)
 		}
 	}
-	if err := makeDev(at("/dev"), sources); err != nil {
-		return err
-	}
-	if err := makeProc(at("/proc"), at("/dev/null")); err != nil {
-		return err
-	}
-	if err := makeSys(at("/sys"), cfg.Cgroup); err != nil {
-		return err
-	}
-	if err := os.Mkdir(at(sandbox.TmpDir), 0o755); err != nil {
-		return err
-	}
-	if err := unix.Mount("tmpfs", at(sandbox.TmpDir), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("size=%d,mode=1777", cfg.TmpBytes)); err != nil {
-		return fmt.Errorf("/tmp tmpfs: %w", err)
-	}
-	if err := os.Mkdir(at(sandbox.WorkspaceDir), 0o755); err != nil {
-		return err
-	}
-	if !cfg.WorkspaceDir {
-		if err := unix.Mount("tmpfs", at(sandbox.WorkspaceDir), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-			fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", cfg.WorkspaceBytes, sandbox.UID, sandbox.GID)); err != nil {
-			return fmt.Errorf("/workspace tmpfs: %w", err)
-		}
-	}
-	for _, m := range cfg.Mounts {
-		if err := bindMount(sources[m.Source], at(m.Target), m.ReadOnly); err != nil {
+	for _, m := range sl.Mounts {
+		if err := makeMount(at(m.Target), m, sl, cfg.Cgroup, sources); err != nil {
 			return fmt.Errorf("mount %s: %w", m.Target, err)
 		}
+	}
+	if err := maskPaths(root, sl); err != nil {
+		return err
 	}
 	if err := maskGated(cfg, root); err != nil {
 		return err
@@ -177,6 +146,45 @@ func buildRoot(cfg *wire.Config, trees []*os.File) error {
 		return fmt.Errorf("read-only root: %w", err)
 	}
 	return pivot(root)
+}
+
+// makeMount makes one of the seal's mounts at p, in the root being built.
+func makeMount(p string, m seal.Mount, sl *seal.Seal, view wire.CgroupView, sources map[string]source) error {
+	switch m.Kind {
+	case seal.KindDev:
+		return makeDev(p, m, sl, sources)
+	case seal.KindProc:
+		if err := os.Mkdir(p, 0o555); err != nil {
+			return err
+		}
+		return unix.Mount("proc", p, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	case seal.KindCgroupView:
+		if m.Target != "/sys/fs/cgroup" {
+			return fmt.Errorf("the cgroup view belongs at /sys/fs/cgroup")
+		}
+		return makeSys(filepath.Dir(filepath.Dir(p)), view)
+	case seal.KindTmpfs:
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		return unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, m.TmpfsOptions())
+	case seal.KindBind:
+		return bindMount(sources[m.Source], p, m.ReadOnly)
+	}
+	return fmt.Errorf("unknown mount kind %q", m.Kind)
+}
+
+// hostDevices are the host device nodes bound into the sandbox's /dev: a
+// user namespace cannot mknod, so they are binds of the host's nodes. The
+// devpts instance provides the rest (/dev/pts/ptmx).
+func hostDevices(sl *seal.Seal) []string {
+	var out []string
+	for _, d := range sl.DeviceNodes {
+		if filepath.Dir(d) == "/dev" {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // source is an opened host path: a detached mount tree from the daemon
@@ -273,25 +281,26 @@ func setMountAttr(p string, attr uint64) error {
 	return nil
 }
 
-// makeDev builds a minimal /dev: a few host device nodes, a private devpts
-// instance and the usual symlinks. /dev/shm points at /tmp so POSIX shared
-// memory works without another writable area.
-func makeDev(dev string, sources map[string]source) error {
+// makeDev builds a minimal /dev: the seal's device nodes (binds of the
+// host's), a private devpts instance and the usual symlinks, read-only.
+// /dev/shm points at /tmp so POSIX shared memory works without another
+// writable area.
+func makeDev(dev string, m seal.Mount, sl *seal.Seal, sources map[string]source) error {
 	if err := os.Mkdir(dev, 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, m.TmpfsOptions()); err != nil {
 		return fmt.Errorf("/dev tmpfs: %w", err)
 	}
-	for _, d := range devices {
-		p := filepath.Join(dev, d)
+	for _, d := range hostDevices(sl) {
+		p := filepath.Join(dev, filepath.Base(d))
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_RDONLY, 0o666)
 		if err != nil {
 			return err
 		}
 		f.Close()
-		if err := unix.Mount(sources["/dev/"+d].path, p, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind /dev/%s: %w", d, err)
+		if err := unix.Mount(sources[d].path, p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", d, err)
 		}
 		if err := setMountAttr(p, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
 			return err
@@ -301,12 +310,10 @@ func makeDev(dev string, sources map[string]source) error {
 	if err := os.Mkdir(pts, 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, seal.DevPtsOptions); err != nil {
 		return fmt.Errorf("devpts: %w", err)
 	}
-	links := map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
-		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "shm": "/tmp"}
-	for name, target := range links {
+	for name, target := range seal.DevLinks {
 		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
 			return err
 		}
@@ -314,46 +321,41 @@ func makeDev(dev string, sources map[string]source) error {
 	return unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
 }
 
-// makeProc mounts a proc for the sandbox's pid namespace and hides or
-// freezes the parts that describe or steer the host kernel.
-func makeProc(proc, devNull string) error {
-	if err := os.Mkdir(proc, 0o555); err != nil {
-		return err
-	}
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("proc: %w", err)
-	}
-	for _, name := range readOnlyProc {
-		p := filepath.Join(proc, name)
+// maskPaths hides the seal's masked paths (a file behind /dev/null, a
+// directory behind an empty read-only tmpfs) and freezes its read-only
+// ones, in the root being built at root; paths it does not have are
+// skipped.
+func maskPaths(root string, sl *seal.Seal) error {
+	devNull := filepath.Join(root, "/dev/null")
+	for _, q := range sl.ReadOnlyPaths {
+		p := filepath.Join(root, q)
 		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
 		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("bind /proc/%s: %w", name, err)
+			return fmt.Errorf("bind %s: %w", q, err)
 		}
 		if err := setMountAttr(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC); err != nil {
 			return err
 		}
 	}
-	for _, name := range maskedFiles {
-		p := filepath.Join(proc, name)
-		if st, err := os.Lstat(p); err != nil || st.IsDir() {
+	for _, q := range sl.MaskedPaths {
+		p := filepath.Join(root, q)
+		st, err := os.Lstat(p)
+		switch {
+		case err != nil:
 			continue
-		}
-		if err := unix.Mount(devNull, p, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("mask /proc/%s: %w", name, err)
-		}
-		if err := setMountAttr(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
-			return err
-		}
-	}
-	for _, name := range maskedDirs {
-		p := filepath.Join(proc, name)
-		if st, err := os.Lstat(p); err != nil || !st.IsDir() {
-			continue
-		}
-		if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555"); err != nil {
-			return fmt.Errorf("mask /proc/%s: %w", name, err)
+		case st.IsDir():
+			if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555"); err != nil {
+				return fmt.Errorf("mask %s: %w", q, err)
+			}
+		default:
+			if err := unix.Mount(devNull, p, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("mask %s: %w", q, err)
+			}
+			if err := setMountAttr(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -11,25 +11,38 @@ import (
 	"unsafe"
 
 	"github.com/ironclaw/ironclaw/internal/landlock"
-	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"github.com/ironclaw/ironclaw/internal/seccomp"
 	"golang.org/x/sys/unix"
 )
 
-// seal removes every privilege the init still has, on every thread, in the
-// only order that works: the bounding set needs CAP_SETPCAP, so it goes
-// before the uid change; landlock needs no_new_privs; seccomp comes last so
-// the filter does not have to allow the setup calls.
-func seal(cfg *wire.Config) error {
-	for _, rl := range []struct {
-		res int
-		val uint64
-	}{{unix.RLIMIT_NOFILE, uint64(cfg.OpenFiles)}, {unix.RLIMIT_CORE, 0}} {
+// rlimits are the seal's rlimits this init knows how to set.
+var rlimits = map[string]int{
+	seal.RlimitNofile:   unix.RLIMIT_NOFILE,
+	seal.RlimitCore:     unix.RLIMIT_CORE,
+	seal.RlimitMsgqueue: unix.RLIMIT_MSGQUEUE,
+}
+
+// applySeal removes every privilege the init still has, on every thread,
+// as cfg.Seal says, in the only order that works: the bounding set needs
+// CAP_SETPCAP, so it goes before the uid change; landlock needs
+// no_new_privs; seccomp comes last so the filter does not have to allow
+// the setup calls.
+func applySeal(cfg *wire.Config) error {
+	sl := &cfg.Seal
+	if len(sl.Capabilities) != 0 || !sl.NoNewPrivs {
+		return errors.New("the native init only seals: no capability, and no_new_privs")
+	}
+	for _, rl := range sl.Rlimits {
+		res, ok := rlimits[rl.Name]
+		if !ok {
+			return fmt.Errorf("rlimit %s: not known to the native init", rl.Name)
+		}
 		// syscall.Setrlimit (not unix) so the Go runtime stops restoring its
 		// own RLIMIT_NOFILE in children.
-		if err := syscall.Setrlimit(rl.res, &syscall.Rlimit{Cur: rl.val, Max: rl.val}); err != nil {
-			return fmt.Errorf("rlimit %d: %w", rl.res, err)
+		if err := syscall.Setrlimit(res, &syscall.Rlimit{Cur: rl.Value, Max: rl.Value}); err != nil {
+			return fmt.Errorf("rlimit %s: %w", rl.Name, err)
 		}
 	}
 	last, err := capLastCap()
@@ -48,17 +61,17 @@ func seal(cfg *wire.Config) error {
 	if err := allThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
-	if os.Getuid() != sandbox.UID || os.Getgid() != sandbox.GID {
+	if os.Getuid() != sl.UID || os.Getgid() != sl.GID {
 		// Root mode: uid 0 here is an unprivileged host uid; become the
 		// sandbox user with no supplementary groups (Go applies these on
 		// every thread).
 		if err := syscall.Setgroups(nil); err != nil {
 			return fmt.Errorf("setgroups: %w", err)
 		}
-		if err := syscall.Setresgid(sandbox.GID, sandbox.GID, sandbox.GID); err != nil {
+		if err := syscall.Setresgid(sl.GID, sl.GID, sl.GID); err != nil {
 			return fmt.Errorf("setresgid: %w", err)
 		}
-		if err := syscall.Setresuid(sandbox.UID, sandbox.UID, sandbox.UID); err != nil {
+		if err := syscall.Setresuid(sl.UID, sl.UID, sl.UID); err != nil {
 			return fmt.Errorf("setresuid: %w", err)
 		}
 	}
@@ -81,21 +94,7 @@ func seal(cfg *wire.Config) error {
 	if err := allThreadsPrctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0); err != nil {
 		return fmt.Errorf("pdeathsig: %w", err)
 	}
-	rules := landlock.Rules{
-		ReadExec:          []string{"/"},
-		ReadWrite:         []string{sandbox.WorkspaceDir, sandbox.TmpDir},
-		Devices:           []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"},
-		ConnectTCP:        append(append([]uint16(nil), cfg.ConnectTCP...), cfg.BindTCP...),
-		BindTCP:           cfg.BindTCP,
-		ScopeAbstractUnix: true,
-		ScopeSignals:      true,
-	}
-	for _, m := range cfg.Mounts {
-		if !m.ReadOnly {
-			rules.ReadWrite = append(rules.ReadWrite, m.Target)
-		}
-	}
-	st, err := landlock.Restrict(rules)
+	st, err := landlock.Restrict(sl.Landlock)
 	if err != nil {
 		return fmt.Errorf("landlock: %w", err)
 	}

@@ -1,18 +1,3 @@
-// Package hostside is the daemon's (host) side of the in-sandbox helper
-// (package helper), shared by the two container backends that run it: oci
-// (runc, crun, runsc) and docker (the Docker Engine API). Only how a
-// process is started inside differs between them (a runtime's exec with a
-// process.json, or dockerd's exec API); what is said to the helper and how
-// its answers are read is here, once:
-//
-//   - staging the helper binary (StageHelper) and the owner records that
-//     let a restarted daemon collect what a dead one left (ProcessOwner,
-//     OwnerAlive);
-//   - the agent's control connection (ListenUnix, AgentReady);
-//   - the exec front's protocol (CheckExec, ExecArgv, Front, Capped,
-//     Watch, StartFailure, MarkKilled);
-//   - the file modes (CheckFilePath, WriteFile, ReadFile, ListDir,
-//     FileOpError, LimitedBuffer).
 package container
 
 import (
@@ -25,46 +10,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
-
-// BaseEnv is what every command sees before the Spec's and the request's
-// own; the same as the native backend's. Nothing of the daemon's
-// environment is passed in. (oci merges it into each exec's process.json;
-// docker makes it the container's environment, which every exec inherits.)
-var BaseEnv = []string{
-	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"HOME=" + sandbox.WorkspaceDir,
-	"USER=sandbox",
-	"LOGNAME=sandbox",
-	"SHELL=/bin/sh",
-	"LANG=C.UTF-8",
-	"TMPDIR=" + sandbox.TmpDir,
-}
-
-// MergeEnv joins "KEY=VALUE" layers; a later layer's key replaces an
-// earlier one's in place.
-func MergeEnv(layers ...[]string) []string {
-	idx := map[string]int{}
-	var out []string
-	for _, l := range layers {
-		for _, kv := range l {
-			k, _, _ := strings.Cut(kv, "=")
-			if i, ok := idx[k]; ok {
-				out[i] = kv
-				continue
-			}
-			idx[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
-}
 
 // RandHex returns n random bytes in hex (sandbox ids, exec nonces).
 func RandHex(n int) string {
@@ -83,37 +34,6 @@ func ClosedErr(id string, done <-chan struct{}) error {
 	default:
 		return nil
 	}
-}
-
-// ProcessOwner returns "<pid>.<starttime>" for a live process: an owner
-// record that a recycled pid cannot match.
-func ProcessOwner(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return fmt.Sprintf("%d.%s", pid, f[19]), nil
-}
-
-// OwnerAlive reports whether the process an owner record (ProcessOwner)
-// names still runs.
-func OwnerAlive(owner string) bool {
-	pid, _, _ := strings.Cut(owner, ".")
-	p, err := strconv.Atoi(pid)
-	if err != nil {
-		return false
-	}
-	cur, err := ProcessOwner(p)
-	return err == nil && cur == owner
 }
 
 // StageHelper copies exe into dir as prefix<hash of its content>, once,

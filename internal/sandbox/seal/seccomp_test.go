@@ -1,4 +1,4 @@
-package oci
+package seal
 
 import (
 	"slices"
@@ -8,10 +8,11 @@ import (
 	"github.com/ironclaw/ironclaw/internal/seccomp"
 )
 
-// The OCI profile restates internal/seccomp's filter; these checks fail
+// The OCI profile restates internal/seccomp's filter (which the native
+// init installs); these checks fail
 // when the two drift apart.
-func TestSeccompProfileMatchesNative(t *testing.T) {
-	p, err := SeccompProfile()
+func TestProfileMatchesFilter(t *testing.T) {
+	p, err := Profile()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,20 @@
-package oci
+package seal
 
 import (
 	"fmt"
 	"runtime"
+	"sync"
 
 	"github.com/ironclaw/ironclaw/internal/seccomp"
 	"golang.org/x/sys/unix"
 )
 
-// The OCI seccomp profile carries the deny list of internal/seccomp to the
-// runtime, which compiles it with libseccomp (runc, crun) or enforces it in
-// the gVisor sentry (runsc with --oci-seccomp):
+// The seal's seccomp filter, as an OCI profile: it carries the deny list of
+// internal/seccomp to the runtime, which compiles it with libseccomp
+// (runc, crun) or enforces it in the gVisor sentry (runsc with
+// --oci-seccomp), and to dockerd (Docker's profile format has the same
+// JSON field names), which hands it to its runtime; the native init
+// installs internal/seccomp's own compilation of the same tables:
 //
 //   - default action allow; every name in seccomp.Denied fails with EPERM,
 //     except clone3 with ENOSYS (so libc falls back to clone);
@@ -30,14 +34,12 @@ import (
 // does not know (calls newer than it) are skipped by the runtime rather
 // than refused; the sandbox still holds no capability for any of them.
 //
-// The docker backend hands the same profile to dockerd (Docker's profile
-// format has the same JSON field names), so every container backend
-// refuses the same calls.
+// So every backend refuses the same calls.
 
 const low32 = 0xffffffff
 
 // Seccomp is an OCI runtime-spec seccomp profile (config.json's
-// linux.seccomp), as SeccompProfile builds it.
+// linux.seccomp), as Profile builds it.
 type Seccomp struct {
 	DefaultAction string        `json:"defaultAction"`
 	Architectures []string      `json:"architectures"`
@@ -89,9 +91,20 @@ func ociArch() (string, error) {
 	return "", fmt.Errorf("seccomp: no profile for %s", runtime.GOARCH)
 }
 
-// SeccompProfile builds the seccomp profile of every OCI and Docker
-// sandbox on this architecture (see above).
-func SeccompProfile() (*Seccomp, error) {
+// Profile returns the seccomp profile of every sandbox on this
+// architecture (see above). It is built once; callers must not change it.
+func Profile() (*Seccomp, error) {
+	profileOnce.Do(func() { profile, profileErr = buildProfile() })
+	return profile, profileErr
+}
+
+var (
+	profileOnce sync.Once
+	profile     *Seccomp
+	profileErr  error
+)
+
+func buildProfile() (*Seccomp, error) {
 	arch, err := ociArch()
 	if err != nil {
 		return nil, err
