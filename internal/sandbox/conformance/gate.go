@@ -233,4 +233,3 @@ kill $pid && echo killed`)
 		}
 	})
 }
-
