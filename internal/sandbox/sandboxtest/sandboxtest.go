@@ -80,6 +80,18 @@ func Probe(env string, probe func(name string, args []string) int) Hook {
 	}
 }
 
+// Env is a Hook that runs f when the environment variable env is "1"
+// (the test binary started by a test as another program: a daemon to
+// crash, say).
+func Env(env string, f func() int) Hook {
+	return func() (int, bool) {
+		if os.Getenv(env) != "1" {
+			return 0, false
+		}
+		return f(), true
+	}
+}
+
 // Required reports whether CI requires backend (native, an OCI runtime's
 // name, docker) to run here, so that its absence fails the tests.
 func Required(backend string) bool {
@@ -123,6 +135,9 @@ func open(t testing.TB, key, backend string, f func() (sandbox.Runtime, error)) 
 	o, ok := shared.runtimes[key]
 	if !ok {
 		rt, err := f()
+		if err != nil {
+			rt = nil // a typed nil in the interface would be closed at the end
+		}
 		o = &opened{rt, err}
 		shared.runtimes[key] = o
 	}

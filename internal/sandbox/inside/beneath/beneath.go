@@ -140,13 +140,16 @@ func walkBeneath(dfd int, p string, flags int, mode uint32) (int, error) {
 	}
 	for _, c := range parts[:len(parts)-1] {
 		next, err := unix.Openat(cur, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		unix.Close(cur)
 		if err != nil {
+			// Ask while cur is still open: a symlink on the way is an
+			// escape (ELOOP), not a missing directory.
 			if errors.Is(err, unix.ENOTDIR) && isSymlink(cur, c) {
-				return -1, unix.ELOOP
+				err = unix.ELOOP
 			}
+			unix.Close(cur)
 			return -1, err
 		}
+		unix.Close(cur)
 		cur = next
 	}
 	defer unix.Close(cur)

@@ -58,6 +58,13 @@ func TestNeverLeavesBase(t *testing.T) {
 		}
 		unix.Close(fd)
 	}
+	// A symlink on the way is named an escape (ELOOP), which the file
+	// operations report as permission denied, not as a missing directory.
+	for _, p := range []string{"out/secret", "link"} {
+		if _, err := walkBeneath(dfd, p, unix.O_RDONLY, 0); !errors.Is(err, unix.ELOOP) {
+			t.Errorf("walk: %s: %v, want ELOOP", p, err)
+		}
+	}
 	if _, err := Open(base, "out/new/file", unix.O_WRONLY|unix.O_CREAT, 0o644, true); err == nil {
 		t.Fatal("Open created a file through a symlink out of the base")
 	}
