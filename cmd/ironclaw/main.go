@@ -5,16 +5,12 @@ import (
 	"os"
 
 	"github.com/ironclaw/ironclaw/internal/cli"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 )
 
 func main() {
-	if boot.IsInit() {
-		boot.Main() // the sandbox's pid 1; never returns
-	}
-	if helper.IsHelper() {
-		helper.Main() // inside an OCI sandbox: agent, exec front, file ops; never returns
+	if inside.Entered() {
+		inside.Main() // in a sandbox: pid 1, an exec front or a file operation; never returns
 	}
 	os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

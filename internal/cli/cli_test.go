@@ -11,13 +11,13 @@ import (
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/daemontest"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 	"github.com/ironclaw/ironclaw/internal/testutil/selfcopy"
 )
 
 func TestMain(m *testing.M) {
-	if boot.IsInit() {
-		boot.Main()
+	if inside.Entered() {
+		inside.Main()
 	}
 	if os.Getenv("IRONCLAW_CLI_TEST_MAIN") == "1" { // the test binary as the ironclaw CLI
 		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))

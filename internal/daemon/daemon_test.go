@@ -17,8 +17,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/daemontest"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 	"github.com/ironclaw/ironclaw/internal/testutil/leakcheck"
 )
 
@@ -27,11 +26,8 @@ import (
 const envDaemonDir = "IRONCLAW_TEST_DAEMON_DIR"
 
 func TestMain(m *testing.M) {
-	if boot.IsInit() {
-		boot.Main()
-	}
-	if helper.IsHelper() {
-		helper.Main() // inside an OCI or Docker sandbox
+	if inside.Entered() {
+		inside.Main()
 	}
 	if dir := os.Getenv(envDaemonDir); dir != "" {
 		os.Exit(subprocessMain(dir))

@@ -19,15 +19,15 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/image"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 )
 
 // The test binary is also the sandbox init (the native runtime re-executes
 // /proc/self/exe) and the static program the end-to-end image holds.
 func TestMain(m *testing.M) {
-	if boot.IsInit() {
-		boot.Main()
+	if inside.Entered() {
+		inside.Main()
 	}
 	if os.Getenv("IRONCLAW_IMAGE_HELLO") == "1" {
 		os.Exit(hello())

@@ -14,7 +14,7 @@ import (
 //     list: none);
 //   - never: packages of ours they must not import;
 //   - usedBy: the only packages that may import them;
-//   - testOnly: only _test.go files may import them.
+//   - testOnly: only _test.go files (and the other kits) may import them.
 //
 // only and never hold for the packages' own files, and with tests: true
 // for their tests too; usedBy holds for every importer, tests included.
@@ -41,17 +41,14 @@ var (
 	// inSandbox: the code that runs inside a sandbox (pid 1, the exec
 	// front, file operations, path resolution) and the protocol it
 	// speaks with the daemon.
-	inSandbox = []string{
-		"internal/sandbox/native/boot", "internal/sandbox/native/wire", "internal/sandbox/oci/helper",
-		"internal/sandbox/beneath", "internal/sandbox/execpath", "internal/sandbox/fileio",
-	}
+	inSandbox = []string{"internal/sandbox/inside/...", "internal/sandbox/wire"}
 	// backendHosts: the daemon's side of each backend.
 	backendHosts = []string{
-		"internal/sandbox/native", "internal/sandbox/oci", "internal/sandbox/oci/helper/hostside",
+		"internal/sandbox/native", "internal/sandbox/oci", "internal/sandbox/container",
 		"internal/sandbox/docker", "internal/sandbox/backend",
 	}
 	// testKits: helpers for tests, never linked into the binary.
-	testKits = []string{"internal/testutil/...", "internal/sandbox/conformance"}
+	testKits = []string{"internal/testutil/...", "internal/sandbox/conformance", "internal/sandbox/sandboxtest"}
 )
 
 func join(lists ...[]string) []string { return slices.Concat(lists...) }
@@ -73,7 +70,7 @@ var rules = []rule{
 		why: "the web console's files, the API document's reader and the offline mock provider stand alone",
 	},
 	{
-		pkgs: []string{"internal/rootfs", "internal/cgroups", "internal/seccomp", "internal/landlock", "internal/sandbox/execpath"},
+		pkgs: []string{"internal/rootfs", "internal/cgroups", "internal/seccomp", "internal/landlock", "internal/sandbox/inside/execpath"},
 		only: join(vocabulary, testKits), tests: true,
 		why: "the kernel pieces of the seal and the root's plan know nothing of sandboxes or of who asks for them",
 	},
@@ -92,16 +89,16 @@ var rules = []rule{
 		why: "what runs inside a sandbox links no backend's host side (its own tests may drive one)",
 	},
 	{
-		pkgs: []string{"internal/sandbox/native"}, never: []string{"internal/sandbox/oci/...", "internal/sandbox/docker"},
+		pkgs: []string{"internal/sandbox/native"}, never: []string{"internal/sandbox/oci", "internal/sandbox/container", "internal/sandbox/docker"},
 		why: "backends share code through the packages below them, not each other",
 	},
 	{
-		pkgs:  []string{"internal/sandbox/oci", "internal/sandbox/oci/helper/hostside"},
-		never: []string{"internal/sandbox/native/...", "internal/sandbox/docker"},
+		pkgs:  []string{"internal/sandbox/oci", "internal/sandbox/container"},
+		never: []string{"internal/sandbox/native", "internal/sandbox/docker"},
 		why:   "backends share code through the packages below them, not each other",
 	},
 	{
-		pkgs: []string{"internal/sandbox/docker"}, never: []string{"internal/sandbox/native/..."},
+		pkgs: []string{"internal/sandbox/docker"}, never: []string{"internal/sandbox/native", "internal/sandbox/oci"},
 		why: "backends share code through the packages below them, not each other",
 	},
 
@@ -150,8 +147,8 @@ var rules = []rule{
 		why: "the API server is wired by the daemon; clients use internal/client and internal/api/wire",
 	},
 	{
-		pkgs: []string{"cmd/..."}, only: []string{"internal/cli", "internal/sandbox/native/boot", "internal/sandbox/oci/helper"},
-		why: "main only picks the process it is: the native sandbox init, the OCI helper, or the CLI",
+		pkgs: []string{"cmd/..."}, only: []string{"internal/cli", "internal/sandbox/inside"},
+		why: "main only picks the process it is: inside a sandbox (the native init, the container helper) or the CLI",
 	},
 	{
 		pkgs: testKits, testOnly: true,
@@ -211,7 +208,10 @@ func TestLayeringCatchesViolations(t *testing.T) {
 		test      bool
 	}{
 		{"internal/sandbox/native", "internal/session", false},
-		{"internal/sandbox/oci/helper", "internal/audit", false},
+		{"internal/sandbox/inside/agent", "internal/audit", false},
+		{"internal/sandbox/inside/agent", "internal/sandbox/container", false},
+		{"internal/sandbox/inside/boot", "internal/sandbox/sandboxtest", false},
+		{"internal/sandbox/oci", "internal/sandbox/native", false},
 		{"internal/sandbox/docker", "internal/store", true},
 		{"internal/session", "internal/api", false},
 		{"internal/store", "internal/audit", false},
@@ -220,7 +220,7 @@ func TestLayeringCatchesViolations(t *testing.T) {
 		{"internal/client", "internal/daemon", false},
 		{"internal/api", "internal/cli", false},
 		{"internal/gateway", "internal/daemon", false},
-		{"internal/sandbox/native/boot", "internal/sandbox/native", false},
+		{"internal/sandbox/inside/boot", "internal/sandbox/native", false},
 		{"internal/sandbox/native", "internal/sandbox/docker", false},
 		{"internal/session", "internal/testutil/stack", false},
 		{"cmd/ironclaw", "internal/daemon", false},
@@ -235,7 +235,9 @@ func TestLayeringCatchesViolations(t *testing.T) {
 		{"internal/session", "internal/sandbox"},
 		{"internal/daemon", "internal/api"},
 		{"internal/cli", "internal/daemon"},
-		{"internal/sandbox/native", "internal/sandbox/native/boot"},
+		{"internal/sandbox/native", "internal/sandbox/inside/boot"},
+		{"internal/sandbox/docker", "internal/sandbox/container"},
+		{"internal/sandbox/inside/agent", "internal/sandbox/wire"},
 		{"internal/gateway", "internal/errdefs"},
 	} {
 		if got := violations(tc.from, tc.imp, false); len(got) > 0 {
@@ -261,7 +263,7 @@ func violations(from, imp string, test bool) []string {
 			switch {
 			case r.usedBy != nil && !matchAny(r.usedBy, from):
 				out = append(out, fmt.Sprintf("only %s may import it: %s", strings.Join(r.usedBy, ", "), r.why))
-			case r.testOnly && !test:
+			case r.testOnly && !test && !matchAny(r.pkgs, from): // a kit may build on another
 				out = append(out, "only tests may import it: "+r.why)
 			}
 		}

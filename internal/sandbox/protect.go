@@ -36,10 +36,6 @@ const (
 	InitPidsReserve = 16
 )
 
-// DeviceNodes are the only device nodes a sandbox's /dev holds, on every
-// backend. /dev/ptmx is a symlink to pts/ptmx (the sandbox's own devpts).
-var DeviceNodes = []string{"/dev/full", "/dev/null", "/dev/pts/ptmx", "/dev/random", "/dev/tty", "/dev/urandom", "/dev/zero"}
-
 // LowerInitOOMScore sets host process pid's oom_score_adj to
 // InitOOMScoreAdj. It needs CAP_SYS_RESOURCE: root without it, or a
 // rootless daemon, gets a permission error.

@@ -13,16 +13,16 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
 	"github.com/ironclaw/ironclaw/internal/store"
 	"github.com/ironclaw/ironclaw/internal/testutil/leakcheck"
 	"github.com/ironclaw/ironclaw/internal/testutil/stack"
 )
 
 func TestMain(m *testing.M) {
-	if boot.IsInit() {
-		boot.Main()
+	if inside.Entered() {
+		inside.Main()
 	}
 	leakcheck.Main(m)
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/agent"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
 )
 
 // The test binary is also the native init and the OCI helper, as the
@@ -25,8 +25,8 @@ func TestMain(m *testing.M) {
 	if boot.IsInit() {
 		boot.Main()
 	}
-	if helper.IsHelper() {
-		helper.Main()
+	if agent.IsHelper() {
+		agent.Main()
 	}
 	code := m.Run()
 	closeAll()

@@ -14,6 +14,8 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 )
 
 // mark is what a gated test program prints when it really runs.
@@ -79,7 +81,7 @@ func copyFile(src, dst string) error {
 // may have.
 func GateSpec(tools string) sandbox.Spec {
 	return sandbox.Spec{
-		Env:    []string{"PATH=/tools/bin:" + gate.DefaultPATH},
+		Env:    []string{"PATH=/tools/bin:" + seal.DefaultPATH},
 		Mounts: []sandbox.Mount{{Source: tools, Target: "/tools", ReadOnly: true}},
 		Gate:   []string{"gecho", "gsleep", "gsh", "curl"},
 	}
@@ -89,16 +91,12 @@ func GateSpec(tools string) sandbox.Spec {
 // checks that an approved exec runs exactly its argv, once, as the real
 // program, and that nothing else of the sandbox can copy the program
 // while it runs. Backends call it from TestHostileExecGate.
-func RunGate(t *testing.T, rt sandbox.Runtime, opts Options) {
-	if opts.CreateTimeout == 0 {
-		opts.CreateTimeout = 60 * time.Second
-	}
-	s := &suite{rt: rt, opts: opts}
-	b := s.create(t, GateSpec(gateTools(t)))
-	have := func(p string) bool { return b.sh("[ -x "+p+" ] && echo yes").stdout == "yes\n" }
+func RunGate(t *testing.T, rt sandbox.Runtime) {
+	b := sandboxtest.New(t, rt, GateSpec(gateTools(t)))
+	have := func(p string) bool { return b.Sh("[ -x "+p+" ] && echo yes").Stdout == "yes\n" }
 
 	t.Run("unapproved spellings", func(t *testing.T) {
-		b := &box{t: t, sb: b.sb}
+		b := b.With(t)
 		type try struct {
 			name, script string
 			stub         bool // the stub runs: exit 126 and its message
@@ -130,88 +128,88 @@ func RunGate(t *testing.T, rt sandbox.Runtime, opts Options) {
 			tries = append(tries, try{"perl", `perl -e 'exec "/tools/bin/gecho", "` + mark + `"'`, true})
 		}
 		for _, c := range tries {
-			o := b.exec(sandbox.ExecRequest{Argv: []string{"/bin/bash", "-c", c.script}})
-			if o.err != nil {
-				t.Errorf("%s: %v", c.name, o.err)
+			o := b.Exec(sandbox.ExecRequest{Argv: []string{"/bin/bash", "-c", c.script}})
+			if o.Err != nil {
+				t.Errorf("%s: %v", c.name, o.Err)
 				continue
 			}
-			if strings.Contains(o.stdout, mark) || o.res.ExitCode == 0 {
-				t.Errorf("%s: the gated program ran: exit %d, stdout %q, stderr %q", c.name, o.res.ExitCode, o.stdout, o.stderr)
+			if strings.Contains(o.Stdout, mark) || o.Res.ExitCode == 0 {
+				t.Errorf("%s: the gated program ran: exit %d, stdout %q, stderr %q", c.name, o.Res.ExitCode, o.Stdout, o.Stderr)
 			}
-			if c.stub && (o.res.ExitCode != gate.StubExit || !strings.Contains(o.stderr, gate.Message("gecho"))) {
-				t.Errorf("%s: exit %d, stderr %q; want %d and the stub's message", c.name, o.res.ExitCode, o.stderr, gate.StubExit)
+			if c.stub && (o.Res.ExitCode != gate.StubExit || !strings.Contains(o.Stderr, gate.Message("gecho"))) {
+				t.Errorf("%s: exit %d, stderr %q; want %d and the stub's message", c.name, o.Res.ExitCode, o.Stderr, gate.StubExit)
 			}
 		}
 		// Run directly, not through a shell: the stub, exit 126.
 		for _, argv0 := range []string{"gecho", "/tools/bin/gecho", "/tools/bin/gecho-hl"} {
-			o := b.exec(sandbox.ExecRequest{Argv: []string{argv0, mark}})
-			if o.err != nil || o.res.ExitCode != gate.StubExit || strings.Contains(o.stdout, mark) || !strings.Contains(o.stderr, "gecho needs approval") {
-				t.Errorf("exec %s: %v, exit %d, stdout %q, stderr %q", argv0, o.err, o.res.ExitCode, o.stdout, o.stderr)
+			o := b.Exec(sandbox.ExecRequest{Argv: []string{argv0, mark}})
+			if o.Err != nil || o.Res.ExitCode != gate.StubExit || strings.Contains(o.Stdout, mark) || !strings.Contains(o.Stderr, "gecho needs approval") {
+				t.Errorf("exec %s: %v, exit %d, stdout %q, stderr %q", argv0, o.Err, o.Res.ExitCode, o.Stdout, o.Stderr)
 			}
 		}
 		if have("/usr/bin/curl") {
 			for _, argv := range [][]string{{"curl", "--version"}, {"/usr/bin/curl", "--version"}, {"/bin/bash", "-c", "c''url --version; env curl --version; /bin/curl --version"}} {
-				o := b.exec(sandbox.ExecRequest{Argv: argv})
-				if o.err != nil || o.res.ExitCode != gate.StubExit || strings.Contains(o.stdout, "libcurl") || !strings.Contains(o.stderr, "curl needs approval") {
-					t.Errorf("%q: %v, exit %d, stdout %q, stderr %q", argv, o.err, o.res.ExitCode, o.stdout, o.stderr)
+				o := b.Exec(sandbox.ExecRequest{Argv: argv})
+				if o.Err != nil || o.Res.ExitCode != gate.StubExit || strings.Contains(o.Stdout, "libcurl") || !strings.Contains(o.Stderr, "curl needs approval") {
+					t.Errorf("%q: %v, exit %d, stdout %q, stderr %q", argv, o.Err, o.Res.ExitCode, o.Stdout, o.Stderr)
 				}
 			}
 		}
 	})
 
 	t.Run("programs not gated are unaffected", func(t *testing.T) {
-		o := b.sh("echo " + mark + "; /bin/echo ok; sleep 0; printf x | cat")
-		if o.stdout != mark+"\nok\nx" || o.res.ExitCode != 0 {
-			t.Fatalf("ungated programs: exit %d, %q %q", o.res.ExitCode, o.stdout, o.stderr)
+		o := b.Sh("echo " + mark + "; /bin/echo ok; sleep 0; printf x | cat")
+		if o.Stdout != mark+"\nok\nx" || o.Res.ExitCode != 0 {
+			t.Fatalf("ungated programs: exit %d, %q %q", o.Res.ExitCode, o.Stdout, o.Stderr)
 		}
 	})
 
 	t.Run("approved exec runs exactly its argv", func(t *testing.T) {
-		bt := &box{t: t, sb: b.sb}
+		bt := b.With(t)
 		for _, argv := range [][]string{{"gecho", mark, "two words", "-n"}, {"/tools/bin/gecho", mark}, {"/tools/bin/gecho-hl", mark}} {
-			o := bt.exec(sandbox.ExecRequest{Argv: argv, Gate: "gecho", Env: []string{"LD_PRELOAD=/workspace/none.so"}})
+			o := bt.Exec(sandbox.ExecRequest{Argv: argv, Gate: "gecho", Env: []string{"LD_PRELOAD=/workspace/none.so"}})
 			want := strings.Join(argv[1:], " ") + "\n"
-			if o.err != nil || o.res.ExitCode != 0 || o.stdout != want || o.stderr != "" {
-				t.Errorf("approved %q: %v, exit %d, stdout %q (want %q), stderr %q", argv, o.err, o.res.ExitCode, o.stdout, want, o.stderr)
+			if o.Err != nil || o.Res.ExitCode != 0 || o.Stdout != want || o.Stderr != "" {
+				t.Errorf("approved %q: %v, exit %d, stdout %q (want %q), stderr %q", argv, o.Err, o.Res.ExitCode, o.Stdout, want, o.Stderr)
 			}
 		}
 		// The approval names one program: it lifts no other.
-		o := bt.exec(sandbox.ExecRequest{Argv: []string{"gecho", mark}, Gate: "gsleep"})
-		if o.err == nil || !errors.Is(o.err, sandbox.ErrNotExecutable) || o.res.ExitCode != 126 || strings.Contains(o.stdout, mark) {
-			t.Errorf("gecho with an approval for gsleep: %v, exit %d, stdout %q", o.err, o.res.ExitCode, o.stdout)
+		o := bt.Exec(sandbox.ExecRequest{Argv: []string{"gecho", mark}, Gate: "gsleep"})
+		if o.Err == nil || !errors.Is(o.Err, sandbox.ErrNotExecutable) || o.Res.ExitCode != 126 || strings.Contains(o.Stdout, mark) {
+			t.Errorf("gecho with an approval for gsleep: %v, exit %d, stdout %q", o.Err, o.Res.ExitCode, o.Stdout)
 		}
 		// Only the top-level program is lifted: what it starts meets the stubs.
-		o = bt.exec(sandbox.ExecRequest{Argv: []string{"gsh", "-c", "gecho " + mark + "; echo rc=$?; /tools/bin/gsh -c 'echo inner'; echo rc=$?"}, Gate: "gsh"})
-		if o.err != nil || strings.Contains(o.stdout, mark) || strings.Contains(o.stdout, "inner") || o.stdout != "rc=126\nrc=126\n" ||
-			!strings.Contains(o.stderr, gate.Message("gecho")) || !strings.Contains(o.stderr, gate.Message("gsh")) {
-			t.Errorf("an approved gsh starting gated programs: %v, stdout %q, stderr %q", o.err, o.stdout, o.stderr)
+		o = bt.Exec(sandbox.ExecRequest{Argv: []string{"gsh", "-c", "gecho " + mark + "; echo rc=$?; /tools/bin/gsh -c 'echo inner'; echo rc=$?"}, Gate: "gsh"})
+		if o.Err != nil || strings.Contains(o.Stdout, mark) || strings.Contains(o.Stdout, "inner") || o.Stdout != "rc=126\nrc=126\n" ||
+			!strings.Contains(o.Stderr, gate.Message("gecho")) || !strings.Contains(o.Stderr, gate.Message("gsh")) {
+			t.Errorf("an approved gsh starting gated programs: %v, stdout %q, stderr %q", o.Err, o.Stdout, o.Stderr)
 		}
 		// An approval for a program not gated here changes nothing.
-		if o := bt.exec(sandbox.ExecRequest{Argv: []string{"echo", "plain"}, Gate: "gecho"}); o.err != nil || o.stdout != "plain\n" {
-			t.Errorf("an ungated program with an approval: %v %q", o.err, o.stdout)
+		if o := bt.Exec(sandbox.ExecRequest{Argv: []string{"echo", "plain"}, Gate: "gecho"}); o.Err != nil || o.Stdout != "plain\n" {
+			t.Errorf("an ungated program with an approval: %v %q", o.Err, o.Stdout)
 		}
 	})
 
 	t.Run("an approved run obeys the timeout", func(t *testing.T) {
-		bt := &box{t: t, sb: b.sb}
-		o := bt.exec(sandbox.ExecRequest{Argv: []string{"gsleep", "60"}, Gate: "gsleep", Timeout: time.Second})
-		if o.err != nil || !o.res.TimedOut || o.res.ExitCode != 137 || o.res.Duration > 30*time.Second {
-			t.Errorf("an approved gsleep 60 with a 1s timeout: %v %+v", o.err, o.res)
+		bt := b.With(t)
+		o := bt.Exec(sandbox.ExecRequest{Argv: []string{"gsleep", "60"}, Gate: "gsleep", Timeout: time.Second})
+		if o.Err != nil || !o.Res.TimedOut || o.Res.ExitCode != 137 || o.Res.Duration > 30*time.Second {
+			t.Errorf("an approved gsleep 60 with a 1s timeout: %v %+v", o.Err, o.Res)
 		}
 	})
 
 	t.Run("a running approved program cannot be copied", func(t *testing.T) {
-		bt := &box{t: t, sb: b.sb}
+		bt := b.With(t)
 		var wg sync.WaitGroup
 		wg.Add(1)
-		var run output
+		var run sandboxtest.Output
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
 			defer wg.Done()
-			run = bt.execCtx(ctx, sandbox.ExecRequest{Argv: []string{"gsleep", "30"}, Gate: "gsleep"})
+			run = bt.ExecCtx(ctx, sandbox.ExecRequest{Argv: []string{"gsleep", "30"}, Gate: "gsleep"})
 		}()
-		o := bt.sh(`for i in $(seq 200); do
+		o := bt.Sh(`for i in $(seq 200); do
   for p in /proc/[0-9]*; do [ "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" = "gsleep 30 " ] && pid=${p#/proc/} && break 2; done
   sleep 0.05
 done
@@ -227,30 +225,11 @@ for f in /proc/$pid/fd/*; do [ -f "$f" ] && head -c 4 "$f" 2>/dev/null | grep -q
 kill $pid && echo killed`)
 		cancel()
 		wg.Wait()
-		if !strings.Contains(o.stdout, "found") || strings.Contains(o.stdout, "LEAK") {
-			t.Errorf("while an approved gsleep ran: %q (stderr %q)", o.stdout, o.stderr)
+		if !strings.Contains(o.Stdout, "found") || strings.Contains(o.Stdout, "LEAK") {
+			t.Errorf("while an approved gsleep ran: %q (stderr %q)", o.Stdout, o.Stderr)
 		}
-		if !strings.Contains(o.stdout, "killed") || run.res.TimedOut {
-			t.Errorf("the approved run was not ended from inside: %q; %+v %v", o.stdout, run.res, run.err)
+		if !strings.Contains(o.Stdout, "killed") || run.Res.TimedOut {
+			t.Errorf("the approved run was not ended from inside: %q; %+v %v", o.Stdout, run.Res, run.Err)
 		}
 	})
-}
-
-// execCtx is exec under ctx.
-func (b *box) execCtx(ctx context.Context, req sandbox.ExecRequest) output {
-	var out, errb strings.Builder
-	req.Stdout, req.Stderr = &lockedBuilder{b: &out}, &lockedBuilder{b: &errb}
-	res, err := b.sb.Exec(ctx, req)
-	return output{out.String(), errb.String(), res, err}
-}
-
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
 }

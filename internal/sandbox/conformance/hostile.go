@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/fileio"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // The hostile cases (RunHostile): each tries an attack or a fault from
@@ -43,7 +45,7 @@ func (s *suite) hostileSys(t *testing.T) {
 	b := s.create(t, sandbox.Spec{})
 	// Outside /sys/fs/cgroup only empty directories may show (a masked
 	// entry of the host's sysfs is an empty read-only tmpfs).
-	o := b.sh(`find /sys -mindepth 1 | while read -r f; do
+	o := b.Sh(`find /sys -mindepth 1 | while read -r f; do
 	case "$f" in /sys/fs|/sys/fs/cgroup|/sys/fs/cgroup/*) continue;; esac
 	if [ -d "$f" ] && [ ! -L "$f" ] && [ -z "$(find "$f" -mindepth 1 -print 2>/dev/null | head -n 1)" ]; then continue; fi
 	echo "shows $f"
@@ -55,7 +57,7 @@ grep -E ' /sys(/| )' /proc/mounts | while read -r _ mnt _ opts _; do
 	case ",$opts," in *,ro,*) ;; *) echo "writable mount $mnt ($opts)";; esac
 done
 echo done`)
-	for _, l := range strings.Split(o.stdout, "\n") {
+	for _, l := range strings.Split(o.Stdout, "\n") {
 		switch {
 		case strings.HasPrefix(l, "shows"):
 			t.Errorf("/sys %s: only the sandbox's cgroup view belongs there", l)
@@ -65,8 +67,8 @@ echo done`)
 			t.Errorf("%s", l)
 		}
 	}
-	if !strings.HasSuffix(o.stdout, "done\n") {
-		t.Fatalf("probe did not finish: %q %q", o.stdout, o.stderr)
+	if !strings.HasSuffix(o.Stdout, "done\n") {
+		t.Fatalf("probe did not finish: %q %q", o.Stdout, o.Stderr)
 	}
 }
 
@@ -83,31 +85,31 @@ func (s *suite) hostileDev(t *testing.T) {
 	b := s.create(t, sandbox.Spec{})
 	// [ -c ] stats the node itself: find's -type trusts the directory
 	// entry, which for a bind-mounted node is the mount point's type.
-	o := b.sh(`find /dev | while read -r f; do [ ! -L "$f" ] && { [ -c "$f" ] || [ -b "$f" ]; } && echo "$f"; done | sort | tr '\n' ' '; echo
+	o := b.Sh(`find /dev | while read -r f; do [ ! -L "$f" ] && { [ -c "$f" ] || [ -b "$f" ]; } && echo "$f"; done | sort | tr '\n' ' '; echo
 (: > /dev/x) 2>/dev/null && echo "wrote /dev/x"; mkdir /dev/y 2>/dev/null && echo "made /dev/y"; echo done`)
-	got := strings.Fields(strings.Split(o.stdout, "\n")[0])
-	if !slices.Equal(got, sandbox.DeviceNodes) {
-		t.Errorf("device nodes in /dev: %v, want exactly %v", got, sandbox.DeviceNodes)
+	got := strings.Fields(strings.Split(o.Stdout, "\n")[0])
+	if !slices.Equal(got, seal.DeviceNodes) {
+		t.Errorf("device nodes in /dev: %v, want exactly %v", got, seal.DeviceNodes)
 	}
-	if strings.Contains(o.stdout, "wrote") || strings.Contains(o.stdout, "made") || !strings.HasSuffix(o.stdout, "done\n") {
-		t.Errorf("/dev is writable: %q", o.stdout)
+	if strings.Contains(o.Stdout, "wrote") || strings.Contains(o.Stdout, "made") || !strings.HasSuffix(o.Stdout, "done\n") {
+		t.Errorf("/dev is writable: %q", o.Stdout)
 	}
 	// The nodes that are there work.
-	if o := b.sh(`head -c 4 /dev/zero | od -An -tx1 | tr -d ' \n'; echo; echo x > /dev/null && echo null-ok`); o.stdout != "00000000\nnull-ok\n" {
-		t.Errorf("/dev/zero and /dev/null: %q %q", o.stdout, o.stderr)
+	if o := b.Sh(`head -c 4 /dev/zero | od -An -tx1 | tr -d ' \n'; echo; echo x > /dev/null && echo null-ok`); o.Stdout != "00000000\nnull-ok\n" {
+		t.Errorf("/dev/zero and /dev/null: %q %q", o.Stdout, o.Stderr)
 	}
 }
 
 func (s *suite) hostileMknod(t *testing.T) {
 	b := s.create(t, sandbox.Spec{})
-	o := b.sh(`for spec in "/tmp/c c 1 3" "/workspace/fuse c 10 229" "/workspace/tun c 10 200" "/tmp/b b 7 0"; do
+	o := b.Sh(`for spec in "/tmp/c c 1 3" "/workspace/fuse c 10 229" "/workspace/tun c 10 200" "/tmp/b b 7 0"; do
 	set -- $spec
 	mknod "$@" 2>/dev/null && echo "made $1"
 	[ -e "$1" ] && echo "exists $1"
 done
 mkfifo /tmp/fifo && [ -p /tmp/fifo ] && echo fifo-ok`)
-	if o.stdout != "fifo-ok\n" {
-		t.Fatalf("device nodes could be made (or a FIFO could not): %q %q", o.stdout, o.stderr)
+	if o.Stdout != "fifo-ok\n" {
+		t.Fatalf("device nodes could be made (or a FIFO could not): %q %q", o.Stdout, o.Stderr)
 	}
 }
 
@@ -147,11 +149,11 @@ func (s *suite) hostileSetuid(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := s.create(t, sandbox.Spec{Mounts: []sandbox.Mount{{Source: dir, Target: "/suid", ReadOnly: true}}})
-	o := b.sh(`[ -u /suid/id ] && echo setuid-bit-visible; /suid/id; /suid/id -u; /suid/id -g`)
-	lines := strings.Split(strings.TrimSpace(o.stdout), "\n")
-	if o.res.ExitCode != 0 || len(lines) < 3 || strings.Contains(o.stdout, "euid=") || strings.Contains(o.stdout, "egid=") ||
+	o := b.Sh(`[ -u /suid/id ] && echo setuid-bit-visible; /suid/id; /suid/id -u; /suid/id -g`)
+	lines := strings.Split(strings.TrimSpace(o.Stdout), "\n")
+	if o.Res.ExitCode != 0 || len(lines) < 3 || strings.Contains(o.Stdout, "euid=") || strings.Contains(o.Stdout, "egid=") ||
 		lines[len(lines)-2] != "65532" || lines[len(lines)-1] != "65532" {
-		t.Fatalf("a setuid-root binary changed the identity: %q %q", o.stdout, o.stderr)
+		t.Fatalf("a setuid-root binary changed the identity: %q %q", o.Stdout, o.Stderr)
 	}
 }
 
@@ -189,17 +191,17 @@ echo done`
 func (s *suite) hostileCgroupView(t *testing.T) {
 	const mem, pids, cpus = 96 << 20, 48, 0.5
 	b := s.create(t, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: mem, Pids: pids, CPUs: cpus}})
-	o := b.sh(cgroupScript)
+	o := b.Sh(cgroupScript)
 	got := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(o.stdout), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(o.Stdout), "\n") {
 		k, v, _ := strings.Cut(l, " ")
 		if k == "wrote" || k == "made" {
 			t.Errorf("the cgroup view is writable: %s", l)
 		}
 		got[k] = v
 	}
-	if got["done"] == "" && !strings.HasSuffix(o.stdout, "done\n") {
-		t.Fatalf("cgroup view: %q %q", o.stdout, o.stderr)
+	if got["done"] == "" && !strings.HasSuffix(o.Stdout, "done\n") {
+		t.Fatalf("cgroup view: %q %q", o.Stdout, o.Stderr)
 	}
 	want := map[string]string{"memory": strconv.Itoa(mem), "pids": strconv.Itoa(pids), "cpu": "50000 100000"}
 	if got["version"] == "2" {
@@ -207,7 +209,7 @@ func (s *suite) hostileCgroupView(t *testing.T) {
 	}
 	for k, w := range want {
 		if got[k] != w {
-			t.Errorf("%s limit in the cgroup view (v%s): %q, want %q (output %q, stderr %q)", k, got["version"], got[k], w, o.stdout, o.stderr)
+			t.Errorf("%s limit in the cgroup view (v%s): %q, want %q (output %q, stderr %q)", k, got["version"], got[k], w, o.Stdout, o.Stderr)
 		}
 	}
 }
@@ -217,8 +219,8 @@ func (s *suite) hostileCPUCount(t *testing.T) {
 	for _, cpus := range []float64{0.5, 1, 1.5} {
 		want := min(int(math.Ceil(cpus)), host)
 		b := s.create(t, sandbox.Spec{Limits: sandbox.Limits{CPUs: cpus}})
-		o := b.sh(`nproc`)
-		if got := strings.TrimSpace(o.stdout); got != strconv.Itoa(want) {
+		o := b.Sh(`nproc`)
+		if got := strings.TrimSpace(o.Stdout); got != strconv.Itoa(want) {
 			t.Errorf("cpus %v on a %d-CPU host: nproc says %q, want %d", cpus, host, got, want)
 		}
 	}
@@ -226,21 +228,21 @@ func (s *suite) hostileCPUCount(t *testing.T) {
 
 // untilAlive runs echo until it works, the sandbox ends or a minute passes;
 // it reports whether the sandbox is still alive.
-func (b *box) untilAlive(t *testing.T, what string) bool {
+func untilAlive(t *testing.T, b *sandboxtest.Box, what string) bool {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		o := b.exec(sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo alive"}, Timeout: 10 * time.Second})
-		if o.err == nil && o.stdout == "alive\n" {
+		o := b.Exec(sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo alive"}, Timeout: 10 * time.Second})
+		if o.Err == nil && o.Stdout == "alive\n" {
 			return true
 		}
 		select {
-		case <-b.sb.Done():
+		case <-b.SB.Done():
 			return false
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s the sandbox neither answers nor ends: %q %v", what, o.stdout, o.err)
+			t.Fatalf("after %s the sandbox neither answers nor ends: %q %v", what, o.Stdout, o.Err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -248,9 +250,9 @@ func (b *box) untilAlive(t *testing.T, what string) bool {
 
 func (s *suite) hostileForkBomb(t *testing.T) {
 	b := s.create(t, sandbox.Spec{Limits: sandbox.Limits{Pids: 64}})
-	o := b.exec(sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", `b() { b | b & }; b; sleep 4`}, Timeout: 4 * time.Second})
-	t.Logf("fork bomb: exit %d, timed out %v, err %v", o.res.ExitCode, o.res.TimedOut, o.err)
-	if !b.untilAlive(t, "a fork bomb") {
+	o := b.Exec(sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", `b() { b | b & }; b; sleep 4`}, Timeout: 4 * time.Second})
+	t.Logf("fork bomb: exit %d, timed out %v, err %v", o.Res.ExitCode, o.Res.TimedOut, o.Err)
+	if !untilAlive(t, b, "a fork bomb") {
 		if !s.opts.InitMayDie {
 			t.Fatal("the fork bomb ended the sandbox (its pid 1 has no reserved PIDs on this backend?)")
 		}
@@ -261,14 +263,14 @@ func (s *suite) hostileForkBomb(t *testing.T) {
 func (s *suite) hostileOOMFullWorkspace(t *testing.T) {
 	b := s.create(t, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 96 << 20, Pids: 64}})
 	// Fill both tmpfs areas (ENOSPC ends each), then allocate past the rest.
-	o := b.exec(sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", `head -c 200000000 /dev/zero > /workspace/fill 2>/dev/null
+	o := b.Exec(sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", `head -c 200000000 /dev/zero > /workspace/fill 2>/dev/null
 head -c 200000000 /dev/zero > /tmp/fill 2>/dev/null
 x=$(head -c 200000000 /dev/zero | tr '\0' a); echo "${#x}"`}, Timeout: 30 * time.Second})
-	if strings.Contains(o.stdout, "200000000") {
-		t.Fatalf("allocated 200 MB beside full tmpfs areas under a 96 MiB limit: %+v", o.res)
+	if strings.Contains(o.Stdout, "200000000") {
+		t.Fatalf("allocated 200 MB beside full tmpfs areas under a 96 MiB limit: %+v", o.Res)
 	}
-	t.Logf("allocation: exit %d, OOM killed %v, err %v", o.res.ExitCode, o.res.OOMKilled, o.err)
-	if !b.untilAlive(t, "an OOM with full tmpfs areas") {
+	t.Logf("allocation: exit %d, OOM killed %v, err %v", o.Res.ExitCode, o.Res.OOMKilled, o.Err)
+	if !untilAlive(t, b, "an OOM with full tmpfs areas") {
 		t.Fatal("the OOM killer took pid 1: the sandbox ended")
 	}
 	// pid 1 is the OOM killer's last choice (where the kernel's OOM killer
@@ -277,12 +279,12 @@ x=$(head -c 200000000 /dev/zero | tr '\0' a); echo "${#x}"`}, Timeout: 30 * time
 		// The native init raises itself to the commands' value while it
 		// starts one (see boot.aroundFork): a command that reads pid 1's
 		// at once may still see that, so it reads until pid 1 is back.
-		o := b.sh(`self=$(cat /proc/self/oom_score_adj)
+		o := b.Sh(`self=$(cat /proc/self/oom_score_adj)
 for i in $(seq 100); do init=$(cat /proc/1/oom_score_adj); [ "$init" -lt "$self" ] && break; sleep 0.05; done
 echo "$init $self"; sh -c 'cat /proc/self/oom_score_adj'`)
-		f := strings.Fields(o.stdout)
+		f := strings.Fields(o.Stdout)
 		if len(f) != 3 {
-			t.Fatalf("oom_score_adj: %q %q", o.stdout, o.stderr)
+			t.Fatalf("oom_score_adj: %q %q", o.Stdout, o.Stderr)
 		}
 		init, self, child := atoi(f[0]), atoi(f[1]), atoi(f[2])
 		if self != sandbox.WorkloadOOMScoreAdj || child != self || init >= self {
@@ -305,18 +307,18 @@ func (s *suite) hostileKillInit(t *testing.T) {
 		t.Fatal("the backend's test gives no Options.KillInit")
 	}
 	b := s.create(t, sandbox.Spec{})
-	b.sh(`sleep 300 >/dev/null 2>&1 &`)
-	if err := s.opts.KillInit(b.sb); err != nil {
+	b.Sh(`sleep 300 >/dev/null 2>&1 &`)
+	if err := s.opts.KillInit(b.SB); err != nil {
 		t.Fatalf("killing pid 1 from the host: %v", err)
 	}
 	select {
-	case <-b.sb.Done():
+	case <-b.SB.Done():
 	case <-time.After(30 * time.Second):
 		t.Fatal("Done did not close after pid 1 was killed")
 	}
-	o := b.exec(sandbox.ExecRequest{Argv: []string{"true"}})
-	if !errors.Is(o.err, sandbox.ErrClosed) {
-		t.Fatalf("Exec after pid 1 died: %v, want ErrClosed", o.err)
+	o := b.Exec(sandbox.ExecRequest{Argv: []string{"true"}})
+	if !errors.Is(o.Err, sandbox.ErrClosed) {
+		t.Fatalf("Exec after pid 1 died: %v, want ErrClosed", o.Err)
 	}
 }
 
@@ -355,19 +357,19 @@ func (s *suite) hostileAbortedWrite(t *testing.T) {
 	b := s.create(t, sandbox.Spec{})
 	ctx := context.Background()
 	const p = "/workspace/dir/keep.txt"
-	if err := b.sb.WriteFile(ctx, p, strings.NewReader("the old content"), 0o644); err != nil {
+	if err := b.SB.WriteFile(ctx, p, strings.NewReader("the old content"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	check := func(how string) {
 		t.Helper()
 		var got bytes.Buffer
-		if err := b.sb.ReadFile(ctx, p, &got); err != nil || got.String() != "the old content" {
+		if err := b.SB.ReadFile(ctx, p, &got); err != nil || got.String() != "the old content" {
 			t.Fatalf("after %s: the file holds %d bytes (%q...), %v", how, got.Len(), first(got.String(), 20), err)
 		}
 		// The helper may still be cleaning up when the call returns.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			list, err := b.sb.ListDir(ctx, "/workspace/dir")
+			list, err := b.SB.ListDir(ctx, "/workspace/dir")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -386,7 +388,7 @@ func (s *suite) hostileAbortedWrite(t *testing.T) {
 	}
 	// The client's stream fails half-way.
 	big := bytes.Repeat([]byte("new!"), 512<<10)
-	err := b.sb.WriteFile(ctx, p, &failingReader{data: big, err: errors.New("client went away")}, 0o644)
+	err := b.SB.WriteFile(ctx, p, &failingReader{data: big, err: errors.New("client went away")}, 0o644)
 	if err == nil {
 		t.Fatal("WriteFile from a failing reader succeeded")
 	}
@@ -396,7 +398,7 @@ func (s *suite) hostileAbortedWrite(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	r := &blockingReader{data: big, release: make(chan struct{})}
 	errc := make(chan error, 1)
-	go func() { errc <- b.sb.WriteFile(cctx, p, r, 0o644) }()
+	go func() { errc <- b.SB.WriteFile(cctx, p, r, 0o644) }()
 	time.Sleep(200 * time.Millisecond) // some of it is on its way in
 	cancel()
 	err = <-errc
@@ -406,15 +408,15 @@ func (s *suite) hostileAbortedWrite(t *testing.T) {
 	}
 	check("a cancelled upload")
 	// A complete upload still replaces it.
-	if err := b.sb.WriteFile(ctx, p, bytes.NewReader(big), 0o600); err != nil {
+	if err := b.SB.WriteFile(ctx, p, bytes.NewReader(big), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	if err := b.sb.ReadFile(ctx, p, &got); err != nil || !bytes.Equal(got.Bytes(), big) {
+	if err := b.SB.ReadFile(ctx, p, &got); err != nil || !bytes.Equal(got.Bytes(), big) {
 		t.Fatalf("after a complete upload: %d bytes, %v", got.Len(), err)
 	}
-	if o := b.sh(`find /workspace/dir -mindepth 1 -printf '%f\n'`); o.stdout != "keep.txt\n" {
-		t.Fatalf("directory after the uploads: %q", o.stdout)
+	if o := b.Sh(`find /workspace/dir -mindepth 1 -printf '%f\n'`); o.Stdout != "keep.txt\n" {
+		t.Fatalf("directory after the uploads: %q", o.Stdout)
 	}
 }
 
@@ -427,15 +429,15 @@ func first(s string, n int) string {
 
 func (s *suite) hostileFIFO(t *testing.T) {
 	b := s.create(t, sandbox.Spec{})
-	b.sh(`mkfifo /workspace/fifo /tmp/fifo`)
+	b.Sh(`mkfifo /workspace/fifo /tmp/fifo`)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, p := range []string{"/workspace/fifo", "/tmp/fifo"} {
-		err := b.sb.WriteFile(ctx, p, strings.NewReader("data"), 0o644)
+		err := b.SB.WriteFile(ctx, p, strings.NewReader("data"), 0o644)
 		if !errors.Is(err, sandbox.ErrInvalidRequest) && !errors.Is(err, sandbox.ErrPermission) {
 			t.Errorf("WriteFile(%s) = %v, want ErrInvalidRequest or ErrPermission", p, err)
 		}
-		err = b.sb.ReadFile(ctx, p, io.Discard)
+		err = b.SB.ReadFile(ctx, p, io.Discard)
 		if !errors.Is(err, sandbox.ErrInvalidRequest) && !errors.Is(err, sandbox.ErrPermission) {
 			t.Errorf("ReadFile(%s) = %v, want ErrInvalidRequest or ErrPermission", p, err)
 		}
@@ -446,17 +448,17 @@ func (s *suite) hostileFIFO(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("a file operation on a FIFO hung until the deadline")
 	}
-	if o := b.sh(`[ -p /workspace/fifo ] && [ -p /tmp/fifo ] && echo still-fifos; find /workspace /tmp -name '` + fileio.TempPrefix + `*' | wc -l`); o.stdout != "still-fifos\n0\n" {
-		t.Fatalf("after the refused operations: %q", o.stdout)
+	if o := b.Sh(`[ -p /workspace/fifo ] && [ -p /tmp/fifo ] && echo still-fifos; find /workspace /tmp -name '` + wire.UploadTempPrefix + `*' | wc -l`); o.Stdout != "still-fifos\n0\n" {
+		t.Fatalf("after the refused operations: %q", o.Stdout)
 	}
 	// The sandbox's pid 1 is not stuck: it still runs commands and files.
-	if err := b.sb.WriteFile(ctx, "/workspace/ok", strings.NewReader("ok"), 0o644); err != nil {
+	if err := b.SB.WriteFile(ctx, "/workspace/ok", strings.NewReader("ok"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (s *suite) hostileTmpfsSizes(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CreateTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), sandboxtest.CreateTimeout)
 	defer cancel()
 	for _, l := range []sandbox.Limits{
 		{MemoryBytes: 256 << 20, WorkspaceBytes: 256 << 20},
@@ -475,10 +477,10 @@ func (s *suite) hostileTmpfsSizes(t *testing.T) {
 	// What a default sandbox gets fits its memory.
 	const mem = 64 << 20
 	b := s.create(t, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: mem}})
-	o := b.sh(`s=0; for k in $(df -k --output=size /workspace /tmp | tail -n +2); do s=$((s + k)); done; echo $((s * 1024))`)
-	got := int64(atoi(strings.TrimSpace(o.stdout)))
+	o := b.Sh(`s=0; for k in $(df -k --output=size /workspace /tmp | tail -n +2); do s=$((s + k)); done; echo $((s * 1024))`)
+	got := int64(atoi(strings.TrimSpace(o.Stdout)))
 	if got <= 0 || got > sandbox.TmpfsBudget(mem) {
 		t.Fatalf("the tmpfs areas of a %s sandbox hold %s together (%q), budget %s", sandbox.FormatBytes(mem), sandbox.FormatBytes(got),
-			o.stdout, sandbox.FormatBytes(sandbox.TmpfsBudget(mem)))
+			o.Stdout, sandbox.FormatBytes(sandbox.TmpfsBudget(mem)))
 	}
 }

@@ -7,15 +7,15 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
-	"github.com/moby/moby/api/types/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
+	ctr "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 )
 
@@ -27,9 +27,9 @@ const (
 	stateLabel   = "ironclaw.state"   // the sandbox's state directory
 )
 
-// user is the container's and every exec's identity, uid:gid, numeric so
-// that no passwd lookup can change it.
-var user = fmt.Sprintf("%d:%d", sandbox.UID, sandbox.GID)
+// user is the container's and every exec's identity, the seal's uid:gid,
+// numeric so that no passwd lookup can change it.
+func user(sl *seal.Seal) string { return fmt.Sprintf("%d:%d", sl.UID, sl.GID) }
 
 // dockerEtcFiles are the files dockerd bind-mounts into every container
 // with a network namespace, filled from the host (resolv.conf would carry
@@ -59,27 +59,14 @@ type plan struct {
 	symlinks []rootfs.Entry // top-level symlinks: they live in the image
 }
 
-// prepare lays out the state directory for spec and plans the root: the
-// host-toolchain view or a directory's entries as read-only binds, their
-// symlinks for the image, the synthetic /etc, the workspace and extra
-// mounts, and the helper's binary and socket directory. The caller removes
-// s.dir on error.
-func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
+// prepare lays out the state directory for spec and plans the root from
+// its seal: the host-toolchain view or a directory's entries as read-only
+// binds, their symlinks for the image, the synthetic /etc, the workspace
+// and extra mounts, the gate's stubs, and the helper's binary and socket
+// directory. The seal's tmpfs areas and kernel views are the container's
+// settings (containerConfig). The caller removes s.dir on error.
+func prepare(s state, spec sandbox.Spec, sl *seal.Seal, helperExe string) (plan, error) {
 	var p plan
-	var entries []rootfs.Entry
-	var err error
-	switch spec.Root.Kind {
-	case sandbox.RootDirectory:
-		entries, err = rootfs.Directory(spec.Root.Path)
-	default:
-		entries, err = rootfs.HostView("/", spec.Hostname)
-	}
-	if err != nil {
-		return p, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
-	}
-	if err := rootfs.Check(entries); err != nil {
-		return p, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
-	}
 	// 0711: the sandbox user may pass through to its sockets, never list.
 	for _, d := range []string{s.dir, s.sockDir()} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
@@ -99,7 +86,7 @@ func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
 	taken := map[string]bool{}
 	var imageEtc string // a directory root's own /etc, if any
 	synthetic := false  // whether /etc is ours
-	for _, e := range entries {
+	for _, e := range sl.Root {
 		taken[e.Path] = true
 		switch e.Kind {
 		case rootfs.KindBindDir, rootfs.KindBindFile:
@@ -124,8 +111,8 @@ func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
 			}
 		}
 	}
-	if taken[helper.Dir] {
-		return p, fmt.Errorf("%w: the root's top-level entry %s is reserved", sandbox.ErrInvalidSpec, helper.Dir)
+	if taken[wire.HelperDir] {
+		return p, fmt.Errorf("%w: the root's top-level entry %s is reserved", sandbox.ErrInvalidSpec, wire.HelperDir)
 	}
 	switch {
 	case synthetic:
@@ -152,29 +139,25 @@ func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
 			bind(filepath.Join(s.etc(), name), "/etc/"+name, true)
 		}
 	}
-	if spec.Workspace != "" {
-		st, err := os.Stat(spec.Workspace)
-		if err != nil {
-			return p, fmt.Errorf("%w: workspace: %v", sandbox.ErrInvalidSpec, err)
+	for _, m := range sl.Mounts {
+		switch m.Kind {
+		case seal.KindDev, seal.KindProc, seal.KindCgroupView, seal.KindTmpfs:
+			continue // containerConfig's
+		case seal.KindBind:
+		default:
+			return p, fmt.Errorf("%w: the docker backend cannot make a %s mount", sandbox.ErrUnsupported, m.Kind)
 		}
-		if !st.IsDir() {
-			return p, fmt.Errorf("%w: workspace %s is not a directory", sandbox.ErrInvalidSpec, spec.Workspace)
-		}
-		bind(filepath.Clean(spec.Workspace), sandbox.WorkspaceDir, false)
-	}
-	for _, m := range spec.Mounts {
-		if m.Target == helper.Dir || strings.HasPrefix(m.Target, helper.Dir+"/") {
-			return p, fmt.Errorf("%w: mount target %s is reserved", sandbox.ErrInvalidSpec, m.Target)
-		}
-		if taken[m.Target] {
-			return p, fmt.Errorf("%w: mount target %s is already part of the root", sandbox.ErrInvalidSpec, m.Target)
-		}
-		if _, err := os.Stat(m.Source); err != nil {
-			return p, fmt.Errorf("%w: mount source: %v", sandbox.ErrInvalidSpec, err)
+		if m.Target != sandbox.WorkspaceDir {
+			if m.Target == wire.HelperDir || strings.HasPrefix(m.Target, wire.HelperDir+"/") {
+				return p, fmt.Errorf("%w: mount target %s is reserved", sandbox.ErrInvalidSpec, m.Target)
+			}
+			if taken[m.Target] {
+				return p, fmt.Errorf("%w: mount target %s is already part of the root", sandbox.ErrInvalidSpec, m.Target)
+			}
 		}
 		bind(m.Source, m.Target, m.ReadOnly)
 	}
-	stubs, err := hostside.WriteStubs(filepath.Join(s.dir, "gate"), s.gate)
+	stubs, err := container.WriteStubs(filepath.Join(s.dir, "gate"), s.gate)
 	if err != nil {
 		return p, err
 	}
@@ -182,8 +165,8 @@ func prepare(s state, spec sandbox.Spec, helperExe string) (plan, error) {
 		bind(st.Host, st.Inside, true)
 	}
 	// The helper's mounts go last; nothing may shadow them.
-	bind(helperExe, helper.Path, true)
-	bind(s.sockDir(), helper.SockDir, true)
+	bind(helperExe, wire.HelperPath, true)
+	bind(s.sockDir(), wire.SockDir, true)
 	return p, nil
 }
 
@@ -202,7 +185,6 @@ type containerOpts struct {
 	image    string
 	state    state
 	owner    string
-	seccomp  string   // the SecurityOpt entry, "seccomp=<profile JSON>"
 	runtime  string   // Docker runtime name; "" is the daemon's default
 	runsc    bool     // the runtime is gVisor's runsc
 	hostCPUs int      // the daemon's CPU count; 0 if unknown
@@ -210,14 +192,14 @@ type containerOpts struct {
 	args     []string // the container's process (agent or probe)
 }
 
-// containerConfig is the sealed container for spec: the seal of the other
-// backends expressed as Docker settings (see the package documentation).
-func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*container.Config, *container.HostConfig) {
+// containerConfig is the sealed container for spec: its seal sl as
+// Docker settings (see the package documentation).
+func containerConfig(spec sandbox.Spec, sl *seal.Seal, p plan, o containerOpts) (*ctr.Config, *ctr.HostConfig, error) {
 	lim := spec.Limits
-	cfg := &container.Config{
-		Hostname:   spec.Hostname,
-		User:       user,
-		Env:        append([]string(nil), hostside.BaseEnv...),
+	cfg := &ctr.Config{
+		Hostname:   sl.Hostname,
+		User:       user(sl),
+		Env:        append([]string(nil), seal.BaseEnv...),
 		Entrypoint: o.args,
 		Cmd:        []string{},
 		Image:      o.image,
@@ -233,12 +215,13 @@ func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*container.Con
 		nano = int64(o.hostCPUs) * 1e9 // dockerd refuses more than the host has
 	}
 	pids := lim.Pids
-	ulimits := []*container.Ulimit{
-		{Name: "nofile", Soft: lim.OpenFiles, Hard: lim.OpenFiles},
-		// No POSIX message queues: /dev/mqueue is mounted in every Docker
-		// container and its quota is per host user, shared by every
-		// sandbox (all run as host uid 65532).
-		{Name: "msgqueue", Soft: 0, Hard: 0},
+	var ulimits []*ctr.Ulimit
+	for _, r := range sl.Rlimits {
+		// (/dev/mqueue is mounted in every Docker container: RLIMIT_MSGQUEUE
+		// 0 keeps the queue quota, per host user and so shared by every
+		// sandbox, out of reach.)
+		v := int64(r.Value)
+		ulimits = append(ulimits, &ctr.Ulimit{Name: strings.ToLower(r.Name), Soft: v, Hard: v})
 	}
 	if o.runsc {
 		// As in the oci backend: the host cgroup also holds the sentry's
@@ -248,27 +231,22 @@ func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*container.Con
 		// must never be refused a thread).
 		pids = 32*lim.Pids + 1024
 	}
-	tmpfs := map[string]string{
-		sandbox.TmpDir: "rw,exec,nosuid,nodev,size=" + strconv.FormatInt(lim.TmpBytes, 10) + ",mode=1777",
+	sc, err := seccompOpt(sl.Seccomp)
+	if err != nil {
+		return nil, nil, err
 	}
-	if spec.Workspace == "" {
-		tmpfs[sandbox.WorkspaceDir] = fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d",
-			lim.WorkspaceBytes, sandbox.UID, sandbox.GID)
-	}
-	hc := &container.HostConfig{
-		NetworkMode:    "none",
+	hc := &ctr.HostConfig{
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges", o.seccomp},
-		IpcMode:        container.IPCModeNone, // private, and no /dev/shm
-		CgroupnsMode:   container.CgroupnsModePrivate,
-		Tmpfs:          tmpfs,
+		CapAdd:         sl.Capabilities,
+		SecurityOpt:    []string{sc},
 		Mounts:         p.mounts,
+		Tmpfs:          map[string]string{},
 		Runtime:        o.runtime,
-		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		RestartPolicy:  ctr.RestartPolicy{Name: ctr.RestartPolicyDisabled},
 		// The agent writes only when it fails to start; keep that short.
-		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "64k", "max-file": "1"}},
-		Resources: container.Resources{
+		LogConfig: ctr.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "64k", "max-file": "1"}},
+		Resources: ctr.Resources{
 			Memory:     lim.MemoryBytes,
 			MemorySwap: lim.MemoryBytes, // memory plus swap: no swap
 			NanoCPUs:   nano,
@@ -276,28 +254,53 @@ func containerConfig(spec sandbox.Spec, p plan, o containerOpts) (*container.Con
 			PidsLimit:  &pids,
 			Ulimits:    ulimits,
 		},
+		MaskedPaths:   maskedPaths(sl.MaskedPaths),
+		ReadonlyPaths: sl.ReadOnlyPaths,
+		Sysctls:       sl.Sysctls,
 	}
-	hc.MaskedPaths = maskedPaths()
-	if low := lowestPort(spec.Network.ExposedTCP); low > 0 && low < 1024 {
-		// The agent holds no capability; let it bind a low exposed port.
-		hc.Sysctls = map[string]string{"net.ipv4.ip_unprivileged_port_start": strconv.Itoa(int(low))}
+	if sl.NoNewPrivs {
+		hc.SecurityOpt = append([]string{"no-new-privileges"}, hc.SecurityOpt...)
 	}
-	return cfg, hc
+	for _, ns := range sl.Namespaces {
+		switch ns {
+		case seal.NSUser:
+			// No user namespace per sandbox: dockerd's userns-remap, where
+			// configured, is one mapping for every container (see the
+			// package documentation).
+		case seal.NSPID, seal.NSMount, seal.NSUTS:
+			// Every Docker container's own.
+		case seal.NSNetwork:
+			hc.NetworkMode = "none"
+		case seal.NSIPC:
+			hc.IpcMode = ctr.IPCModeNone // private, and no /dev/shm
+		case seal.NSCgroup:
+			hc.CgroupnsMode = ctr.CgroupnsModePrivate
+		default:
+			return nil, nil, fmt.Errorf("%w: the docker backend cannot make a %s namespace", sandbox.ErrUnsupported, ns)
+		}
+	}
+	for _, m := range sl.Mounts {
+		switch m.Kind {
+		case seal.KindTmpfs:
+			hc.Tmpfs[m.Target] = "rw,exec,nosuid,nodev," + m.TmpfsOptions()
+		case seal.KindDev, seal.KindProc:
+			// dockerd's own /dev (a tmpfs with its default devices and a
+			// private devpts) and /proc, with the masks below.
+		case seal.KindCgroupView:
+			// dockerd's read-only cgroup mount in the container's cgroup
+			// namespace; the rest of its /sys is masked (maskedPaths).
+		}
+	}
+	return cfg, hc, nil
 }
 
-// dockerMaskedPaths are dockerd's own defaults, which HostConfig.MaskedPaths
-// replaces.
-var dockerMaskedPaths = []string{"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
-
-// maskedPaths are dockerd's defaults and everything of /sys but the
-// sandbox's own cgroups. dockerd mounts the host's sysfs (read-only) and
-// keeps its cgroup mount at /sys/fs/cgroup only beneath its own /sys (a
-// mount of ours at /sys drops both), so every other entry of /sys and of
-// /sys/fs is masked: an empty read-only directory, as the host's sysfs
-// names them.
-func maskedPaths() []string {
-	out := append([]string(nil), dockerMaskedPaths...)
+// maskedPaths are the seal's, and everything of /sys but the sandbox's
+// own cgroups. dockerd mounts the host's sysfs (read-only) and keeps its
+// cgroup mount at /sys/fs/cgroup only beneath its own /sys (a mount of
+// ours at /sys drops both), so every other entry of /sys and of /sys/fs is
+// masked: an empty read-only directory, as the host's sysfs names them.
+func maskedPaths(sealed []string) []string {
+	out := append([]string(nil), sealed...)
 	for _, dir := range []string{"/sys", "/sys/fs"} {
 		des, err := os.ReadDir(dir)
 		if err != nil {
@@ -312,14 +315,4 @@ func maskedPaths() []string {
 		}
 	}
 	return out
-}
-
-func lowestPort(ports []uint16) uint16 {
-	var low uint16
-	for _, p := range ports {
-		if low == 0 || p < low {
-			low = p
-		}
-	}
-	return low
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/docker"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"github.com/moby/moby/client"
 )
 
@@ -64,7 +64,7 @@ func TestSeal(t *testing.T) {
 	if got := lines(o.stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	o = b.exec(sandbox.ExecRequest{Argv: []string{helper.Path, helper.ModeProbe}})
+	o = b.exec(sandbox.ExecRequest{Argv: []string{wire.HelperPath, wire.ModeProbe}})
 	if o.err != nil || !strings.Contains(o.stdout, "no_new_privs 1\nseccomp 2\n") || !strings.Contains(o.stdout, "cap_eff 0x0\n") {
 		t.Fatalf("probe: %v %q %q", o.err, o.stdout, o.stderr)
 	}
@@ -513,7 +513,7 @@ func TestCreateRejects(t *testing.T) {
 	r := runtimeFor(t)
 	ctx := context.Background()
 	for _, spec := range []sandbox.Spec{
-		{Mounts: []sandbox.Mount{{Source: "/usr", Target: helper.Dir}}},
+		{Mounts: []sandbox.Mount{{Source: "/usr", Target: wire.HelperDir}}},
 		{Mounts: []sandbox.Mount{{Source: "/nonexistent/source", Target: "/data"}}},
 		{Limits: sandbox.Limits{MemoryBytes: 1}},
 	} {

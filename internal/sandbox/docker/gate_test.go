@@ -10,5 +10,5 @@ import (
 // an approved exec runs exactly its argv as the real program, started by
 // the agent, and nothing else in the container can copy it while it runs.
 func TestHostileExecGate(t *testing.T) {
-	conformance.RunGate(t, runtimeFor(t), conformance.Options{})
+	conformance.RunGate(t, runtimeFor(t))
 }

@@ -14,14 +14,14 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/docker"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/agent"
 )
 
 // The test binary is also the in-sandbox helper: every sandbox binds it at
-// helper.Path, as the daemon binds itself.
+// wire.HelperPath, as the daemon binds itself.
 func TestMain(m *testing.M) {
-	if helper.IsHelper() {
-		helper.Main()
+	if agent.IsHelper() {
+		agent.Main()
 	}
 	code := m.Run()
 	closeRuntime()

@@ -12,29 +12,30 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"github.com/moby/moby/client"
 )
 
-// The container's seccomp profile is the oci backend's, whose test
-// (oci.TestSeccompProfileMatchesNative) checks it against internal/seccomp;
+// The container's seccomp profile is the seal's, whose test
+// (seal.TestProfileMatchesFilter) checks it against internal/seccomp;
 // here, that seccompOpt carries exactly that profile.
 func TestSeccompOpt(t *testing.T) {
-	opt, err := seccompOpt()
-	if err != nil || !strings.HasPrefix(opt, "seccomp={") || !json.Valid([]byte(strings.TrimPrefix(opt, "seccomp="))) {
-		t.Fatalf("seccompOpt = %.80q, %v", opt, err)
-	}
-	p, err := oci.SeccompProfile()
+	p, err := seal.Profile()
 	if err != nil {
 		t.Fatal(err)
+	}
+	opt, err := seccompOpt(p)
+	if err != nil || !strings.HasPrefix(opt, "seccomp={") || !json.Valid([]byte(strings.TrimPrefix(opt, "seccomp="))) {
+		t.Fatalf("seccompOpt = %.80q, %v", opt, err)
 	}
 	want, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.TrimPrefix(opt, "seccomp="); got != string(want) {
-		t.Errorf("seccompOpt carries %.200s, want oci.SeccompProfile %.200s", got, want)
+		t.Errorf("seccompOpt carries %.200s, want seal.Profile %.200s", got, want)
 	}
 }
 
@@ -43,17 +44,24 @@ func TestContainerConfig(t *testing.T) {
 	spec := sandbox.Spec{Network: sandbox.Network{ExposedTCP: []uint16{80, 4000}},
 		Limits: sandbox.Limits{CPUs: 8}}.WithDefaults()
 	s := state{dir: t.TempDir()}
-	p, err := prepare(s, spec, "/bin/true")
+	sl, err := seal.New(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, hc := containerConfig(spec, p, containerOpts{id: "dkr-x", image: EmptyImage, state: s, owner: "1.2",
-		seccomp: "seccomp={}", hostCPUs: 2, args: []string{helper.Path, helper.ModeAgent}})
+	p, err := prepare(s, spec, sl, "/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, hc, err := containerConfig(spec, sl, p, containerOpts{id: "dkr-x", image: EmptyImage, state: s, owner: "1.2",
+		hostCPUs: 2, args: []string{wire.HelperPath, wire.ModeAgent}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if cfg.User != "65532:65532" || cfg.WorkingDir != "/workspace" || cfg.Hostname != "sandbox" || cfg.Labels[ownerLabel] != "1.2" {
 		t.Errorf("config: %+v", cfg)
 	}
 	if hc.NetworkMode != "none" || !hc.ReadonlyRootfs || !slices.Equal(hc.CapDrop, []string{"ALL"}) ||
-		!slices.Contains(hc.SecurityOpt, "no-new-privileges") || !slices.Contains(hc.SecurityOpt, "seccomp={}") ||
+		!slices.Contains(hc.SecurityOpt, "no-new-privileges") || len(hc.SecurityOpt) != 2 || !strings.HasPrefix(hc.SecurityOpt[1], "seccomp={") ||
 		hc.Privileged || hc.IpcMode != "none" || len(hc.GroupAdd) != 0 || len(hc.CapAdd) != 0 {
 		t.Errorf("host config seal: %+v", hc)
 	}
@@ -74,7 +82,7 @@ func TestContainerConfig(t *testing.T) {
 			t.Errorf("bind %s -> %s is writable", m.Source, m.Target)
 		}
 	}
-	for _, want := range []string{"/usr", "/etc", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname", helper.Path, helper.SockDir} {
+	for _, want := range []string{"/usr", "/etc", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname", wire.HelperPath, wire.SockDir} {
 		if !targets[want] {
 			t.Errorf("no mount at %s: %+v", want, p.mounts)
 		}
@@ -102,21 +110,22 @@ func TestCollect(t *testing.T) {
 	}
 	defer r.Close(ctx)
 	spec := sandbox.Spec{}.WithDefaults()
+	sl, err := seal.New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mk := func(owner string) (string, state) {
 		t.Helper()
-		id := newID()
+		id := "dkr-" + container.RandHex(8)
 		s := state{dir: filepath.Join(r.bundles, id)}
-		real := r.owner
-		r.owner = owner
-		cid, err := r.createContainer(ctx, id, s, spec, []string{helper.Path, helper.ModeProbe})
-		r.owner = real
+		cid, err := r.createContainer(ctx, id, s, spec, sl, owner, []string{wire.HelperPath, wire.ModeProbe})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cid, s
 	}
 	deadCID, deadState := mk("1.0") // pid 1 never started at tick 0: gone
-	liveCID, liveState := mk(r.owner)
+	liveCID, liveState := mk(r.Owner())
 	defer r.removeContainer(ctx, liveCID)
 	r.collect(ctx)
 	if _, err := r.cli.ContainerInspect(ctx, deadCID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {

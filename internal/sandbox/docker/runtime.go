@@ -2,7 +2,6 @@ package docker
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,8 +21,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 )
@@ -64,32 +63,28 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// Runtime creates sandboxes as Docker containers. It is safe for
-// concurrent use; Close destroys every sandbox it still holds.
+// Runtime creates sandboxes as Docker containers. It embeds the container
+// backends' skeleton (package container), which runs the sandbox's
+// lifecycle; this package says how the container is made and how a process
+// runs in it. It is safe for concurrent use; Close destroys every sandbox
+// it still holds.
 type Runtime struct {
+	*container.Runtime
 	opts    Options
 	cli     *client.Client
-	name    string // "docker" or "docker-<runtime>"
 	version string // dockerd's version
 	runsc   bool   // the containers' runtime is gVisor's runsc
 	ncpu    int    // the daemon's CPU count
 	userns  bool   // dockerd runs with userns-remap
 	bundles string // parent of every sandbox's state directory
 	helper  string // staged copy of Options.Exe
-	owner   string // "<pid>.<starttime>" of this process
-	seccomp string // the SecurityOpt entry carrying the seccomp profile
 
 	cpus *sandbox.CPUPicker
-
-	notesMu sync.Mutex
-	noOOM   bool // logged that pid 1's oom_score_adj cannot be lowered
 
 	imgMu  sync.Mutex
 	images map[string]bool // image tags known to exist
 
-	mu     sync.Mutex
-	boxes  map[string]*Sandbox
-	closed bool
+	closeOnce sync.Once
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -100,9 +95,6 @@ var _ sandbox.Runtime = (*Runtime)(nil)
 // is unreachable or cannot run the seal gives an error wrapping
 // sandbox.ErrUnsupported that says why.
 func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
-	if opts.Logf == nil {
-		opts.Logf = func(string, ...any) {}
-	}
 	if opts.Host == "" {
 		opts.Host = os.Getenv("DOCKER_HOST")
 	}
@@ -112,20 +104,11 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	if u, err := url.Parse(opts.Host); err != nil || u.Scheme != "unix" {
 		return nil, fmt.Errorf("%w: docker host %q: only a local daemon on a unix socket can run IronClaw sandboxes (they bind host paths and sockets)", sandbox.ErrUnsupported, opts.Host)
 	}
-	if opts.StateDir == "" {
-		opts.StateDir = DefaultStateDir
-	}
-	if !filepath.IsAbs(opts.StateDir) {
-		return nil, fmt.Errorf("%w: state directory %q must be absolute", sandbox.ErrInvalidSpec, opts.StateDir)
-	}
 	var err error
-	if opts.Exe == "" {
-		if opts.Exe, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("finding the ironclaw binary: %w", err)
-		}
+	if opts.StateDir, err = container.StateDir(opts.StateDir, DefaultStateDir); err != nil {
+		return nil, err
 	}
-	owner, err := hostside.ProcessOwner(os.Getpid())
-	if err != nil {
+	if opts.Exe, err = container.ResolveExe(opts.Exe); err != nil {
 		return nil, err
 	}
 	cli, err := client.New(client.WithHost(opts.Host))
@@ -160,23 +143,22 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 		runsc = opts.Runtime == "runsc" || filepath.Base(rt.Path) == "runsc"
 		name = "docker-" + opts.Runtime
 	}
-	seccompOpt, err := seccompOpt()
-	if err != nil {
+	if _, err := seal.Profile(); err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
 	r := &Runtime{
 		opts:    opts,
 		cli:     cli,
-		name:    name,
 		version: in.ServerVersion,
 		runsc:   runsc,
 		ncpu:    in.NCPU,
 		cpus:    sandbox.NewCPUPicker(),
-		bundles: filepath.Join(filepath.Clean(opts.StateDir), "b"),
-		owner:   owner,
-		seccomp: seccompOpt,
+		bundles: filepath.Join(opts.StateDir, "b"),
 		images:  map[string]bool{},
-		boxes:   map[string]*Sandbox{},
+	}
+	if r.Runtime, err = container.NewRuntime(container.Options{Name: name, IDPrefix: "dkr-", Backend: r,
+		NProcLimit: runsc, Logf: opts.Logf}); err != nil {
+		return nil, err
 	}
 	for _, o := range in.SecurityOptions {
 		if strings.Contains(o, "name=userns") {
@@ -186,7 +168,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	if err := os.MkdirAll(r.bundles, 0o711); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	if r.helper, err = hostside.StageHelper(opts.Exe, filepath.Clean(opts.StateDir), "ironclaw-docker-helper-"); err != nil {
+	if r.helper, err = container.StageHelper(opts.Exe, opts.StateDir, "ironclaw-docker-helper-"); err != nil {
 		return nil, fmt.Errorf("staging the helper binary: %w", err)
 	}
 	r.collect(ctx)
@@ -205,9 +187,14 @@ func mapKeys[V any](m map[string]V) []string {
 	return ks
 }
 
-// Name implements sandbox.Runtime: "docker", or "docker-<runtime>" when
-// Options.Runtime names one (e.g. "docker-runsc").
-func (r *Runtime) Name() string { return r.name }
+// Create implements sandbox.Runtime. Nothing is left behind on error.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := r.Runtime.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Sandbox{Sandbox: sb, box: sb.Container().(*box)}, nil
+}
 
 // Version is dockerd's version, e.g. "20.10.24+dfsg1".
 func (r *Runtime) Version() string { return r.version }
@@ -218,27 +205,13 @@ func (r *Runtime) UsernsRemap() bool { return r.userns }
 
 // Close destroys every sandbox still held and closes the API client.
 func (r *Runtime) Close(ctx context.Context) error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil
-	}
-	r.closed = true
-	boxes := make([]*Sandbox, 0, len(r.boxes))
-	for _, b := range r.boxes {
-		boxes = append(boxes, b)
-	}
-	r.mu.Unlock()
-	var errs []error
-	for _, b := range boxes {
-		if err := b.Destroy(ctx); err != nil {
-			errs = append(errs, err)
+	err := r.Runtime.Close(ctx)
+	r.closeOnce.Do(func() {
+		if cerr := r.cli.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
-	}
-	if err := r.cli.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	})
+	return err
 }
 
 // ensureImage returns the tag of the image for a root with these top-level
@@ -300,7 +273,7 @@ func (r *Runtime) ensureImage(ctx context.Context, symlinks []rootfs.Entry) (str
 		}
 	}
 	r.images[tag] = true
-	r.opts.Logf("imported image %s (%d symlinks)", tag, len(symlinks))
+	r.Logf("imported image %s (%d symlinks)", tag, len(symlinks))
 	return tag, nil
 }
 
@@ -310,11 +283,15 @@ func (r *Runtime) ensureImage(ctx context.Context, symlinks []rootfs.Entry) (str
 func (r *Runtime) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	id := "probe-" + hostside.RandHex(6)
+	id := "probe-" + container.RandHex(6)
 	s := state{dir: filepath.Join(r.bundles, id)}
 	defer os.RemoveAll(s.dir)
-	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Pids: 16, WorkspaceBytes: 1 << 20, TmpBytes: 1 << 20}}.WithDefaults()
-	cid, err := r.createContainer(ctx, id, s, spec, []string{helper.Path, helper.ModeProbe})
+	spec := container.ProbeSpec()
+	sl, err := seal.New(spec)
+	if err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
+	}
+	cid, err := r.createContainer(ctx, id, s, spec, sl, r.Owner(), []string{wire.HelperPath, wire.ModeProbe})
 	if err != nil {
 		return fmt.Errorf("%w: docker cannot create a sealed container here: %v", sandbox.ErrUnsupported, err)
 	}
@@ -334,22 +311,10 @@ func (r *Runtime) probe(ctx context.Context) error {
 	if code != 0 {
 		return fmt.Errorf("%w: docker %s probe container exited %d: %s", sandbox.ErrUnsupported, r.version, code, strings.TrimSpace(stderr+" "+stdout))
 	}
-	got := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(stdout))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), " "); ok {
-			got[k] = v
-		}
+	if err := wire.ParseProbe(stdout); err != nil {
+		return fmt.Errorf("%w: docker %s probe container is not sealed: %v", sandbox.ErrUnsupported, r.version, err)
 	}
-	want := map[string]string{"uid": strconv.Itoa(sandbox.UID), "gid": strconv.Itoa(sandbox.GID), "pid": "1",
-		"cap_eff": "0x0", "cap_prm": "0x0", "cap_inh": "0x0", "no_new_privs": "1", "seccomp": "2"}
-	for k, v := range want {
-		if got[k] != v {
-			return fmt.Errorf("%w: docker %s probe container is not sealed: %s is %q, want %q (probe said %q)",
-				sandbox.ErrUnsupported, r.version, k, got[k], v, strings.TrimSpace(stdout))
-		}
-	}
-	r.opts.Logf("%s works here (dockerd %s, userns-remap %v)", r.name, r.version, r.userns)
+	r.Logf("%s works here (dockerd %s, userns-remap %v)", r.Name(), r.version, r.userns)
 	return nil
 }
 
@@ -368,26 +333,29 @@ func (r *Runtime) logs(ctx context.Context, cid string) (stdout, stderr string) 
 // createContainer lays out the state directory s and creates (does not
 // start) the sealed container for spec running args. On error nothing is
 // left but s.dir, which the caller removes.
-func (r *Runtime) createContainer(ctx context.Context, id string, s state, spec sandbox.Spec, args []string) (string, error) {
-	p, err := prepare(s, spec, r.helper)
+func (r *Runtime) createContainer(ctx context.Context, id string, s state, spec sandbox.Spec, sl *seal.Seal, owner string, args []string) (string, error) {
+	p, err := prepare(s, spec, sl, r.helper)
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(s.owner(), []byte(r.owner), 0o600); err != nil {
+	if err := container.WriteOwnerFile(s.dir, owner); err != nil {
 		return "", err
 	}
 	img, err := r.ensureImage(ctx, p.symlinks)
 	if err != nil {
 		return "", err
 	}
-	cfg, hc := containerConfig(spec, p, containerOpts{id: id, image: img, state: s, owner: r.owner, seccomp: r.seccomp,
+	cfg, hc, err := containerConfig(spec, sl, p, containerOpts{id: id, image: img, state: s, owner: owner,
 		runtime: r.opts.Runtime, runsc: r.runsc, hostCPUs: r.ncpu, cpuset: sandbox.CPUList(r.cpus.Pick(spec.Limits.CPUs)), args: args})
+	if err != nil {
+		return "", err
+	}
 	res, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "ironclaw-" + id, Config: cfg, HostConfig: hc})
 	if err != nil {
 		return "", err
 	}
 	for _, w := range res.Warnings {
-		r.opts.Logf("%s: dockerd: %s", id, w)
+		r.Logf("%s: dockerd: %s", id, w)
 	}
 	return res.ID, nil
 }
@@ -411,40 +379,23 @@ func (r *Runtime) collect(ctx context.Context) {
 	defer cancel()
 	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", ownerLabel)})
 	if err != nil {
-		r.opts.Logf("listing leftover containers: %v", err)
+		r.Logf("listing leftover containers: %v", err)
 	} else {
 		for _, c := range list.Items {
-			if hostside.OwnerAlive(c.Labels[ownerLabel]) {
+			if sandbox.OwnerAlive(c.Labels[ownerLabel]) {
 				continue
 			}
 			if err := r.removeContainer(ctx, c.ID); err != nil {
-				r.opts.Logf("removing leftover container %s: %v", c.ID, err)
+				r.Logf("removing leftover container %s: %v", c.ID, err)
 				continue
 			}
 			if dir := c.Labels[stateLabel]; filepath.Dir(dir) == r.bundles {
 				_ = os.RemoveAll(dir)
 			}
-			r.opts.Logf("collected leftover sandbox %s", c.Labels[sandboxLabel])
+			r.Logf("collected leftover sandbox %s", c.Labels[sandboxLabel])
 		}
 	}
-	des, err := os.ReadDir(r.bundles)
-	if err != nil {
-		return
-	}
-	for _, de := range des {
-		dir := filepath.Join(r.bundles, de.Name())
-		if owner, err := os.ReadFile(filepath.Join(dir, "owner")); err == nil {
-			if hostside.OwnerAlive(string(owner)) {
-				continue
-			}
-		} else if info, serr := de.Info(); serr == nil && time.Since(info.ModTime()) < time.Minute {
-			continue // being written right now
-		}
-		// Its container, if any, went above (or never existed).
-		if err := os.RemoveAll(dir); err != nil {
-			r.opts.Logf("removing leftover state %s: %v", dir, err)
-		}
-	}
+	// The state directories of containers that went above, or never
+	// existed.
+	r.CollectDirs(r.bundles, nil)
 }
-
-func newID() string { return "dkr-" + hostside.RandHex(8) }

@@ -3,220 +3,80 @@ package docker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
-	"github.com/moby/moby/api/types/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
+	ctr "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 )
 
-// readyTimeout bounds a sandbox start.
-const readyTimeout = 30 * time.Second
-
 // Sandbox is one Docker container: the helper's agent as its pid 1,
-// commands and file operations started through the exec API. It is safe
-// for concurrent use.
+// commands and file operations started through the exec API (package
+// container does the rest). It is safe for concurrent use.
 type Sandbox struct {
-	id   string
-	cid  string // the container's ID
-	spec sandbox.Spec
-	rt   *Runtime
-	st   state
-	oom  string // host file counting the container's OOM kills; "" if unknown
-	pid  int    // host pid of the container's pid 1 (the agent); 0 if unknown
-
-	ctl   net.Conn   // to the agent; closing it ends the sandbox
-	ctlMu sync.Mutex // serialises writes to ctl
-
-	listeners map[uint16]net.Listener // exposed port -> unix listener; fixed after Create
-	gateSock  string                  // the agent's socket for approved runs of gated programs; "" when none
-
-	done        chan struct{}
-	doneOnce    sync.Once
-	destroyOnce sync.Once
-	destroyErr  error
+	*container.Sandbox
+	box *box
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 
-// ID implements sandbox.Sandbox.
-func (b *Sandbox) ID() string { return b.id }
-
 // ContainerID is the Docker container's ID (for tests and diagnostics).
-func (b *Sandbox) ContainerID() string { return b.cid }
-
-// InitPid is the host pid of the sandbox's pid 1, the agent (for tests and
-// diagnostics); 0 if unknown.
-func (b *Sandbox) InitPid() int { return b.pid }
+func (b *Sandbox) ContainerID() string { return b.box.cid }
 
 // StateDir is the sandbox's host state directory (for tests).
-func (b *Sandbox) StateDir() string { return b.st.dir }
+func (b *Sandbox) StateDir() string { return b.box.st.dir }
 
-// Done implements sandbox.Sandbox: closed when the agent (the container's
-// pid 1) is gone, or the sandbox was destroyed.
-func (b *Sandbox) Done() <-chan struct{} { return b.done }
-
-// Listener implements sandbox.Sandbox. Whatever the caller serves on it is
-// reachable inside at 127.0.0.1:port: the agent listens there and splices
-// each connection to this unix socket. The container has no network
-// interface but lo, and the port exists nowhere on the host.
-func (b *Sandbox) Listener(port uint16) (net.Listener, bool) {
-	l, ok := b.listeners[port]
-	return l, ok
+// box is one sandbox's container (container.Container).
+type box struct {
+	rt   *Runtime
+	id   string
+	cid  string // the container's ID
+	spec sandbox.Spec
+	seal *seal.Seal
+	st   state
+	oom  string // host file counting the container's OOM kills; "" if unknown
+	pid  int    // host pid of the container's pid 1 (the agent); 0 if unknown
 }
 
-func (b *Sandbox) markDone() { b.doneOnce.Do(func() { close(b.done) }) }
-
-// Create implements sandbox.Runtime. Nothing is left behind on error.
-func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, retErr error) {
-	spec = spec.WithDefaults()
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
-		return nil, sandbox.ErrClosed
-	}
-	id := newID()
-	b := &Sandbox{id: id, spec: spec, rt: r, st: state{dir: filepath.Join(r.bundles, id)},
-		listeners: map[uint16]net.Listener{}, done: make(chan struct{})}
+// Prepare implements container.Backend: the sandbox's state directory and
+// its container, created, not started.
+func (r *Runtime) Prepare(ctx context.Context, c container.Config) (_ container.Container, retErr error) {
+	x := &box{rt: r, id: c.ID, spec: c.Spec, seal: c.Seal, st: state{dir: filepath.Join(r.bundles, c.ID), gate: c.Gate}}
 	defer func() {
-		if retErr == nil {
-			return
+		if retErr != nil {
+			_ = x.Teardown(context.WithoutCancel(ctx))
 		}
-		b.closeListeners()
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		defer cancel()
-		if b.cid != "" {
-			if err := r.removeContainer(dctx, b.cid); err != nil {
-				r.opts.Logf("%s: removing the container after a failed create: %v", id, err)
-			}
-		}
-		_ = os.RemoveAll(b.st.dir)
 	}()
-
-	args := []string{helper.Path, helper.ModeAgent}
-	for _, p := range spec.Network.ExposedTCP {
-		args = append(args, strconv.Itoa(int(p)))
-	}
-	plan, err := b.planGate()
+	cid, err := r.createContainer(ctx, c.ID, x.st, c.Spec, c.Seal, r.Owner(), append([]string{wire.HelperPath, wire.ModeAgent}, c.AgentArgs...))
 	if err != nil {
 		return nil, err
 	}
-	defer plan.Close()
-	cid, err := r.createContainer(ctx, id, b.st, spec, args)
-	if err != nil {
-		return nil, err
-	}
-	b.cid = cid
-	ctlL, err := hostside.ListenUnix(filepath.Join(b.st.sockDir(), helper.CtlSock))
-	if err != nil {
-		return nil, err
-	}
-	defer ctlL.Close()
-	for _, p := range spec.Network.ExposedTCP {
-		l, err := hostside.ListenUnix(filepath.Join(b.st.sockDir(), helper.PortSock(p)))
-		if err != nil {
-			return nil, fmt.Errorf("exposed port %d: %w", p, err)
-		}
-		b.listeners[p] = l
-	}
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer wcancel()
-	wait := r.cli.ContainerWait(wctx, cid, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
-	if _, err := r.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
-		if herr := sandbox.HostExhaustedText("starting the container", err.Error()); herr != nil {
-			return nil, herr
-		}
-		return nil, fmt.Errorf("%w: starting the container: %v", sandbox.ErrUnsupported, err)
-	}
-
-	acc := hostside.AcceptOne(ctlL)
-	timer := time.NewTimer(readyTimeout)
-	defer timer.Stop()
-	var ctl net.Conn
-	for ctl == nil {
-		select {
-		case a := <-acc:
-			if a.Err != nil {
-				return nil, fmt.Errorf("sandbox %s: waiting for the agent: %w", id, a.Err)
-			}
-			ctl = a.Conn
-		case res := <-wait.Result:
-			return nil, fmt.Errorf("%w: the sandbox's agent exited %d during start%s", sandbox.ErrUnsupported, res.StatusCode, r.logTail(cid))
-		case err := <-wait.Error:
-			return nil, fmt.Errorf("sandbox %s: waiting for the container: %w", id, err)
-		case <-timer.C:
-			return nil, fmt.Errorf("sandbox %s: the agent did not connect within %v%s", id, readyTimeout, r.logTail(cid))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	// One connection only: from here on nothing can connect in the agent's
-	// place (the socket file goes with the listener).
-	ctlL.Close()
-	b.ctl = ctl
-	if err := hostside.SendGate(ctl, plan, b.gateSock); err != nil {
-		ctl.Close()
-		return nil, err
-	}
-	rd, err := hostside.AgentReady(ctl, id, readyTimeout, func() string { return r.logTail(cid) })
-	if err != nil {
-		return nil, err
-	}
-	b.oom, b.pid = r.oomFile(ctx, cid)
-	r.notesMu.Lock()
-	refused := r.noOOM // a host that refused once refuses every time
-	r.notesMu.Unlock()
-	if b.pid > 0 && !refused {
-		// pid 1 is the OOM killer's last choice where the host lets us
-		// lower it (CAP_SYS_RESOURCE); commands raise their own to
-		// sandbox.WorkloadOOMScoreAdj as they start (the exec front).
-		// Not HostConfig.OomScoreAdj: a dockerd without that capability
-		// would refuse to start the container.
-		if err := sandbox.LowerInitOOMScore(b.pid); err != nil {
-			r.notesMu.Lock()
-			if !r.noOOM {
-				r.noOOM = true
-				r.opts.Logf("pid 1 of each sandbox keeps dockerd's oom_score_adj (%v); commands still start at %d, above it", err, sandbox.WorkloadOOMScoreAdj)
-			}
-			r.notesMu.Unlock()
-		}
-	}
-	go func() {
-		// The agent never speaks again: EOF means pid 1 is gone.
-		_, _ = io.Copy(io.Discard, rd)
-		b.markDone()
-	}()
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		ctl.Close()
-		return nil, sandbox.ErrClosed
-	}
-	r.boxes[id] = b
-	r.mu.Unlock()
-	return b, nil
+	x.cid = cid
+	return x, nil
 }
 
-// logTail returns ": <the last lines pid 1 wrote>" or "".
-func (r *Runtime) logTail(cid string) string {
+func (x *box) SockDir() string { return x.st.sockDir() }
+func (x *box) InitPid() int    { return x.pid }
+
+// Env is the container's environment (seal.BaseEnv), with the HOSTNAME
+// dockerd adds to it.
+func (x *box) Env() []string {
+	return seal.MergeEnv(seal.BaseEnv, []string{"HOSTNAME=" + x.spec.Hostname})
+}
+
+// Diag is ": <the last lines pid 1 wrote>" or "".
+func (x *box) Diag() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	o, e := r.logs(ctx, cid)
+	o, e := x.rt.logs(ctx, x.cid)
 	s := strings.TrimSpace(e + "\n" + o)
 	if s == "" {
 		return ""
@@ -228,46 +88,56 @@ func (r *Runtime) logTail(cid string) string {
 	return ": " + strings.Join(ls, " | ")
 }
 
-func (b *Sandbox) closeListeners() {
-	for _, l := range b.listeners {
-		l.Close()
+// Start starts the container; failed reports its pid 1 exiting while ctx
+// lasts.
+func (x *box) Start(ctx context.Context) (<-chan error, error) {
+	wait := x.rt.cli.ContainerWait(ctx, x.cid, client.ContainerWaitOptions{Condition: ctr.WaitConditionNextExit})
+	if _, err := x.rt.cli.ContainerStart(ctx, x.cid, client.ContainerStartOptions{}); err != nil {
+		if herr := sandbox.HostExhaustedText("starting the container", err.Error()); herr != nil {
+			return nil, herr
+		}
+		return nil, fmt.Errorf("%w: starting the container: %v", sandbox.ErrUnsupported, err)
 	}
+	failed := make(chan error, 1)
+	go func() {
+		select {
+		case res := <-wait.Result:
+			failed <- fmt.Errorf("%w: the sandbox's agent exited %d during start%s", sandbox.ErrUnsupported, res.StatusCode, x.Diag())
+		case err := <-wait.Error:
+			failed <- fmt.Errorf("sandbox %s: waiting for the container: %w", x.id, err)
+		}
+	}()
+	return failed, nil
 }
 
-// killGroup asks the agent to SIGKILL a command's process group.
-func (b *Sandbox) killGroup(pgid int) {
-	b.ctlMu.Lock()
-	defer b.ctlMu.Unlock()
-	if b.ctl != nil {
-		_ = b.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		_, _ = fmt.Fprintf(b.ctl, "%s %d\n", helper.MsgKill, pgid)
-	}
+// Started finds pid 1's host pid and the file counting the container's
+// OOM kills, and lowers pid 1's oom_score_adj where the host lets the
+// daemon (not HostConfig.OomScoreAdj: a dockerd without CAP_SYS_RESOURCE
+// would refuse to start the container).
+func (x *box) Started(ctx context.Context, sb *container.Sandbox) error {
+	x.oom, x.pid = x.rt.oomFile(ctx, x.cid)
+	x.rt.LowerInitOOM(x.pid, "dockerd's")
+	return nil
 }
 
-func (b *Sandbox) closedErr() error { return hostside.ClosedErr(b.id, b.done) }
-
-// Stats implements sandbox.Sandbox from the container stats API (one
-// sample, no waiting); OOM kills come from the container's memory cgroup,
-// which dockerd does not report.
-func (b *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
-	if err := b.closedErr(); err != nil {
-		return sandbox.Stats{}, err
-	}
-	res, err := b.rt.cli.ContainerStats(ctx, b.cid, client.ContainerStatsOptions{})
+// Stats reads the container stats API (one sample, no waiting); OOM kills
+// come from the container's memory cgroup, which dockerd does not report.
+func (x *box) Stats(ctx context.Context) (sandbox.Stats, error) {
+	res, err := x.rt.cli.ContainerStats(ctx, x.cid, client.ContainerStatsOptions{})
 	if err != nil {
-		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", b.id, err)
+		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", x.id, err)
 	}
 	defer res.Body.Close()
-	var s container.StatsResponse
+	var s ctr.StatsResponse
 	if err := json.NewDecoder(res.Body).Decode(&s); err != nil {
-		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", b.id, err)
+		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", x.id, err)
 	}
 	st := sandbox.Stats{
 		MemoryBytes:     int64(s.MemoryStats.Usage),
 		MemoryPeakBytes: int64(s.MemoryStats.MaxUsage),
 		CPUUsage:        time.Duration(s.CPUStats.CPUUsage.TotalUsage),
 		Pids:            int64(s.PidsStats.Current),
-		OOMKills:        b.oomKills(),
+		OOMKills:        x.OOMKills(),
 	}
 	if st.MemoryPeakBytes < st.MemoryBytes {
 		st.MemoryPeakBytes = st.MemoryBytes // cgroup v2 has no peak in the stats API
@@ -309,12 +179,12 @@ func (r *Runtime) oomFile(ctx context.Context, cid string) (string, int) {
 	return "", pid
 }
 
-// oomKills reads the container's OOM kill count.
-func (b *Sandbox) oomKills() int64 {
-	if b.oom == "" {
+// OOMKills reads the container's OOM kill count.
+func (x *box) OOMKills() int64 {
+	if x.oom == "" {
 		return 0
 	}
-	data, err := os.ReadFile(b.oom)
+	data, err := os.ReadFile(x.oom)
 	if err != nil {
 		return 0
 	}
@@ -327,32 +197,17 @@ func (b *Sandbox) oomKills() int64 {
 	return 0
 }
 
-// Destroy implements sandbox.Sandbox: the agent's connection closes (pid 1
-// exits, and every other process of the container with it), dockerd
-// removes the container with its cgroup, tmpfs mounts and anonymous
-// volumes, and the state directory goes last.
-func (b *Sandbox) Destroy(ctx context.Context) error {
-	b.destroyOnce.Do(func() {
-		b.closeListeners()
-		b.ctlMu.Lock()
-		if b.ctl != nil {
-			b.ctl.Close()
-		}
-		b.ctlMu.Unlock()
-		var errs []error
-		if err := b.rt.removeContainer(ctx, b.cid); err != nil {
+// Teardown has dockerd remove the container with its cgroup, tmpfs mounts
+// and anonymous volumes; the state directory goes last.
+func (x *box) Teardown(ctx context.Context) error {
+	var errs []error
+	if x.cid != "" {
+		if err := x.rt.removeContainer(ctx, x.cid); err != nil {
 			errs = append(errs, err)
 		}
-		if err := os.RemoveAll(b.st.dir); err != nil {
-			errs = append(errs, err)
-		}
-		if len(errs) > 0 {
-			b.destroyErr = fmt.Errorf("sandbox %s: %w", b.id, errors.Join(errs...))
-		}
-		b.markDone()
-		b.rt.mu.Lock()
-		delete(b.rt.boxes, b.id)
-		b.rt.mu.Unlock()
-	})
-	return b.destroyErr
+	}
+	if err := os.RemoveAll(x.st.dir); err != nil {
+		errs = append(errs, err)
+	}
+	return joinErrs(errs)
 }

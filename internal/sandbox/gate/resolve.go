@@ -10,12 +10,13 @@ import (
 	"strings"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"golang.org/x/sys/unix"
 )
 
 // Resolve finds, in the root v describes, every file the gate entries name
 // and every path that reaches each (see the package documentation). A
-// name is looked up in every directory of DefaultPATH and v.PATH outside
+// name is looked up in every directory of seal.DefaultPATH and v.PATH outside
 // the writable areas; an absolute entry is resolved as the sandbox would.
 // An entry that names nothing in this root gates nothing here. Errors wrap
 // sandbox.ErrUnsupported (the root and the policy do not fit: a name that
@@ -141,11 +142,11 @@ func Resolve(v View, entries []string) (_ *Plan, retErr error) {
 	return plan, nil
 }
 
-// pathDirs is DefaultPATH's directories and then extra's, each once,
+// pathDirs is seal.DefaultPATH's directories and then extra's, each once,
 // absolute and clean, outside the writable areas.
 func pathDirs(extra []string) []string {
 	var out []string
-	for _, d := range append(strings.Split(DefaultPATH, ":"), extra...) {
+	for _, d := range append(strings.Split(seal.DefaultPATH, ":"), extra...) {
 		if !path.IsAbs(d) {
 			continue // relative PATH entries name the working directory: the agent's
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,10 +25,6 @@ var opaqueAreas = []string{"/proc", "/dev", "/sys", sandbox.TmpDir, sandbox.Work
 // lies there is the agent's own.
 var writableAreas = []string{sandbox.TmpDir, sandbox.WorkspaceDir}
 
-// DefaultPATH is the PATH every backend gives commands; gated names are
-// looked up in every one of its directories (and in the Spec's own PATH).
-const DefaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 // multiCall are programs that are every applet at once: gating one under
 // another name would gate them all.
 var multiCall = []string{"busybox", "toybox"}
@@ -39,7 +36,7 @@ type View struct {
 	Root  []rootfs.Entry
 	Binds []Bind
 	// PATH lists more directories to look gated names up in, beyond
-	// DefaultPATH's (the Spec's own PATH).
+	// seal.DefaultPATH's (the Spec's own PATH).
 	PATH []string
 	// HostView says the root is the host-toolchain view, whose binds are
 	// the host's own directories: a name that dangles inside may then be
@@ -53,33 +50,15 @@ type Bind struct {
 	Inside, Host string
 }
 
-// SpecView plans the view of a validated spec exactly as every backend
-// builds its root: the same rootfs plan, the workspace directory and the
-// extra mounts.
-func SpecView(spec sandbox.Spec) (View, error) {
-	var entries []rootfs.Entry
-	var err error
-	switch spec.Root.Kind {
-	case sandbox.RootDirectory:
-		entries, err = rootfs.Directory(spec.Root.Path)
-	default:
-		entries, err = rootfs.HostView("/", spec.Hostname)
-	}
-	if err != nil {
-		return View{}, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
-	}
-	return ViewOf(entries, spec), nil
-}
-
-// ViewOf is SpecView for a backend that has planned the root's entries
-// already.
-func ViewOf(entries []rootfs.Entry, spec sandbox.Spec) View {
-	v := View{Root: entries, HostView: spec.Root.Kind == sandbox.RootHostView}
-	if spec.Workspace != "" {
-		v.Binds = append(v.Binds, Bind{Inside: sandbox.WorkspaceDir, Host: filepath.Clean(spec.Workspace)})
-	}
-	for _, m := range spec.Mounts {
-		v.Binds = append(v.Binds, Bind{Inside: m.Target, Host: m.Source})
+// ViewOf is the view of a validated spec whose seal is sl: the seal's
+// root and bind mounts (the workspace directory and the extra mounts), as
+// every backend builds them.
+func ViewOf(sl *seal.Seal, spec sandbox.Spec) View {
+	v := View{Root: sl.Root, HostView: spec.Root.Kind == sandbox.RootHostView}
+	for _, m := range sl.Mounts {
+		if m.Kind == seal.KindBind {
+			v.Binds = append(v.Binds, Bind{Inside: m.Target, Host: m.Source})
+		}
 	}
 	for _, kv := range spec.Env {
 		if p, ok := strings.CutPrefix(kv, "PATH="); ok {

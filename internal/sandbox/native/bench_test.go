@@ -16,6 +16,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 )
 
 // Benchmarks measure inside one long-lived process, as the daemon runs.
@@ -36,7 +37,7 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 // BenchmarkCreateToFirstExec: from Create to the first command's result
 // (`true`); teardown is outside the timer.
 func BenchmarkCreateToFirstExec(b *testing.B) {
-	benchCreateToFirstExec(b, runtimeFor(b), func() {})
+	benchCreateToFirstExec(b, sandboxtest.Native(b), func() {})
 }
 
 func benchCreateToFirstExec(b *testing.B, r *native.Runtime, beforeEach func()) {
@@ -67,7 +68,7 @@ func benchCreateToFirstExec(b *testing.B, r *native.Runtime, beforeEach func()) 
 
 // BenchmarkCreateExecDestroy: the whole life of a one-shot sandbox.
 func BenchmarkCreateExecDestroy(b *testing.B) {
-	r := runtimeFor(b)
+	r := sandboxtest.Native(b)
 	ctx := context.Background()
 	var ds []time.Duration
 	for i := 0; i < b.N; i++ {
@@ -91,7 +92,7 @@ func BenchmarkCreateExecDestroy(b *testing.B) {
 // result. "true" pays a fork and exec of a dynamic binary inside; the
 // probe's "noop" is a static binary.
 func BenchmarkExecRoundTrip(b *testing.B) {
-	box := newBox(b, sandbox.Spec{})
+	box := probeBox(b, sandbox.Spec{})
 	ctx := context.Background()
 	for _, argv := range [][]string{{"true"}, {"/probe"}} {
 		b.Run(filepath.Base(argv[0]), func(b *testing.B) {
@@ -99,7 +100,7 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 			req := sandbox.ExecRequest{Argv: argv, Env: []string{"IRONCLAW_PROBE=noop"}}
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
-				res, err := box.sb.Exec(ctx, req)
+				res, err := box.SB.Exec(ctx, req)
 				if err != nil || res.ExitCode != 0 {
 					b.Fatalf("exec: %v %+v", err, res)
 				}
@@ -113,7 +114,7 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 // BenchmarkIdleMemory: memory charged to each idle sandbox's cgroup, and
 // the resident size of its pid-1 agent.
 func BenchmarkIdleMemory(b *testing.B) {
-	r := runtimeFor(b)
+	r := sandboxtest.Native(b)
 	ctx := context.Background()
 	const n = 20
 	for i := 0; i < b.N; i++ {
@@ -162,7 +163,7 @@ func vmRSS(pid int) int64 {
 // BenchmarkHoldIdle holds -hold sandboxes at once, checks every one still
 // answers, tears them all down and checks nothing is left.
 func BenchmarkHoldIdle(b *testing.B) {
-	r := runtimeFor(b)
+	r := sandboxtest.Native(b)
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
 		before := cgroupCount(b)

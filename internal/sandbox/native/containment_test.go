@@ -14,24 +14,25 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 	"github.com/ironclaw/ironclaw/internal/testutil/int80"
 )
 
 // Every test here tries one way out of the sandbox and expects to fail.
 
 func TestEscapeNetwork(t *testing.T) {
-	b := newBox(t, sandbox.Spec{})
+	b := probeBox(t, sandbox.Spec{})
 
 	t.Run("only loopback", func(t *testing.T) {
-		o := b.sh(`tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '`)
-		if got := strings.Join(lines(o.stdout), ","); got != "lo" {
+		o := b.Sh(`tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '`)
+		if got := strings.Join(sandboxtest.Lines(o.Stdout), ","); got != "lo" {
 			t.Fatalf("interfaces = %q, want only lo", got)
 		}
 	})
 	t.Run("no DNS", func(t *testing.T) {
-		o := b.sh(`getent hosts example.com; echo "exit=$?"`)
-		if !strings.Contains(o.stdout, "exit=2") || strings.Contains(o.stdout, "example.com") {
-			t.Fatalf("getent resolved something: %q", o.stdout)
+		o := b.Sh(`getent hosts example.com; echo "exit=$?"`)
+		if !strings.Contains(o.Stdout, "exit=2") || strings.Contains(o.Stdout, "example.com") {
+			t.Fatalf("getent resolved something: %q", o.Stdout)
 		}
 	})
 	t.Run("no host loopback service", func(t *testing.T) {
@@ -47,9 +48,9 @@ func TestEscapeNetwork(t *testing.T) {
 				accepted <- struct{}{}
 			}
 		}()
-		o := b.probe("connect", "tcp", l.Addr().String())
-		if !strings.Contains(o.stdout, "error:") {
-			t.Fatalf("sandbox reached the host's %s: %q", l.Addr(), o.stdout)
+		o := probe(b, "connect", "tcp", l.Addr().String())
+		if !strings.Contains(o.Stdout, "error:") {
+			t.Fatalf("sandbox reached the host's %s: %q", l.Addr(), o.Stdout)
 		}
 		select {
 		case <-accepted:
@@ -59,9 +60,9 @@ func TestEscapeNetwork(t *testing.T) {
 	})
 	t.Run("no outside address", func(t *testing.T) {
 		// Only loopback exists, so any other address is unroutable.
-		o := b.probe("connect", "tcp", "10.255.255.1:80")
-		if !strings.Contains(o.stdout, "error:") {
-			t.Fatalf("connect to an outside address: %q", o.stdout)
+		o := probe(b, "connect", "tcp", "10.255.255.1:80")
+		if !strings.Contains(o.Stdout, "error:") {
+			t.Fatalf("connect to an outside address: %q", o.Stdout)
 		}
 	})
 	t.Run("no host abstract unix socket", func(t *testing.T) {
@@ -71,24 +72,24 @@ func TestEscapeNetwork(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		o := b.probe("connect", "unix", name)
-		if !strings.Contains(o.stdout, "error:") {
-			t.Fatalf("sandbox reached the host's abstract socket: %q", o.stdout)
+		o := probe(b, "connect", "unix", name)
+		if !strings.Contains(o.Stdout, "error:") {
+			t.Fatalf("sandbox reached the host's abstract socket: %q", o.Stdout)
 		}
 	})
 	t.Run("loopback TCP ports closed unless listed", func(t *testing.T) {
-		o := b.probe("listen", "tcp4", "127.0.0.1:8080")
-		if !strings.Contains(o.stdout, "error:") {
-			t.Fatalf("bind to an unlisted port: %q", o.stdout)
+		o := probe(b, "listen", "tcp4", "127.0.0.1:8080")
+		if !strings.Contains(o.Stdout, "error:") {
+			t.Fatalf("bind to an unlisted port: %q", o.Stdout)
 		}
-		o = b.probe("mptcp")
-		if !strings.Contains(o.stdout, "EPROTONOSUPPORT") {
-			t.Fatalf("MPTCP socket (would bypass landlock's TCP rules): %q", o.stdout)
+		o = probe(b, "mptcp")
+		if !strings.Contains(o.Stdout, "EPROTONOSUPPORT") {
+			t.Fatalf("MPTCP socket (would bypass landlock's TCP rules): %q", o.Stdout)
 		}
 	})
 	t.Run("exposed port reaches the daemon and nothing else", func(t *testing.T) {
-		eb := newBox(t, sandbox.Spec{Network: sandbox.Network{ExposedTCP: []uint16{4000}}})
-		l, ok := eb.sb.(*native.Sandbox).Listener(4000)
+		eb := probeBox(t, sandbox.Spec{Network: sandbox.Network{ExposedTCP: []uint16{4000}}})
+		l, ok := eb.SB.(*native.Sandbox).Listener(4000)
 		if !ok {
 			t.Fatal("no listener for the exposed port")
 		}
@@ -97,9 +98,9 @@ func TestEscapeNetwork(t *testing.T) {
 		})}
 		go srv.Serve(l)
 		defer srv.Close()
-		o := eb.sh(`wget -qO- http://127.0.0.1:4000/; echo; wget -qO- -t 1 -T 2 http://127.0.0.1:4001/ 2>&1 || echo refused`)
-		if !strings.Contains(o.stdout, "served by the daemon") || !strings.Contains(o.stdout, "refused") {
-			t.Fatalf("inside: %q", o.stdout)
+		o := eb.Sh(`wget -qO- http://127.0.0.1:4000/; echo; wget -qO- -t 1 -T 2 http://127.0.0.1:4001/ 2>&1 || echo refused`)
+		if !strings.Contains(o.Stdout, "served by the daemon") || !strings.Contains(o.Stdout, "refused") {
+			t.Fatalf("inside: %q", o.Stdout)
 		}
 		// The port lives on the sandbox's loopback, not the host's.
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:4000", time.Second); err == nil {
@@ -108,10 +109,10 @@ func TestEscapeNetwork(t *testing.T) {
 		}
 	})
 	t.Run("listed loopback port works", func(t *testing.T) {
-		lb := newBox(t, sandbox.Spec{Network: sandbox.Network{LoopbackTCP: []uint16{8080}}})
-		o := lb.probe("listen", "tcp4", "127.0.0.1:8080")
-		if !strings.Contains(o.stdout, "listening") {
-			t.Fatalf("bind to a listed port failed: %q %v", o.stdout+o.stderr, o.err)
+		lb := probeBox(t, sandbox.Spec{Network: sandbox.Network{LoopbackTCP: []uint16{8080}}})
+		o := probe(lb, "listen", "tcp4", "127.0.0.1:8080")
+		if !strings.Contains(o.Stdout, "listening") {
+			t.Fatalf("bind to a listed port failed: %q %v", o.Stdout+o.Stderr, o.Err)
 		}
 	})
 }
@@ -122,57 +123,57 @@ func TestEscapeHostFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(marker) })
-	b := newBox(t, sandbox.Spec{})
+	b := probeBox(t, sandbox.Spec{})
 
 	t.Run("host marker invisible", func(t *testing.T) {
-		o := b.sh(fmt.Sprintf(`cat %s 2>/dev/null; find / -path /proc -prune -o -name 'ironclaw-marker-*' -print 2>/dev/null`, marker))
-		if strings.Contains(o.stdout, "host secret") || strings.Contains(o.stdout, "marker") {
-			t.Fatalf("host marker visible: %q", o.stdout)
+		o := b.Sh(fmt.Sprintf(`cat %s 2>/dev/null; find / -path /proc -prune -o -name 'ironclaw-marker-*' -print 2>/dev/null`, marker))
+		if strings.Contains(o.Stdout, "host secret") || strings.Contains(o.Stdout, "marker") {
+			t.Fatalf("host marker visible: %q", o.Stdout)
 		}
 	})
 	t.Run("top level is the sandbox's own", func(t *testing.T) {
-		o := b.sh(`ls -A /`)
-		got := strings.Join(lines(o.stdout), " ")
+		o := b.Sh(`ls -A /`)
+		got := strings.Join(sandboxtest.Lines(o.Stdout), " ")
 		for _, name := range []string{"home", "root", "var", "run", "srv", "opt", "mnt", "media", "boot"} {
 			if strings.Contains(" "+got+" ", " "+name+" ") {
 				t.Errorf("/%s exists inside: ls / = %q", name, got)
 			}
 		}
 		// /sys holds the sandbox's own cgroup view and nothing else.
-		if o := b.sh(`find /sys -maxdepth 2 | sort | tr '\n' ' '`); o.stdout != "/sys /sys/fs /sys/fs/cgroup " {
-			t.Errorf("/sys inside: %q", o.stdout)
+		if o := b.Sh(`find /sys -maxdepth 2 | sort | tr '\n' ' '`); o.Stdout != "/sys /sys/fs /sys/fs/cgroup " {
+			t.Errorf("/sys inside: %q", o.Stdout)
 		}
 	})
 	t.Run("no docker socket or sockets at all", func(t *testing.T) {
-		o := b.sh(`for p in /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock; do test -e $p && echo "found $p"; done; find / -xdev -type s 2>/dev/null; echo done`)
-		if strings.TrimSpace(o.stdout) != "done" {
-			t.Fatalf("sockets visible: %q", o.stdout)
+		o := b.Sh(`for p in /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock; do test -e $p && echo "found $p"; done; find / -xdev -type s 2>/dev/null; echo done`)
+		if strings.TrimSpace(o.Stdout) != "done" {
+			t.Fatalf("sockets visible: %q", o.Stdout)
 		}
 	})
 	t.Run("synthetic etc", func(t *testing.T) {
-		o := b.sh(`ls /etc | tr '\n' ' '; grep -c . /etc/passwd`)
-		if strings.Contains(o.stdout, "shadow") || strings.Contains(o.stdout, "ssh") || !strings.Contains(o.stdout, "passwd") {
-			t.Fatalf("/etc is not synthetic: %q", o.stdout)
+		o := b.Sh(`ls /etc | tr '\n' ' '; grep -c . /etc/passwd`)
+		if strings.Contains(o.Stdout, "shadow") || strings.Contains(o.Stdout, "ssh") || !strings.Contains(o.Stdout, "passwd") {
+			t.Fatalf("/etc is not synthetic: %q", o.Stdout)
 		}
 		host, _ := os.ReadFile("/etc/passwd")
-		inner := b.sh(`cat /etc/passwd`).stdout
+		inner := b.Sh(`cat /etc/passwd`).Stdout
 		if string(host) == inner {
 			t.Fatal("/etc/passwd is the host's")
 		}
 	})
 	t.Run("root is read-only", func(t *testing.T) {
-		o := b.sh(`for p in /x /usr/x /etc/x /bin/x /dev/x; do touch $p 2>/dev/null && echo "wrote $p"; done; echo done`)
-		if strings.TrimSpace(o.stdout) != "done" {
-			t.Fatalf("wrote outside /workspace and /tmp: %q", o.stdout)
+		o := b.Sh(`for p in /x /usr/x /etc/x /bin/x /dev/x; do touch $p 2>/dev/null && echo "wrote $p"; done; echo done`)
+		if strings.TrimSpace(o.Stdout) != "done" {
+			t.Fatalf("wrote outside /workspace and /tmp: %q", o.Stdout)
 		}
 	})
 	t.Run("kernel files masked", func(t *testing.T) {
-		o := b.sh(`for f in kcore keys timer_list sched_debug kallsyms kmsg config.gz slabinfo; do [ -e /proc/$f ] && echo "$f $(cat /proc/$f 2>/dev/null | wc -c)"; done; echo 1 > /proc/sys/kernel/domainname 2>/dev/null && echo wrote-sysctl; echo 1 > /proc/sysrq-trigger 2>/dev/null && echo wrote-sysrq; echo done`)
-		if strings.Contains(o.stdout, "wrote-") || !strings.Contains(o.stdout, "done") {
-			t.Fatalf("kernel files writable: %q", o.stdout)
+		o := b.Sh(`for f in kcore keys timer_list sched_debug kallsyms kmsg config.gz slabinfo; do [ -e /proc/$f ] && echo "$f $(cat /proc/$f 2>/dev/null | wc -c)"; done; echo 1 > /proc/sys/kernel/domainname 2>/dev/null && echo wrote-sysctl; echo 1 > /proc/sysrq-trigger 2>/dev/null && echo wrote-sysrq; echo done`)
+		if strings.Contains(o.Stdout, "wrote-") || !strings.Contains(o.Stdout, "done") {
+			t.Fatalf("kernel files writable: %q", o.Stdout)
 		}
 		checked := 0
-		for _, l := range lines(o.stdout) {
+		for _, l := range sandboxtest.Lines(o.Stdout) {
 			if name, n, ok := strings.Cut(l, " "); ok {
 				checked++
 				if n != "0" {
@@ -181,65 +182,65 @@ func TestEscapeHostFiles(t *testing.T) {
 			}
 		}
 		if checked < 3 {
-			t.Fatalf("only %d masked files checked: %q", checked, o.stdout)
+			t.Fatalf("only %d masked files checked: %q", checked, o.Stdout)
 		}
 	})
 }
 
 func TestEscapePrivilege(t *testing.T) {
-	b := newBox(t, sandbox.Spec{})
+	b := probeBox(t, sandbox.Spec{})
 
 	t.Run("identity and capabilities", func(t *testing.T) {
-		o := b.sh(`id -u; id -g; id -G; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t' ' '`)
+		o := b.Sh(`id -u; id -g; id -G; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t' ' '`)
 		want := "65532\n65532\n65532\nCapInh: 0000000000000000\nCapPrm: 0000000000000000\nCapEff: 0000000000000000\nCapBnd: 0000000000000000\nCapAmb: 0000000000000000\nNoNewPrivs: 1\nSeccomp: 2"
-		if strings.TrimSpace(o.stdout) != want {
-			t.Fatalf("got\n%s\nwant\n%s", o.stdout, want)
+		if strings.TrimSpace(o.Stdout) != want {
+			t.Fatalf("got\n%s\nwant\n%s", o.Stdout, want)
 		}
 	})
 	t.Run("host uid is unprivileged", func(t *testing.T) {
-		o := b.sh(`cat /proc/self/uid_map /proc/self/gid_map`)
-		for _, l := range lines(o.stdout) {
+		o := b.Sh(`cat /proc/self/uid_map /proc/self/gid_map`)
+		for _, l := range sandboxtest.Lines(o.Stdout) {
 			f := strings.Fields(l)
 			if len(f) == 3 && f[1] == "0" {
-				t.Fatalf("sandbox maps to host root: %q", o.stdout)
+				t.Fatalf("sandbox maps to host root: %q", o.Stdout)
 			}
 		}
 	})
 	t.Run("setuid binaries are useless", func(t *testing.T) {
-		o := b.sh(`ls -l /usr/bin/su; su root -c 'id -u' </dev/null; echo "su=$?"; grep ' /usr ' /proc/self/mountinfo`)
-		if strings.Contains(o.stdout, "\n0\n") || !strings.Contains(o.stdout, "nosuid") {
-			t.Fatalf("setuid: %q", o.stdout+o.stderr)
+		o := b.Sh(`ls -l /usr/bin/su; su root -c 'id -u' </dev/null; echo "su=$?"; grep ' /usr ' /proc/self/mountinfo`)
+		if strings.Contains(o.Stdout, "\n0\n") || !strings.Contains(o.Stdout, "nosuid") {
+			t.Fatalf("setuid: %q", o.Stdout+o.Stderr)
 		}
 	})
 	t.Run("no new user namespaces", func(t *testing.T) {
-		o := b.probe("userns")
-		if strings.TrimSpace(o.stdout) != "unshare EPERM\nclone EPERM" {
-			t.Fatalf("userns: %q", o.stdout)
+		o := probe(b, "userns")
+		if strings.TrimSpace(o.Stdout) != "unshare EPERM\nclone EPERM" {
+			t.Fatalf("userns: %q", o.Stdout)
 		}
-		o = b.sh(`unshare -Ur id 2>&1; echo "exit=$?"`)
-		if strings.Contains(o.stdout, "uid=0") {
-			t.Fatalf("unshare -Ur became root: %q", o.stdout)
+		o = b.Sh(`unshare -Ur id 2>&1; echo "exit=$?"`)
+		if strings.Contains(o.Stdout, "uid=0") {
+			t.Fatalf("unshare -Ur became root: %q", o.Stdout)
 		}
 	})
 	t.Run("init survives signals from inside", func(t *testing.T) {
-		b.probe("signal-init")
-		o := b.sh(`echo alive`)
-		if strings.TrimSpace(o.stdout) != "alive" {
-			t.Fatalf("sandbox died after signalling pid 1: %q %v", o.stdout, o.err)
+		probe(b, "signal-init")
+		o := b.Sh(`echo alive`)
+		if strings.TrimSpace(o.Stdout) != "alive" {
+			t.Fatalf("sandbox died after signalling pid 1: %q %v", o.Stdout, o.Err)
 		}
 	})
 	t.Run("init's environment and memory unreadable", func(t *testing.T) {
-		o := b.sh(`cat /proc/1/environ 2>&1; ls /proc/1/fd 2>&1; head -c1 /proc/1/mem 2>&1; echo done`)
-		if !strings.Contains(o.stdout, "Permission denied") || strings.Contains(o.stdout, "GOMAXPROCS") {
-			t.Fatalf("pid 1 is readable: %q", o.stdout)
+		o := b.Sh(`cat /proc/1/environ 2>&1; ls /proc/1/fd 2>&1; head -c1 /proc/1/mem 2>&1; echo done`)
+		if !strings.Contains(o.Stdout, "Permission denied") || strings.Contains(o.Stdout, "GOMAXPROCS") {
+			t.Fatalf("pid 1 is readable: %q", o.Stdout)
 		}
 	})
 }
 
 func TestEscapeSyscalls(t *testing.T) {
-	b := newBox(t, sandbox.Spec{})
-	o := b.probe("syscalls")
-	for _, l := range lines(o.stdout) {
+	b := probeBox(t, sandbox.Spec{})
+	o := probe(b, "syscalls")
+	for _, l := range sandboxtest.Lines(o.Stdout) {
 		name, errno, _ := strings.Cut(l, " ")
 		want := "EPERM"
 		if name == "clone3" {
@@ -249,34 +250,34 @@ func TestEscapeSyscalls(t *testing.T) {
 			t.Errorf("%s: %s, want %s", name, errno, want)
 		}
 	}
-	if n := len(lines(o.stdout)); n < 40 {
-		t.Fatalf("only %d syscalls probed: %q", n, o.stdout)
+	if n := len(sandboxtest.Lines(o.Stdout)); n < 40 {
+		t.Fatalf("only %d syscalls probed: %q", n, o.Stdout)
 	}
 	t.Run("int 0x80 is killed", func(t *testing.T) {
 		if !int80.HasInt80 {
 			t.Skip("int $0x80 exists on amd64 only")
 		}
-		o := b.probe("int80")
-		if o.res.Signal != int(syscall.SIGSYS) || strings.Contains(o.stdout, "survived") {
-			t.Fatalf("i386 keyctl: signal %d, out %q", o.res.Signal, o.stdout)
+		o := probe(b, "int80")
+		if o.Res.Signal != int(syscall.SIGSYS) || strings.Contains(o.Stdout, "survived") {
+			t.Fatalf("i386 keyctl: signal %d, out %q", o.Res.Signal, o.Stdout)
 		}
 	})
 	t.Run("x32 is killed", func(t *testing.T) {
-		o := b.probe("x32")
-		if o.res.Signal != int(syscall.SIGSYS) {
-			t.Fatalf("x32 getpid: signal %d, out %q", o.res.Signal, o.stdout)
+		o := probe(b, "x32")
+		if o.Res.Signal != int(syscall.SIGSYS) {
+			t.Fatalf("x32 getpid: signal %d, out %q", o.Res.Signal, o.Stdout)
 		}
 	})
 }
 
 func TestEscapeResources(t *testing.T) {
 	t.Run("fork bomb capped", func(t *testing.T) {
-		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{Pids: 32}})
-		o := b.sh(`i=0; while [ $i -lt 200 ]; do sleep 2 & i=$((i+1)); done 2>&1 | head -1; wait; echo finished`)
-		if !strings.Contains(o.stdout+o.stderr, "fork") && !strings.Contains(o.stdout+o.stderr, "Resource temporarily unavailable") {
-			t.Fatalf("200 processes started under pids=32: %q", o.stdout+o.stderr)
+		b := probeBox(t, sandbox.Spec{Limits: sandbox.Limits{Pids: 32}})
+		o := b.Sh(`i=0; while [ $i -lt 200 ]; do sleep 2 & i=$((i+1)); done 2>&1 | head -1; wait; echo finished`)
+		if !strings.Contains(o.Stdout+o.Stderr, "fork") && !strings.Contains(o.Stdout+o.Stderr, "Resource temporarily unavailable") {
+			t.Fatalf("200 processes started under pids=32: %q", o.Stdout+o.Stderr)
 		}
-		st, err := b.sb.Stats(context.Background())
+		st, err := b.SB.Stats(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,25 +285,25 @@ func TestEscapeResources(t *testing.T) {
 		if st.Pids > 32+sandbox.InitPidsReserve {
 			t.Fatalf("pids %d > 32 + %d", st.Pids, sandbox.InitPidsReserve)
 		}
-		if o := b.sh(`echo alive`); strings.TrimSpace(o.stdout) != "alive" {
+		if o := b.Sh(`echo alive`); strings.TrimSpace(o.Stdout) != "alive" {
 			t.Fatal("sandbox unusable after the fork bomb")
 		}
 	})
 	t.Run("memory hog killed", func(t *testing.T) {
-		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20}})
-		o := b.probe("alloc", "512")
-		if o.res.ExitCode != 137 || !o.res.OOMKilled || strings.Contains(o.stdout, "allocated") {
-			t.Fatalf("512MiB under a 64MiB limit: %+v %q", o.res, o.stdout)
+		b := probeBox(t, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20}})
+		o := probe(b, "alloc", "512")
+		if o.Res.ExitCode != 137 || !o.Res.OOMKilled || strings.Contains(o.Stdout, "allocated") {
+			t.Fatalf("512MiB under a 64MiB limit: %+v %q", o.Res, o.Stdout)
 		}
-		if o := b.sh(`echo alive`); strings.TrimSpace(o.stdout) != "alive" {
+		if o := b.Sh(`echo alive`); strings.TrimSpace(o.Stdout) != "alive" {
 			t.Fatal("sandbox unusable after the OOM kill")
 		}
 	})
 	t.Run("cpu throttled", func(t *testing.T) {
-		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{CPUs: 0.2}})
-		before, _ := b.sb.Stats(context.Background())
-		b.sh(`timeout 2 sh -c 'while :; do :; done'; true`)
-		after, _ := b.sb.Stats(context.Background())
+		b := probeBox(t, sandbox.Spec{Limits: sandbox.Limits{CPUs: 0.2}})
+		before, _ := b.SB.Stats(context.Background())
+		b.Sh(`timeout 2 sh -c 'while :; do :; done'; true`)
+		after, _ := b.SB.Stats(context.Background())
 		used := after.CPUUsage - before.CPUUsage
 		if used > 1100*time.Millisecond || used <= 0 {
 			t.Fatalf("busy loop for 2s under cpus=0.2 used %v of CPU", used)
@@ -310,33 +311,33 @@ func TestEscapeResources(t *testing.T) {
 		t.Logf("2s busy loop under cpus=0.2 used %v of CPU", used)
 	})
 	t.Run("output flood truncated", func(t *testing.T) {
-		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{OutputBytes: 64 << 10}})
-		o := b.sh(`head -c 10000000 /dev/zero; echo tail >&2`)
-		if !o.res.Truncated || len(o.stdout)+len(o.stderr) != 64<<10 || o.res.StdoutBytes != 10000000 || o.res.ExitCode != 0 {
-			t.Fatalf("truncated=%v kept=%d produced=%d exit=%d", o.res.Truncated, len(o.stdout)+len(o.stderr), o.res.StdoutBytes, o.res.ExitCode)
+		b := probeBox(t, sandbox.Spec{Limits: sandbox.Limits{OutputBytes: 64 << 10}})
+		o := b.Sh(`head -c 10000000 /dev/zero; echo tail >&2`)
+		if !o.Res.Truncated || len(o.Stdout)+len(o.Stderr) != 64<<10 || o.Res.StdoutBytes != 10000000 || o.Res.ExitCode != 0 {
+			t.Fatalf("truncated=%v kept=%d produced=%d exit=%d", o.Res.Truncated, len(o.Stdout)+len(o.Stderr), o.Res.StdoutBytes, o.Res.ExitCode)
 		}
 	})
 	t.Run("disk fill bounded", func(t *testing.T) {
-		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{WorkspaceBytes: 8 << 20, TmpBytes: 8 << 20}})
-		o := b.sh(`dd if=/dev/zero of=/workspace/f bs=1M count=64 2>&1 | grep -c 'No space'; dd if=/dev/zero of=/tmp/f bs=1M count=64 2>&1 | grep -c 'No space'; du -sk /workspace/f /tmp/f`)
-		l := lines(o.stdout)
+		b := probeBox(t, sandbox.Spec{Limits: sandbox.Limits{WorkspaceBytes: 8 << 20, TmpBytes: 8 << 20}})
+		o := b.Sh(`dd if=/dev/zero of=/workspace/f bs=1M count=64 2>&1 | grep -c 'No space'; dd if=/dev/zero of=/tmp/f bs=1M count=64 2>&1 | grep -c 'No space'; du -sk /workspace/f /tmp/f`)
+		l := sandboxtest.Lines(o.Stdout)
 		if len(l) < 2 || l[0] != "1" || l[1] != "1" {
-			t.Fatalf("disk fill: %q", o.stdout)
+			t.Fatalf("disk fill: %q", o.Stdout)
 		}
 	})
 	t.Run("wall time enforced", func(t *testing.T) {
-		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{Timeout: 500 * time.Millisecond}})
+		b := probeBox(t, sandbox.Spec{Limits: sandbox.Limits{Timeout: 500 * time.Millisecond}})
 		start := time.Now()
-		o := b.sh(`sleep 30`)
-		if !o.res.TimedOut || o.res.ExitCode != 137 || time.Since(start) > 5*time.Second {
-			t.Fatalf("sleep 30 under a 500ms limit: %+v after %v", o.res, time.Since(start))
+		o := b.Sh(`sleep 30`)
+		if !o.Res.TimedOut || o.Res.ExitCode != 137 || time.Since(start) > 5*time.Second {
+			t.Fatalf("sleep 30 under a 500ms limit: %+v after %v", o.Res, time.Since(start))
 		}
 	})
 	t.Run("open files", func(t *testing.T) {
-		b := newBox(t, sandbox.Spec{Limits: sandbox.Limits{OpenFiles: 64}})
-		o := b.sh(`ulimit -n; ulimit -Hn`)
-		if strings.Join(lines(o.stdout), " ") != "64 64" {
-			t.Fatalf("ulimit -n: %q", o.stdout)
+		b := probeBox(t, sandbox.Spec{Limits: sandbox.Limits{OpenFiles: 64}})
+		o := b.Sh(`ulimit -n; ulimit -Hn`)
+		if strings.Join(sandboxtest.Lines(o.Stdout), " ") != "64 64" {
+			t.Fatalf("ulimit -n: %q", o.Stdout)
 		}
 	})
 }
@@ -345,13 +346,13 @@ func TestEscapeSecrets(t *testing.T) {
 	const secret = "sk-ironclaw-test-SECRET-4c8f2a"
 	t.Setenv("OPENAI_API_KEY", secret)
 	t.Setenv("IRONCLAW_OPERATOR_TOKEN", secret)
-	b := newBox(t, sandbox.Spec{})
-	o := b.sh(`env; cat /proc/*/environ 2>/dev/null; grep -rl ` + secret + ` / --exclude-dir=proc 2>/dev/null; echo done`)
-	if strings.Contains(o.stdout, secret) || strings.Contains(o.stdout, "OPENAI_API_KEY") {
-		t.Fatalf("secret visible inside: %q", o.stdout)
+	b := probeBox(t, sandbox.Spec{})
+	o := b.Sh(`env; cat /proc/*/environ 2>/dev/null; grep -rl ` + secret + ` / --exclude-dir=proc 2>/dev/null; echo done`)
+	if strings.Contains(o.Stdout, secret) || strings.Contains(o.Stdout, "OPENAI_API_KEY") {
+		t.Fatalf("secret visible inside: %q", o.Stdout)
 	}
-	if !strings.Contains(o.stdout, "HOME=/workspace") {
-		t.Fatalf("unexpected environment: %q", o.stdout)
+	if !strings.Contains(o.Stdout, "HOME=/workspace") {
+		t.Fatalf("unexpected environment: %q", o.Stdout)
 	}
 }
 
@@ -365,10 +366,10 @@ func TestEscapeFDs(t *testing.T) {
 	if _, err := syscall.Dup(int(f.Fd())); err != nil { // a plain dup has no close-on-exec
 		t.Fatal(err)
 	}
-	b := newBox(t, sandbox.Spec{})
-	o := b.probe("fds")
+	b := probeBox(t, sandbox.Spec{})
+	o := probe(b, "fds")
 	var fds []string
-	for _, l := range lines(o.stdout) {
+	for _, l := range sandboxtest.Lines(o.Stdout) {
 		f := strings.Fields(l)
 		if len(f) > 1 && strings.HasPrefix(f[1], "/sys/fs/cgroup/cpu") {
 			continue // the Go runtime of the probe itself reads its CPU limit there
@@ -376,36 +377,36 @@ func TestEscapeFDs(t *testing.T) {
 		fds = append(fds, f[0])
 	}
 	if strings.Join(fds, ",") != "0,1,2" {
-		t.Fatalf("command holds descriptors %q", o.stdout)
+		t.Fatalf("command holds descriptors %q", o.Stdout)
 	}
 }
 
 func TestEscapeTerminal(t *testing.T) {
-	b := newBox(t, sandbox.Spec{})
+	b := probeBox(t, sandbox.Spec{})
 	t.Run("no terminal without tty", func(t *testing.T) {
-		o := b.sh(`test -t 0 || echo not-a-tty; test -t 1 || echo not-a-tty`)
-		if strings.Count(o.stdout, "not-a-tty") != 2 {
-			t.Fatalf("stdio is a terminal: %q", o.stdout)
+		o := b.Sh(`test -t 0 || echo not-a-tty; test -t 1 || echo not-a-tty`)
+		if strings.Count(o.Stdout, "not-a-tty") != 2 {
+			t.Fatalf("stdio is a terminal: %q", o.Stdout)
 		}
 	})
 	t.Run("TIOCSTI denied on its own terminal", func(t *testing.T) {
-		o := b.exec(sandbox.ExecRequest{Argv: []string{"/probe"}, Env: []string{"IRONCLAW_PROBE=tiocsti"}, TTY: true})
-		if o.err != nil || !strings.Contains(o.stdout, "TIOCSTI EPERM") {
-			t.Fatalf("TIOCSTI: %q %v", o.stdout, o.err)
+		o := b.Exec(sandbox.ExecRequest{Argv: []string{"/probe"}, Env: []string{"IRONCLAW_PROBE=tiocsti"}, TTY: true})
+		if o.Err != nil || !strings.Contains(o.Stdout, "TIOCSTI EPERM") {
+			t.Fatalf("TIOCSTI: %q %v", o.Stdout, o.Err)
 		}
 	})
 }
 
 func TestEscapeOtherSandboxes(t *testing.T) {
-	a := newBox(t, sandbox.Spec{})
-	b := newBox(t, sandbox.Spec{})
-	a.sh(`echo a-secret > /workspace/a.txt; echo a-secret > /tmp/a.txt`)
-	done := make(chan execOut, 1)
-	go func() { done <- a.exec(sandbox.ExecRequest{Argv: []string{"sleep", "3"}}) }()
+	a := probeBox(t, sandbox.Spec{})
+	b := probeBox(t, sandbox.Spec{})
+	a.Sh(`echo a-secret > /workspace/a.txt; echo a-secret > /tmp/a.txt`)
+	done := make(chan sandboxtest.Output, 1)
+	go func() { done <- a.Exec(sandbox.ExecRequest{Argv: []string{"sleep", "3"}}) }()
 	time.Sleep(200 * time.Millisecond)
-	o := b.sh(`ls -A /workspace /tmp; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' '; echo; ls /proc | grep -cE '^[0-9]+$'`)
-	if strings.Contains(o.stdout, "a.txt") || strings.Contains(o.stdout, "sleep") {
-		t.Fatalf("sandbox b sees a: %q", o.stdout)
+	o := b.Sh(`ls -A /workspace /tmp; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' '; echo; ls /proc | grep -cE '^[0-9]+$'`)
+	if strings.Contains(o.Stdout, "a.txt") || strings.Contains(o.Stdout, "sleep") {
+		t.Fatalf("sandbox b sees a: %q", o.Stdout)
 	}
 	<-done
 }

@@ -8,15 +8,14 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
-	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,11 +82,13 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	}
 	defer errW.Close()
 
-	sys := &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		Pdeathsig: syscall.SIGKILL,
+	flags, err := cloneFlags(&cfg.Seal)
+	if err != nil {
+		conn.Close()
+		errR.Close()
+		return nil, err
 	}
+	sys := &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
 	if r.rootless {
 		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandbox.UID, HostID: os.Getuid(), Size: 1}}
 		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandbox.GID, HostID: os.Getgid(), Size: 1}}
@@ -227,48 +228,53 @@ func (b *Sandbox) awaitReady(ctx context.Context) error {
 	}
 }
 
-// initConfig turns a validated spec into the child's Config.
+// initConfig turns a validated spec into the child's Config: its seal,
+// and what only the native init does.
 func (r *Runtime) initConfig(spec sandbox.Spec) (*wire.Config, error) {
-	var entries []rootfs.Entry
-	var err error
-	switch spec.Root.Kind {
-	case sandbox.RootDirectory:
-		entries, err = rootfs.Directory(spec.Root.Path)
-	default:
-		entries, err = rootfs.HostView("/", spec.Hostname)
-	}
+	s, err := seal.New(spec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
+		return nil, err
 	}
 	cfg := &wire.Config{
+		Seal:            *s,
 		Cgroup:          viewOf(r.cg.View()),
 		CPUs:            r.cpus.Pick(spec.Limits.CPUs),
-		Root:            entries,
-		Hostname:        spec.Hostname,
-		WorkspaceBytes:  spec.Limits.WorkspaceBytes,
-		TmpBytes:        spec.Limits.TmpBytes,
-		OpenFiles:       spec.Limits.OpenFiles,
-		ConnectTCP:      spec.Network.ExposedTCP,
-		BindTCP:         spec.Network.LoopbackTCP,
+		Listen:          spec.Network.ExposedTCP,
 		RequireLandlock: r.opts.RequireLandlock,
-	}
-	if spec.Workspace != "" {
-		if err := requireDir(spec.Workspace, "workspace"); err != nil {
-			return nil, err
-		}
-		cfg.WorkspaceDir = true
-		cfg.Mounts = append(cfg.Mounts, wire.Mount{Source: filepath.Clean(spec.Workspace), Target: sandbox.WorkspaceDir})
-	}
-	for _, m := range spec.Mounts {
-		if _, err := os.Stat(m.Source); err != nil {
-			return nil, fmt.Errorf("%w: mount source: %v", sandbox.ErrInvalidSpec, err)
-		}
-		cfg.Mounts = append(cfg.Mounts, wire.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
 	if err := gateConfig(spec, cfg); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// cloneFlags are the namespaces of a seal as clone flags; the cgroup
+// namespace is made apart (see createCold), after the cgroup placement.
+func cloneFlags(s *seal.Seal) (uintptr, error) {
+	var flags uintptr
+	for _, ns := range s.Namespaces {
+		switch ns {
+		case seal.NSUser:
+			flags |= syscall.CLONE_NEWUSER
+		case seal.NSPID:
+			flags |= syscall.CLONE_NEWPID
+		case seal.NSMount:
+			flags |= syscall.CLONE_NEWNS
+		case seal.NSNetwork:
+			flags |= syscall.CLONE_NEWNET
+		case seal.NSIPC:
+			flags |= syscall.CLONE_NEWIPC
+		case seal.NSUTS:
+			flags |= syscall.CLONE_NEWUTS
+		case seal.NSCgroup:
+		default:
+			return 0, fmt.Errorf("%w: the native backend cannot make a %s namespace", sandbox.ErrUnsupported, ns)
+		}
+	}
+	if flags&syscall.CLONE_NEWUSER == 0 || !s.Has(seal.NSCgroup) {
+		return 0, fmt.Errorf("%w: the native backend needs user and cgroup namespaces", sandbox.ErrUnsupported)
+	}
+	return flags, nil
 }
 
 // openTrees clones each host source as a detached mount tree (open_tree),
@@ -288,10 +294,10 @@ func (r *Runtime) openTrees(cfg *wire.Config) []*os.File {
 			paths = append(paths, p)
 		}
 	}
-	for _, e := range cfg.Root {
+	for _, e := range cfg.Seal.Root {
 		add(e.Source)
 	}
-	for _, m := range cfg.Mounts {
+	for _, m := range cfg.Seal.Mounts {
 		add(m.Source)
 	}
 	var files []*os.File
@@ -315,17 +321,6 @@ func hostErr(what string, err error) error {
 		return herr
 	}
 	return fmt.Errorf("%s: %w", what, err)
-}
-
-func requireDir(p, what string) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %v", sandbox.ErrInvalidSpec, what, err)
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, p)
-	}
-	return nil
 }
 
 // logInit forwards what the init writes to stderr (a Go panic, a refusal)

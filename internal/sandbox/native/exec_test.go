@@ -17,13 +17,14 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 	"github.com/ironclaw/ironclaw/internal/testutil/selfcopy"
 )
 
 func TestExecBehaviour(t *testing.T) {
-	b := newBox(t, sandbox.Spec{Env: []string{"FROM_SPEC=1"}})
+	b := probeBox(t, sandbox.Spec{Env: []string{"FROM_SPEC=1"}})
 	tests := []struct {
 		name     string
 		req      sandbox.ExecRequest
@@ -51,35 +52,35 @@ func TestExecBehaviour(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := b.exec(tc.req)
+			o := b.Exec(tc.req)
 			if tc.errIs != nil {
-				if !errors.Is(o.err, tc.errIs) {
-					t.Fatalf("err = %v, want %v", o.err, tc.errIs)
+				if !errors.Is(o.Err, tc.errIs) {
+					t.Fatalf("err = %v, want %v", o.Err, tc.errIs)
 				}
-			} else if o.err != nil {
-				t.Fatalf("err = %v", o.err)
+			} else if o.Err != nil {
+				t.Fatalf("err = %v", o.Err)
 			}
-			if o.res.ExitCode != tc.exit {
-				t.Errorf("exit = %d, want %d (stderr %q)", o.res.ExitCode, tc.exit, o.stderr)
+			if o.Res.ExitCode != tc.exit {
+				t.Errorf("exit = %d, want %d (stderr %q)", o.Res.ExitCode, tc.exit, o.Stderr)
 			}
-			if tc.stdout != "" && o.stdout != tc.stdout {
-				t.Errorf("stdout = %q, want %q", o.stdout, tc.stdout)
+			if tc.stdout != "" && o.Stdout != tc.stdout {
+				t.Errorf("stdout = %q, want %q", o.Stdout, tc.stdout)
 			}
 		})
 	}
 }
 
 func TestExecConcurrent(t *testing.T) {
-	b := newBox(t, sandbox.Spec{})
+	b := probeBox(t, sandbox.Spec{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
 	for i := 0; i < 20; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			o := b.exec(sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("echo %d; sleep 0.2", i)}})
-			if o.err != nil || strings.TrimSpace(o.stdout) != strconv.Itoa(i) {
-				errs <- fmt.Errorf("exec %d: %q %v", i, o.stdout, o.err)
+			o := b.Exec(sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("echo %d; sleep 0.2", i)}})
+			if o.Err != nil || strings.TrimSpace(o.Stdout) != strconv.Itoa(i) {
+				errs <- fmt.Errorf("exec %d: %q %v", i, o.Stdout, o.Err)
 			}
 		}(i)
 	}
@@ -90,48 +91,40 @@ func TestExecConcurrent(t *testing.T) {
 	}
 }
 
-func TestExecTTY(t *testing.T) {
-	b := newBox(t, sandbox.Spec{})
-	o := b.exec(sandbox.ExecRequest{Argv: []string{"sh", "-c", "tty; stty size"}, TTY: true, WindowSize: sandbox.WindowSize{Rows: 40, Cols: 120}})
-	if o.err != nil || !strings.HasPrefix(o.stdout, "/dev/pts/") || !strings.Contains(o.stdout, "40 120") {
-		t.Fatalf("tty: %q %v", o.stdout, o.err)
-	}
-}
-
 func TestExecContextCancel(t *testing.T) {
-	b := newBox(t, sandbox.Spec{})
+	b := probeBox(t, sandbox.Spec{})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := b.sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "30"}})
+	_, err := b.SB.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "30"}})
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 		t.Fatalf("err = %v after %v", err, time.Since(start))
 	}
-	if o := b.sh("echo alive"); strings.TrimSpace(o.stdout) != "alive" {
+	if o := b.Sh("echo alive"); strings.TrimSpace(o.Stdout) != "alive" {
 		t.Fatal("sandbox unusable after a cancelled exec")
 	}
 }
 
 func TestFiles(t *testing.T) {
-	b := newBox(t, sandbox.Spec{})
+	b := probeBox(t, sandbox.Spec{})
 	ctx := context.Background()
-	if err := b.sb.WriteFile(ctx, "/workspace/dir/sub/hello.txt", strings.NewReader("hello"), 0o600); err != nil {
+	if err := b.SB.WriteFile(ctx, "/workspace/dir/sub/hello.txt", strings.NewReader("hello"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := b.sh(`stat -c '%U %a' /workspace/dir/sub/hello.txt; cat /workspace/dir/sub/hello.txt`)
-	if o.stdout != "sandbox 600\nhello" {
-		t.Fatalf("inside: %q", o.stdout)
+	o := b.Sh(`stat -c '%U %a' /workspace/dir/sub/hello.txt; cat /workspace/dir/sub/hello.txt`)
+	if o.Stdout != "sandbox 600\nhello" {
+		t.Fatalf("inside: %q", o.Stdout)
 	}
 	var buf bytes.Buffer
-	if err := b.sb.ReadFile(ctx, "/workspace/dir/sub/hello.txt", &buf); err != nil || buf.String() != "hello" {
+	if err := b.SB.ReadFile(ctx, "/workspace/dir/sub/hello.txt", &buf); err != nil || buf.String() != "hello" {
 		t.Fatalf("ReadFile = %q, %v", buf.String(), err)
 	}
 	big := bytes.Repeat([]byte("0123456789"), 1<<20)
-	if err := b.sb.WriteFile(ctx, "/tmp/big", bytes.NewReader(big), 0o644); err != nil {
+	if err := b.SB.WriteFile(ctx, "/tmp/big", bytes.NewReader(big), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	buf.Reset()
-	if err := b.sb.ReadFile(ctx, "/tmp/big", &buf); err != nil || !bytes.Equal(buf.Bytes(), big) {
+	if err := b.SB.ReadFile(ctx, "/tmp/big", &buf); err != nil || !bytes.Equal(buf.Bytes(), big) {
 		t.Fatalf("big round trip: %d bytes, %v", buf.Len(), err)
 	}
 
@@ -139,7 +132,7 @@ func TestFiles(t *testing.T) {
 	if err := os.WriteFile(hostFile, []byte("host"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b.sh(`ln -s /etc/passwd /workspace/link; ln -s / /workspace/root; ln -s ` + hostFile + ` /workspace/hostlink; mkdir -p /workspace/d; ln -s ../../tmp /workspace/d/up`)
+	b.Sh(`ln -s /etc/passwd /workspace/link; ln -s / /workspace/root; ln -s ` + hostFile + ` /workspace/hostlink; mkdir -p /workspace/d; ln -s ../../tmp /workspace/d/up`)
 	bad := []struct {
 		path  string
 		errIs error
@@ -157,13 +150,13 @@ func TestFiles(t *testing.T) {
 	for _, tc := range bad {
 		t.Run("read "+tc.path, func(t *testing.T) {
 			var buf bytes.Buffer
-			err := b.sb.ReadFile(ctx, tc.path, &buf)
+			err := b.SB.ReadFile(ctx, tc.path, &buf)
 			if !errors.Is(err, tc.errIs) || buf.Len() != 0 {
 				t.Fatalf("ReadFile(%q) = %v (%d bytes), want %v", tc.path, err, buf.Len(), tc.errIs)
 			}
 		})
 		t.Run("write "+tc.path, func(t *testing.T) {
-			err := b.sb.WriteFile(ctx, tc.path, strings.NewReader("x"), 0o644)
+			err := b.SB.WriteFile(ctx, tc.path, strings.NewReader("x"), 0o644)
 			if tc.errIs == sandbox.ErrNotFound {
 				if err != nil {
 					t.Fatalf("WriteFile(%q) = %v, want it created", tc.path, err)
@@ -179,7 +172,7 @@ func TestFiles(t *testing.T) {
 		t.Fatalf("host file changed through a symlink: %q", got)
 	}
 
-	entries, err := b.sb.ListDir(ctx, "/workspace")
+	entries, err := b.SB.ListDir(ctx, "/workspace")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,13 +183,13 @@ func TestFiles(t *testing.T) {
 	if got := strings.Join(names, " "); !strings.Contains(got, "d:dir") || !strings.Contains(got, "link:symlink") || !strings.Contains(got, "missing:file") {
 		t.Fatalf("ListDir(/workspace) = %q", got)
 	}
-	sub, err := b.sb.ListDir(ctx, "/workspace/dir/sub")
+	sub, err := b.SB.ListDir(ctx, "/workspace/dir/sub")
 	if err != nil || len(sub) != 1 || sub[0].Name != "hello.txt" || sub[0].Size != 5 || sub[0].Mode.Perm() != 0o600 {
 		t.Fatalf("ListDir(sub) = %+v, %v", sub, err)
 	}
 	for path, want := range map[string]error{"/etc": sandbox.ErrInvalidRequest, "/workspace/root": sandbox.ErrPermission,
 		"/workspace/d/up": sandbox.ErrPermission, "/workspace/nope": sandbox.ErrNotFound} {
-		if _, err := b.sb.ListDir(ctx, path); !errors.Is(err, want) {
+		if _, err := b.SB.ListDir(ctx, path); !errors.Is(err, want) {
 			t.Errorf("ListDir(%s) = %v, want %v", path, err, want)
 		}
 	}
@@ -233,16 +226,16 @@ func TestDirectoryRootAndWorkspace(t *testing.T) {
 	if err := os.Chmod(ws, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	b := newBox(t, sandbox.Spec{Root: sandbox.Root{Kind: sandbox.RootDirectory, Path: img}, Workspace: ws})
-	o := b.exec(sandbox.ExecRequest{Argv: []string{"/bin/probe", "/image-marker"}, Env: []string{"IRONCLAW_PROBE=read"}})
-	if o.err != nil || !strings.Contains(o.stdout, "read 10 bytes") {
-		t.Fatalf("image root: %q %v", o.stdout, o.err)
+	b := probeBox(t, sandbox.Spec{Root: sandbox.Root{Kind: sandbox.RootDirectory, Path: img}, Workspace: ws})
+	o := b.Exec(sandbox.ExecRequest{Argv: []string{"/bin/probe", "/image-marker"}, Env: []string{"IRONCLAW_PROBE=read"}})
+	if o.Err != nil || !strings.Contains(o.Stdout, "read 10 bytes") {
+		t.Fatalf("image root: %q %v", o.Stdout, o.Err)
 	}
-	o = b.exec(sandbox.ExecRequest{Argv: []string{"/bin/probe", "/usr/bin/sh"}, Env: []string{"IRONCLAW_PROBE=read"}})
-	if !strings.Contains(o.stdout, "error:") {
-		t.Fatalf("host /usr visible under an image root: %q", o.stdout)
+	o = b.Exec(sandbox.ExecRequest{Argv: []string{"/bin/probe", "/usr/bin/sh"}, Env: []string{"IRONCLAW_PROBE=read"}})
+	if !strings.Contains(o.Stdout, "error:") {
+		t.Fatalf("host /usr visible under an image root: %q", o.Stdout)
 	}
-	if err := b.sb.WriteFile(context.Background(), "/workspace/out.txt", strings.NewReader("result"), 0o644); err != nil {
+	if err := b.SB.WriteFile(context.Background(), "/workspace/out.txt", strings.NewReader("result"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := os.ReadFile(filepath.Join(ws, "out.txt")); err != nil || string(got) != "result" {
@@ -251,7 +244,7 @@ func TestDirectoryRootAndWorkspace(t *testing.T) {
 }
 
 func TestCreateRejectsBadSpecs(t *testing.T) {
-	r := runtimeFor(t)
+	r := sandboxtest.Native(t)
 	bad := []sandbox.Spec{
 		{Limits: sandbox.Limits{MemoryBytes: 1024}},
 		{Limits: sandbox.Limits{CPUs: -1}},
@@ -293,7 +286,7 @@ func cgroupCount(t testing.TB) int {
 }
 
 func TestDestroyLeavesNothing(t *testing.T) {
-	r := runtimeFor(t)
+	r := sandboxtest.Native(t)
 	before := cgroupCount(t)
 	mountsBefore := hostMounts()
 	sb, err := r.Create(context.Background(), sandbox.Spec{})
@@ -390,7 +383,7 @@ func crashDaemon() int {
 }
 
 func TestDaemonCrashLeavesNothing(t *testing.T) {
-	runtimeFor(t)
+	sandboxtest.Native(t)
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe)
 	cmd.Env = []string{"IRONCLAW_TEST_DAEMON=1", "IRONCLAW_TEST_INIT_EXE=" + os.Getenv("IRONCLAW_TEST_INIT_EXE")}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // gateConfig resolves the spec's gated programs in the root cfg plans
@@ -16,7 +16,7 @@ func gateConfig(spec sandbox.Spec, cfg *wire.Config) error {
 	if len(spec.Gate) == 0 {
 		return nil
 	}
-	plan, err := gate.Resolve(gate.ViewOf(cfg.Root, spec), spec.Gate)
+	plan, err := gate.Resolve(gate.ViewOf(&cfg.Seal, spec), spec.Gate)
 	if err != nil {
 		return err
 	}
@@ -25,7 +25,7 @@ func gateConfig(spec sandbox.Spec, cfg *wire.Config) error {
 		return err
 	}
 	for _, g := range plan.Programs {
-		cfg.Gate = append(cfg.Gate, wire.GateProgram{Keys: g.Keys, Paths: g.Paths, Dev: g.Dev, Ino: g.Ino})
+		cfg.Gate = append(cfg.Gate, wire.GateProgram{Keys: g.Keys, Paths: g.Paths, Dev: g.Dev, Ino: g.Ino, Stub: gate.Stub(g.Keys[0])})
 	}
 	return nil
 }

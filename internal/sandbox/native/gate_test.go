@@ -11,19 +11,20 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox/conformance"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 )
 
 // A gated program cannot run without an approval, however it is spelled;
 // an approved exec runs exactly its argv as the real program, and nothing
 // else in the sandbox can copy the program while it runs.
 func TestHostileExecGate(t *testing.T) {
-	conformance.RunGate(t, runtimeFor(t), conformance.Options{})
+	conformance.RunGate(t, sandboxtest.Native(t))
 }
 
 // A pooled sandbox is never handed out for a spec whose gate it was not
 // made with; one made with the daemon's gate (PoolGate) is gated.
 func TestHostileExecGatePool(t *testing.T) {
-	runtimeFor(t)
+	sandboxtest.Native(t)
 	for _, poolGate := range [][]string{nil, {"tac"}} {
 		r, err := native.New(context.Background(), native.Options{PoolSize: 1, PoolGate: poolGate, Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 )
 
 // exhaustDaemon is the child of TestHostileHostOutOfProcesses: a daemon
@@ -51,7 +52,7 @@ func exhaustDaemon() int {
 // process gives an error that says so, in the class a caller retries
 // later: not "not supported on this host".
 func TestHostileHostOutOfProcesses(t *testing.T) {
-	runtimeFor(t)
+	sandboxtest.Native(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make a pids cgroup")
 	}
@@ -120,9 +121,9 @@ func TestHostileHostOutOfProcesses(t *testing.T) {
 // in the pids cgroup's workload child (a thread is born in its maker's
 // cgroup, so moving that thread too early takes every thread with it).
 func TestHostilePidsReserveHoldsInitThreads(t *testing.T) {
-	b := newBox(t, sandbox.Spec{})
-	b.sh(`true`)
-	pid := b.sb.(*native.Sandbox).InitPid()
+	b := probeBox(t, sandbox.Spec{})
+	b.Sh(`true`)
+	pid := b.SB.(*native.Sandbox).InitPid()
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/cgroup", pid))
 	if err != nil || len(tasks) == 0 {
 		t.Fatalf("threads of pid 1: %v", err)

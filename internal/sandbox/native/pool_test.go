@@ -10,11 +10,12 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 )
 
 func newPooledRuntime(t testing.TB, size int) *native.Runtime {
 	t.Helper()
-	runtimeFor(t) // skip or fail like every sandbox test
+	sandboxtest.Native(t) // skip or fail like every sandbox test
 	r, err := native.New(context.Background(), native.Options{PoolSize: size, Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // What keeps a sandbox's pid 1 alive through what its workload does, and

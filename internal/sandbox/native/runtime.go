@@ -30,7 +30,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/boot"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
 	"golang.org/x/sys/unix"
 )
 
@@ -116,7 +116,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
-	owner, err := processOwner(os.Getpid())
+	owner, err := sandbox.ProcessOwner(os.Getpid())
 	if err != nil {
 		return nil, err
 	}
@@ -204,27 +204,8 @@ func (r *Runtime) keepCgroup(name string) bool {
 	if err != nil {
 		return false
 	}
-	cur, err := processOwner(pid)
+	cur, err := sandbox.ProcessOwner(pid)
 	return err == nil && cur == owner
-}
-
-// processOwner returns "<pid>.<starttime>" for a live process.
-func processOwner(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", err
-	}
-	// The command name may hold spaces and parentheses: split after the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return fmt.Sprintf("%d.%s", pid, f[19]), nil
 }
 
 // CheckUserNamespaces reports, for an unprivileged caller, whether the host

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"path"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,8 +16,8 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/fileio"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native/wire"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -191,84 +190,20 @@ func (b *Sandbox) await(ctx context.Context, ch chan reply) (reply, error) {
 }
 
 // replyErr maps a failed reply to the error vocabulary.
-func replyErr(r reply) error {
-	var base error
-	switch r.Code {
-	case "not-found":
-		base = sandbox.ErrNotFound
-	case "denied":
-		base = sandbox.ErrPermission
-	default:
-		base = sandbox.ErrInvalidRequest
-	}
-	return fmt.Errorf("%w: %s", base, r.Err)
-}
-
-// baseEnv is what every command sees before the Spec's and request's own.
-var baseEnv = []string{
-	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"HOME=" + sandbox.WorkspaceDir,
-	"USER=sandbox",
-	"LOGNAME=sandbox",
-	"SHELL=/bin/sh",
-	"LANG=C.UTF-8",
-	"TMPDIR=" + sandbox.TmpDir,
-}
-
-func mergeEnv(layers ...[]string) []string {
-	idx := map[string]int{}
-	var out []string
-	for _, l := range layers {
-		for _, kv := range l {
-			k, _, _ := strings.Cut(kv, "=")
-			if i, ok := idx[k]; ok {
-				out[i] = kv
-				continue
-			}
-			idx[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
-}
+func replyErr(r reply) error { return wire.FileErr(r.Code, r.Err) }
 
 // Exec implements sandbox.Sandbox.
 func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	var res sandbox.ExecResult
-	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return res, fmt.Errorf("%w: empty command", sandbox.ErrInvalidRequest)
+	params, err := sandbox.CheckExec(req, b.spec.Cwd, b.limits())
+	if err != nil {
+		return res, err
 	}
-	for _, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			return res, fmt.Errorf("%w: argument contains a NUL byte", sandbox.ErrInvalidRequest)
-		}
-	}
-	for _, kv := range req.Env {
-		if err := sandbox.ValidateEnv(kv); err != nil {
-			return res, fmt.Errorf("%w: env: %v", sandbox.ErrInvalidRequest, err)
-		}
-	}
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = b.spec.Cwd
-	}
-	if !path.IsAbs(cwd) {
-		return res, fmt.Errorf("%w: cwd %q must be absolute", sandbox.ErrInvalidRequest, cwd)
-	}
-	lim := b.limits()
-	timeout := lim.Timeout
-	if req.Timeout > 0 && req.Timeout < timeout {
-		timeout = req.Timeout
-	}
-	outCap := lim.OutputBytes
-	if req.OutputBytes > 0 && req.OutputBytes < outCap {
-		outCap = req.OutputBytes
-	}
-	env := baseEnv
+	env := seal.BaseEnv
 	if req.TTY {
 		env = append(append([]string(nil), env...), "TERM=xterm-256color")
 	}
-	wreq := wire.Request{Op: wire.OpExec, Argv: req.Argv, Env: mergeEnv(env, b.spec.Env, req.Env), Dir: cwd,
+	wreq := wire.Request{Op: wire.OpExec, Argv: req.Argv, Env: seal.MergeEnv(env, b.spec.Env, req.Env), Dir: params.Cwd,
 		TTY: req.TTY, Rows: req.WindowSize.Rows, Cols: req.WindowSize.Cols, Gate: req.Gate}
 
 	oomBefore := b.oomKills()
@@ -336,17 +271,14 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		defer master.Close()
 	}
 
-	out := &capped{limit: outCap}
+	out := sandbox.NewOutputCap(params.OutputBytes)
 	var copiers sync.WaitGroup
 	var outBytes, errBytes int64 // written by the copiers, read after they finish
 	copyOut := func(dst io.Writer, src *os.File, counter *int64) {
 		defer copiers.Done()
-		w := out.writer(dst, counter)
+		w := out.Writer(dst, counter)
 		if _, err := io.Copy(w, src); errors.Is(err, os.ErrDeadlineExceeded) {
-			// A deadline that passed before this goroutine got to read
-			// (a loaded machine) must not cost output the command wrote
-			// before it exited.
-			drainNow(src, w)
+			sandbox.DrainPipe(src, w)
 		}
 	}
 	copiers.Add(1)
@@ -386,7 +318,7 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		defer stdinW.Close()
 	}
 
-	timer := time.NewTimer(timeout)
+	timer := time.NewTimer(params.Timeout)
 	defer timer.Stop()
 	var status syscall.WaitStatus
 	var ctxErr error
@@ -429,7 +361,7 @@ wait:
 	}
 	copiers.Wait()
 	res.StdoutBytes, res.StderrBytes = outBytes, errBytes
-	res.Truncated = out.truncated()
+	res.Truncated = out.Truncated()
 	switch {
 	case status.Exited():
 		res.ExitCode = status.ExitStatus()
@@ -446,48 +378,10 @@ wait:
 // killGrace bounds the wait for a killed command's exit report.
 const killGrace = 10 * time.Second
 
-// drainNow reads what a pipe holds right now, without waiting. A pipe holds
-// at most pipe-max-size (1 MiB by default) of what was written before the
-// writer exited, so the bound only stops a process that keeps writing.
-func drainNow(f *os.File, w io.Writer) {
-	// The poller refuses any read once the deadline has passed, raw ones
-	// included; the single-attempt reads below never wait anyway.
-	if err := f.SetReadDeadline(time.Time{}); err != nil {
-		return
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	buf := make([]byte, 64<<10)
-	for total := 0; total < 1<<20; {
-		var n int
-		var rerr error
-		if err := rc.Read(func(fd uintptr) bool {
-			n, rerr = unix.Read(int(fd), buf)
-			return true // one attempt: never wait
-		}); err != nil || rerr != nil || n <= 0 {
-			return
-		}
-		_, _ = w.Write(buf[:n])
-		total += n
-	}
-}
-
 // drainGrace bounds how long output is read after the command exited.
 const drainGrace = 200 * time.Millisecond
 
-func startFailure(r reply) (sandbox.ExecResult, error) {
-	switch r.Code {
-	case "not-found":
-		return sandbox.ExecResult{ExitCode: 127}, fmt.Errorf("%w: %s", sandbox.ErrCommandNotFound, r.Err)
-	case "not-executable", "bad-cwd":
-		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrNotExecutable, r.Err)
-	case wire.CodeNoResources:
-		return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrSandboxLimit, r.Err)
-	}
-	return sandbox.ExecResult{ExitCode: 126}, fmt.Errorf("%w: %s", sandbox.ErrInvalidRequest, r.Err)
-}
+func startFailure(r reply) (sandbox.ExecResult, error) { return wire.StartError(r.Code, r.Err) }
 
 func (b *Sandbox) sendErr(err error) error {
 	select {
@@ -513,53 +407,11 @@ func (b *Sandbox) oomKills() int64 {
 	return n
 }
 
-// capped counts every byte and keeps the first limit across the streams it
-// serves; the rest is read and dropped so the command never blocks on it.
-type capped struct {
-	mu    sync.Mutex
-	limit int64
-	kept  int64
-	trunc bool
-}
-
-func (c *capped) truncated() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.trunc
-}
-
-func (c *capped) writer(dst io.Writer, counter *int64) io.Writer {
-	return writerFunc(func(p []byte) (int, error) {
-		c.mu.Lock()
-		*counter += int64(len(p))
-		room := c.limit - c.kept
-		keep := p
-		if int64(len(keep)) > room {
-			keep = keep[:max(room, 0)]
-			c.trunc = true
-		}
-		c.kept += int64(len(keep))
-		c.mu.Unlock()
-		if dst != nil && len(keep) > 0 {
-			if _, err := dst.Write(keep); err != nil {
-				// A reader that went away must not stall the command:
-				// keep draining, drop the bytes.
-				dst = nil
-			}
-		}
-		return len(p), nil
-	})
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
 // WriteFile implements sandbox.Sandbox. The upload travels framed (package
 // fileio) and the init renames it into place only once all of it has
 // arrived: if src fails or ctx ends first, the file is left as it was.
 func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode fs.FileMode) error {
-	if err := checkFilePath(p); err != nil {
+	if err := sandbox.CheckFilePath(p); err != nil {
 		return err
 	}
 	if src == nil {
@@ -579,7 +431,7 @@ func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode f
 	}
 	copyErr := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(pw, fileio.NewFramer(src))
+		_, err := io.Copy(pw, wire.NewFramer(src))
 		pw.Close()
 		copyErr <- err
 	}()
@@ -606,7 +458,7 @@ func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode f
 
 // ReadFile implements sandbox.Sandbox.
 func (b *Sandbox) ReadFile(ctx context.Context, p string, dst io.Writer) error {
-	if err := checkFilePath(p); err != nil {
+	if err := sandbox.CheckFilePath(p); err != nil {
 		return err
 	}
 	pr, pw, err := os.Pipe()
@@ -648,10 +500,8 @@ func (b *Sandbox) ReadFile(ctx context.Context, p string, dst io.Writer) error {
 
 // ListDir implements sandbox.Sandbox.
 func (b *Sandbox) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, error) {
-	if p != sandbox.WorkspaceDir && p != sandbox.TmpDir {
-		if err := checkFilePath(p); err != nil {
-			return nil, err
-		}
+	if err := sandbox.CheckListPath(p); err != nil {
+		return nil, err
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -695,18 +545,6 @@ func (b *Sandbox) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, er
 		return nil, replyErr(r)
 	}
 	return out, nil
-}
-
-func checkFilePath(p string) error {
-	if !path.IsAbs(p) || path.Clean(p) != p {
-		return fmt.Errorf("%w: path %q must be a clean absolute path", sandbox.ErrInvalidRequest, p)
-	}
-	for _, base := range []string{sandbox.WorkspaceDir, sandbox.TmpDir} {
-		if strings.HasPrefix(p, base+"/") {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: path %q is not under %s or %s", sandbox.ErrInvalidRequest, p, sandbox.WorkspaceDir, sandbox.TmpDir)
 }
 
 // Stats implements sandbox.Sandbox.

@@ -7,13 +7,14 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
+	"strings"
 
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // The subset of the OCI runtime specification (v1.0.2) that IronClaw
@@ -82,7 +83,7 @@ type ociLinux struct {
 	Resources     *ociResources     `json:"resources,omitempty"`
 	CgroupsPath   string            `json:"cgroupsPath,omitempty"`
 	Namespaces    []ociNamespace    `json:"namespaces"`
-	Seccomp       *Seccomp          `json:"seccomp,omitempty"`
+	Seccomp       *seal.Seccomp     `json:"seccomp,omitempty"`
 	MaskedPaths   []string          `json:"maskedPaths,omitempty"`
 	ReadonlyPaths []string          `json:"readonlyPaths,omitempty"`
 }
@@ -133,36 +134,27 @@ const HostIDBase = 100000
 // cfsPeriodUs is the CFS bandwidth period, as internal/cgroups uses.
 const cfsPeriodUs = 100000
 
-// maskedPaths hide kernel state a sandbox has no business reading (files
-// become /dev/null, directories an empty read-only tmpfs).
-var maskedPaths = []string{
-	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/kallsyms",
-	"/proc/kmsg", "/proc/config.gz", "/proc/vmallocinfo", "/proc/pagetypeinfo",
-	"/proc/slabinfo", "/proc/scsi", "/proc/driver", "/sys/firmware",
-}
-
-// readonlyPaths are made read-only in place.
-var readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
-
 // agentEnv is the agent's whole environment.
 var agentEnv = []string{"GOMAXPROCS=1", "GOGC=50"}
 
 // sealedProcess is the process every container process runs as: the agent
-// and every exec. The seal matches the native backend's: uid/gid 65532, no
-// supplementary groups, every capability set empty, no_new_privs, and the
-// open-files limit.
-func sealedProcess(args, env []string, cwd string, lim sandbox.Limits) *ociProcess {
-	none := []string{}
-	rl := []ociRlimit{{Type: "RLIMIT_NOFILE", Hard: uint64(lim.OpenFiles), Soft: uint64(lim.OpenFiles)}}
+// and every exec. It is the seal's process part: its identity with no
+// supplementary groups, its (empty) capability sets, no_new_privs and its
+// rlimits.
+func sealedProcess(args, env []string, cwd string, s *seal.Seal) *ociProcess {
+	caps := append([]string{}, s.Capabilities...)
+	var rl []ociRlimit
+	for _, r := range s.Rlimits {
+		rl = append(rl, ociRlimit{Type: "RLIMIT_" + r.Name, Hard: r.Value, Soft: r.Value})
+	}
 	return &ociProcess{
-		User:            ociUser{UID: sandbox.UID, GID: sandbox.GID, AdditionalGids: []uint32{}},
+		User:            ociUser{UID: uint32(s.UID), GID: uint32(s.GID), AdditionalGids: []uint32{}},
 		Args:            args,
 		Env:             env,
 		Cwd:             cwd,
-		Capabilities:    ociCaps{Bounding: none, Effective: none, Inheritable: none, Permitted: none, Ambient: none},
+		Capabilities:    ociCaps{Bounding: caps, Effective: caps, Inheritable: caps, Permitted: caps, Ambient: caps},
 		Rlimits:         rl,
-		NoNewPrivileges: true,
+		NoNewPrivileges: s.NoNewPrivs,
 	}
 }
 
@@ -193,10 +185,10 @@ func (b bundle) pidFile() string { return filepath.Join(b.dir, "init.pid") }
 type bundleConfig struct {
 	id         string
 	spec       sandbox.Spec // validated, with defaults
+	seal       *seal.Seal   // spec's
 	helperExe  string       // host path of the staged helper binary
 	cgroupPath string       // relative to the runtime's own cgroup
 	userns     bool         // map ids into a user namespace
-	ports      []uint16     // exposed ports the agent serves
 	args       []string     // the container process (agent or probe)
 	// pidsOverhead is added to the host pids limit for the runtime's own
 	// tasks in the container's cgroup (runsc: the sentry and gofer).
@@ -216,24 +208,10 @@ type bundleConfig struct {
 	memOverhead int64
 }
 
-// writeBundle lays out the bundle directory and its config.json. The
-// caller removes b.dir on error.
+// writeBundle lays out the bundle directory and its config.json: the
+// seal as the runtime spec. The caller removes b.dir on error.
 func writeBundle(b bundle, c bundleConfig) error {
-	spec := c.spec
-	var entries []rootfs.Entry
-	var err error
-	switch spec.Root.Kind {
-	case sandbox.RootDirectory:
-		entries, err = rootfs.Directory(spec.Root.Path)
-	default:
-		entries, err = rootfs.HostView("/", spec.Hostname)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
-	}
-	if err := rootfs.Check(entries); err != nil {
-		return fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
-	}
+	sl := c.seal
 	// 0711 everywhere the container's own (mapped) root must pass through
 	// to open a bind source: it may search, never list.
 	for _, d := range []string{b.dir, b.sockDir(), b.execDir()} {
@@ -255,18 +233,9 @@ func writeBundle(b bundle, c bundleConfig) error {
 	mountpoints := map[string]os.FileMode{}
 	addDir := func(p string) { mountpoints[p] = os.ModeDir | 0o755 }
 	addFile := func(p string) { mountpoints[p] = 0o444 }
-	nosuid := []string{"nosuid", "nodev"}
-
-	mounts = append(mounts,
-		ociMount{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
-		ociMount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=64k", "nr_inodes=64"}},
-		ociMount{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-	)
-	addDir("/proc")
-	addDir("/dev")
 
 	etcWritten := false
-	for _, e := range entries {
+	for _, e := range sl.Root {
 		switch e.Kind {
 		case rootfs.KindBindDir:
 			mounts = append(mounts, bindMount(e.Source, e.Path, true))
@@ -300,64 +269,80 @@ func writeBundle(b bundle, c bundleConfig) error {
 		mounts = append(mounts, bindMount(b.etc(), "/etc", true))
 		addDir("/etc")
 	}
-
-	mounts = append(mounts, ociMount{Destination: sandbox.TmpDir, Type: "tmpfs", Source: "tmpfs",
-		Options: append([]string{"size=" + strconv.FormatInt(spec.Limits.TmpBytes, 10), "mode=1777"}, nosuid...)})
-	mountpoints[sandbox.TmpDir] = os.ModeDir | os.ModeSticky | 0o777
-	if spec.Workspace != "" {
-		if err := requireDir(spec.Workspace, "workspace"); err != nil {
-			return err
-		}
-		mounts = append(mounts, bindMount(filepath.Clean(spec.Workspace), sandbox.WorkspaceDir, false))
-	} else {
-		mounts = append(mounts, ociMount{Destination: sandbox.WorkspaceDir, Type: "tmpfs", Source: "tmpfs",
-			Options: append([]string{"size=" + strconv.FormatInt(spec.Limits.WorkspaceBytes, 10), "mode=0755",
-				"uid=" + strconv.Itoa(sandbox.UID), "gid=" + strconv.Itoa(sandbox.GID)}, nosuid...)})
-	}
-	addDir(sandbox.WorkspaceDir)
-	for _, m := range spec.Mounts {
-		st, err := os.Stat(m.Source)
-		if err != nil {
-			return fmt.Errorf("%w: mount source: %v", sandbox.ErrInvalidSpec, err)
-		}
-		mounts = append(mounts, bindMount(m.Source, m.Target, m.ReadOnly))
-		if path.Dir(m.Target) == "/" { // a new top-level entry: our mount point
-			if st.IsDir() {
-				addDir(m.Target)
-			} else {
-				addFile(m.Target)
+	for _, m := range sl.Mounts {
+		switch m.Kind {
+		case seal.KindDev:
+			mounts = append(mounts,
+				ociMount{Destination: m.Target, Type: "tmpfs", Source: "tmpfs", Options: append([]string{"nosuid", "noexec", "strictatime"}, strings.Split(m.TmpfsOptions(), ",")...)},
+				ociMount{Destination: m.Target + "/pts", Type: "devpts", Source: "devpts", Options: append([]string{"nosuid", "noexec"}, strings.Split(seal.DevPtsOptions, ",")...)})
+			addDir(m.Target)
+		case seal.KindProc:
+			mounts = append(mounts, ociMount{Destination: m.Target, Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}})
+			addDir(m.Target)
+		case seal.KindCgroupView:
+			mounts = append(mounts, sysMounts(m.Target, c.gvisor)...)
+			addDir(m.Target)
+		case seal.KindTmpfs:
+			mounts = append(mounts, ociMount{Destination: m.Target, Type: "tmpfs", Source: "tmpfs",
+				Options: append(strings.Split(m.TmpfsOptions(), ","), "nosuid", "nodev")})
+			mountpoints[m.Target] = os.ModeDir | m.Mode
+		case seal.KindBind:
+			st, err := os.Stat(m.Source)
+			if err != nil {
+				return fmt.Errorf("%w: mount source: %v", sandbox.ErrInvalidSpec, err)
 			}
+			mounts = append(mounts, bindMount(m.Source, m.Target, m.ReadOnly))
+			if path.Dir(m.Target) == "/" { // a new top-level entry: our mount point
+				if st.IsDir() {
+					addDir(m.Target)
+				} else {
+					addFile(m.Target)
+				}
+			}
+		default:
+			return fmt.Errorf("%w: the oci backend cannot make a %s mount", sandbox.ErrUnsupported, m.Kind)
 		}
 	}
-	stubs, err := hostside.WriteStubs(filepath.Join(b.dir, "gate"), b.gate)
+	stubs, err := container.WriteStubs(filepath.Join(b.dir, "gate"), b.gate)
 	if err != nil {
 		return err
 	}
 	for _, st := range stubs {
 		mounts = append(mounts, bindMount(st.Host, st.Inside, true))
 	}
-	mounts = append(mounts, sysMounts(c.gvisor)...)
-	addDir("/sys/fs/cgroup")
 	mounts = append(mounts,
-		bindMount(c.helperExe, helper.Path, true),
-		bindMount(b.sockDir(), helper.SockDir, true),
+		bindMount(c.helperExe, wire.HelperPath, true),
+		bindMount(b.sockDir(), wire.SockDir, true),
 	)
-	addFile(helper.Path)
-	addDir(helper.SockDir)
+	addFile(wire.HelperPath)
+	addDir(wire.SockDir)
 	// The helper's mounts go last; its directory must not be shadowed.
-	if _, ok := mountpoints[helper.Dir]; ok {
-		return fmt.Errorf("%w: mount target %s is reserved", sandbox.ErrInvalidSpec, helper.Dir)
+	if _, ok := mountpoints[wire.HelperDir]; ok {
+		return fmt.Errorf("%w: mount target %s is reserved", sandbox.ErrInvalidSpec, wire.HelperDir)
 	}
 
 	if err := makeMountpoints(b.rootfs(), mountpoints); err != nil {
 		return err
 	}
 
-	lim := spec.Limits
+	lim := c.spec.Limits
 	mem := lim.MemoryBytes + c.memOverhead
 	pids := lim.Pids + c.pidsOverhead + c.pidsReserve
 	quota := int64(math.Round(lim.CPUs * cfsPeriodUs))
 	period := uint64(cfsPeriodUs)
+	var namespaces []ociNamespace
+	for _, ns := range sl.Namespaces {
+		switch ns {
+		case seal.NSUser:
+			if !c.userns {
+				continue // runsc: the sentry's own identities (see the package documentation)
+			}
+		case seal.NSPID, seal.NSMount, seal.NSNetwork, seal.NSIPC, seal.NSUTS, seal.NSCgroup:
+		default:
+			return fmt.Errorf("%w: the oci backend cannot make a %s namespace", sandbox.ErrUnsupported, ns)
+		}
+		namespaces = append(namespaces, ociNamespace{Type: string(ns)})
+	}
 	// The container's process (the agent) never gets RLIMIT_NPROC, even
 	// on runsc where the pids limit is one: it is a Go program whose
 	// runtime may make a thread at any time, and a failed thread creation
@@ -366,9 +351,9 @@ func writeBundle(b bundle, c bundleConfig) error {
 	// front sets (see Sandbox.nproc).
 	cfg := ociSpec{
 		Version:  "1.0.2",
-		Process:  sealedProcess(c.args, agentEnv, "/", lim),
+		Process:  sealedProcess(c.args, agentEnv, "/", sl),
 		Root:     ociRoot{Path: "rootfs", Readonly: true},
-		Hostname: spec.Hostname,
+		Hostname: sl.Hostname,
 		Mounts:   mounts,
 		Linux: ociLinux{
 			Resources: &ociResources{
@@ -377,31 +362,23 @@ func writeBundle(b bundle, c bundleConfig) error {
 				CPU:     &ociCPU{Quota: &quota, Period: &period, Cpus: c.cpus},
 				Pids:    &ociPids{Limit: pids},
 			},
-			CgroupsPath: c.cgroupPath,
-			Namespaces: []ociNamespace{
-				{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"}, {Type: "cgroup"},
-			},
-			MaskedPaths:   maskedPaths,
-			ReadonlyPaths: readonlyPaths,
+			CgroupsPath:   c.cgroupPath,
+			Namespaces:    namespaces,
+			MaskedPaths:   sl.MaskedPaths,
+			ReadonlyPaths: sl.ReadOnlyPaths,
+			Sysctl:        sl.Sysctls,
+			Seccomp:       sl.Seccomp,
 		},
 	}
-	if c.gvisor && len(c.args) > 1 && c.args[1] == helper.ModeAgent {
+	if c.gvisor && len(c.args) > 1 && c.args[1] == wire.ModeAgent {
 		// Only the agent, only on runsc, and only until it has prepared
-		// the sentry's /dev and cgroup view (helper.GVisorSetup): it drops
-		// them before anything else runs.
+		// the sentry's /dev and cgroup view (inside/agent's gvisorSetup):
+		// it drops them before anything else runs.
 		cfg.Process.Capabilities = gvisorSetupCaps()
 	}
 	if c.userns {
-		cfg.Linux.Namespaces = append(cfg.Linux.Namespaces, ociNamespace{Type: "user"})
 		m := []ociIDMap{{ContainerID: 0, HostID: HostIDBase, Size: 65536}}
 		cfg.Linux.UIDMappings, cfg.Linux.GIDMappings = m, m
-	}
-	if low := lowestPort(c.ports); low > 0 && low < 1024 {
-		// The agent holds no capability; let it bind a low exposed port.
-		cfg.Linux.Sysctl = map[string]string{"net.ipv4.ip_unprivileged_port_start": strconv.Itoa(int(low))}
-	}
-	if cfg.Linux.Seccomp, err = SeccompProfile(); err != nil {
-		return err
 	}
 	data, err := json.MarshalIndent(cfg, "", "\t")
 	if err != nil {
@@ -419,13 +396,13 @@ func writeBundle(b bundle, c bundleConfig) error {
 // tmpfs is root's, mode 0755. runsc mounts a sysfs of the sentry's own
 // unless the spec has a /sys: an empty read-only tmpfs hides it, and
 // --cgroupfs (see Runtime.globalArgs) mounts the sentry's cgroupfs beneath,
-// whose limits the agent writes (helper.GVisorSetup).
-func sysMounts(gvisor bool) []ociMount {
+// whose limits the agent writes (wire.GVisorSetup).
+func sysMounts(target string, gvisor bool) []ociMount {
 	if gvisor {
 		return []ociMount{{Destination: "/sys", Type: "tmpfs", Source: "tmpfs",
 			Options: []string{"ro", "nosuid", "nodev", "noexec", "size=16k", "mode=0755"}}}
 	}
-	return []ociMount{{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+	return []ociMount{{Destination: target, Type: "cgroup", Source: "cgroup",
 		Options: []string{"ro", "nosuid", "nodev", "noexec"}}}
 }
 
@@ -435,16 +412,6 @@ func sysMounts(gvisor bool) []ociMount {
 func gvisorSetupCaps() ociCaps {
 	caps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_SETPCAP"}
 	return ociCaps{Bounding: caps, Effective: caps, Permitted: caps, Inheritable: []string{}, Ambient: []string{}}
-}
-
-func lowestPort(ports []uint16) uint16 {
-	var low uint16
-	for _, p := range ports {
-		if low == 0 || p < low {
-			low = p
-		}
-	}
-	return low
 }
 
 // bindMount binds a host path; binds are always nosuid and nodev.
@@ -481,17 +448,6 @@ func makeMountpoints(root string, points map[string]os.FileMode) error {
 			return err
 		}
 		f.Close()
-	}
-	return nil
-}
-
-func requireDir(p, what string) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %v", sandbox.ErrInvalidSpec, what, err)
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, p)
 	}
 	return nil
 }

@@ -5,194 +5,154 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
 )
 
-// drainGrace bounds how long output is read after the command exited: a
-// process it left behind may hold the pipes open.
+// drainGrace bounds how long a command's output is read after its exec
+// ended: a process it left behind may hold the pipes open.
 const drainGrace = 200 * time.Millisecond
 
 // execArgs are the runtime's arguments to run process file p in the
 // container. All three runtimes take a full process.json, so every exec
 // carries the same seal as the agent (user, capabilities, no_new_privs,
 // rlimits) instead of inheriting defaults.
-func (b *Sandbox) execArgs(p string) []string {
-	if b.split {
-		return []string{"exec", "--cgroup", "pids:" + workloadCgroup, "--process", p, b.id}
+func (x *box) execArgs(p string) []string {
+	if x.split {
+		return []string{"exec", "--cgroup", "pids:" + workloadCgroup, "--process", p, x.id}
 	}
-	return []string{"exec", "--process", p, b.id}
+	return []string{"exec", "--process", p, x.id}
 }
 
-// newProcessFile writes a process.json into the bundle's exec directory
-// and returns its path; the caller removes it.
-func (b *Sandbox) newProcessFile(args, env []string) (string, error) {
-	p := filepath.Join(b.b.execDir(), hostside.RandHex(8)+".json")
-	if err := writeProcess(p, sealedProcess(args, env, "/", b.spec.Limits)); err != nil {
-		return "", err
+// Run implements container.Container: the runtime's exec of a
+// process.json in the bundle's exec directory, with pipes of our own for
+// the process's stdio.
+func (x *box) Run(ctx context.Context, p container.Proc) (container.Process, error) {
+	env := p.Env
+	if env == nil {
+		env = agentEnv // a file operation: the helper's own
 	}
-	return p, nil
-}
-
-// nproc is the RLIMIT_NPROC the exec front gives a command: on runsc the
-// Spec's pids limit is enforced inside the sentry this way (see
-// runscHostPidsOverhead); on runc and crun the pids cgroup does it (0).
-//
-// The command gets it, soft and hard, from its first instruction through
-// the helper's limit trampoline (helper.ModeLimit), which the front forks
-// and which execve's the command. Neither the agent nor the front may
-// have it: they are Go programs, fatally hurt by a refused thread, and
-// runsc (2022-12) gives every exec'd process the very rlimit set of the
-// container's process, ignoring process.json's, so a limit on the agent
-// or a setrlimit in a front would bind them all.
-func (b *Sandbox) nproc() int64 {
-	if b.rt.opts.Runtime == Runsc {
-		return b.spec.Limits.Pids
+	pfile := filepath.Join(x.b.execDir(), container.RandHex(8)+".json")
+	if err := writeProcess(pfile, sealedProcess(p.Argv, env, "/", x.seal)); err != nil {
+		return nil, err
 	}
-	return 0
-}
-
-func (b *Sandbox) closedErr() error { return hostside.ClosedErr(b.id, b.done) }
-
-// Exec implements sandbox.Sandbox. The command starts through the helper's
-// exec front (see helper.Marker), which gives it a session of its own and
-// reports its pid or why it could not start; on timeout or cancellation the
-// agent kills its process group.
-func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	var res sandbox.ExecResult
-	params, err := hostside.CheckExec(req, b.spec, b.rt.opts.Runtime)
-	if err != nil {
-		return res, err
-	}
-	if err := b.closedErr(); err != nil {
-		return res, err
-	}
-
-	nonce := hostside.RandHex(8)
-	argv, disarm, err := b.execArgv(nonce, params, req)
-	if err != nil {
-		return res, err
-	}
-	defer disarm()
-	pfile, err := b.newProcessFile(argv, hostside.MergeEnv(hostside.BaseEnv, b.spec.Env, req.Env))
-	if err != nil {
-		return res, err
-	}
-	defer os.Remove(pfile)
-
+	q := &proc{pfile: pfile, command: p.Command, exited: make(chan struct{}), copied: make(chan error, 1)}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return res, err
+		q.cleanup()
+		return nil, err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		closeAll(outR, outW)
-		return res, err
+		q.cleanup()
+		return nil, err
 	}
-	var stdinR, stdinW *os.File
-	if req.Stdin != nil {
-		if stdinR, stdinW, err = os.Pipe(); err != nil {
+	var stdinR *os.File
+	if p.Stdin != nil {
+		if stdinR, q.stdinW, err = os.Pipe(); err != nil {
 			closeAll(outR, outW, errR, errW)
-			return res, err
+			q.cleanup()
+			return nil, err
 		}
 	}
-	oomBefore := b.oomCount()
-	cmd := b.rt.command(b.execArgs(pfile)...)
-	cmd.Stdout, cmd.Stderr = outW, errW
+	q.cmd = x.rt.command(x.execArgs(pfile)...)
+	q.cmd.Stdout, q.cmd.Stderr = outW, errW
 	if stdinR != nil {
-		cmd.Stdin = stdinR
+		q.cmd.Stdin = stdinR
 	}
-	err = cmd.Start()
+	err = q.cmd.Start()
 	closeAll(outW, errW, stdinR)
 	if err != nil {
-		closeAll(outR, errR, stdinW)
-		return res, fmt.Errorf("starting %s exec: %w", b.rt.opts.Runtime, err)
+		closeAll(outR, errR, q.stdinW)
+		q.cleanup()
+		return nil, fmt.Errorf("starting %s exec: %w", x.rt.opts.Runtime, err)
 	}
-	start := time.Now()
-	defer closeAll(outR, errR)
-	if stdinW != nil {
+	q.outR, q.errR = outR, errR
+	if q.stdinW != nil {
 		go func() {
-			_, _ = io.Copy(stdinW, req.Stdin)
-			stdinW.Close()
+			_, err := io.Copy(q.stdinW, p.Stdin)
+			q.stdinW.Close()
+			q.copied <- err
 		}()
-		defer stdinW.Close()
+	} else {
+		q.copied <- nil
 	}
-
-	out := hostside.NewCapped(params.OutputBytes)
-	front := hostside.NewFront(nonce, out.Writer(req.Stderr, &res.StderrBytes))
-	var copiers sync.WaitGroup
-	copiers.Add(2)
+	q.copiers.Add(2)
+	go q.copyOut(p.Stdout, outR)
+	go q.copyOut(p.Stderr, errR)
 	go func() {
-		defer copiers.Done()
-		w := out.Writer(req.Stdout, &res.StdoutBytes)
-		if _, err := io.Copy(w, outR); errors.Is(err, os.ErrDeadlineExceeded) {
-			drainNow(outR, w)
-		}
+		q.werr = q.cmd.Wait()
+		close(q.exited)
 	}()
-	go func() {
-		defer copiers.Done()
-		if _, err := io.Copy(front, errR); errors.Is(err, os.ErrDeadlineExceeded) {
-			drainNow(errR, front)
-		}
-		front.Finish()
-	}()
-	var werr error
-	exited := make(chan struct{})
-	go func() {
-		werr = cmd.Wait()
-		close(exited)
-	}()
+	return q, nil
+}
 
-	ctxErr, err := front.Wait(ctx, hostside.Watch{
-		ID:        b.id,
-		Timeout:   params.Timeout,
-		Exited:    exited,
-		Closed:    b.done,
-		KillGroup: b.killGroup,
-		Abort:     func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) },
-	}, &res)
-	if err != nil {
-		return res, err
-	}
-	res.Duration = time.Since(start)
-	drainBy := time.Now().Add(drainGrace)
-	_ = outR.SetReadDeadline(drainBy)
-	_ = errR.SetReadDeadline(drainBy)
-	copiers.Wait()
-	res.Truncated = out.Truncated()
-	res.ExitCode = exitCode(cmd.ProcessState, werr)
+// proc is one runtime exec (container.Process).
+type proc struct {
+	pfile   string
+	command bool
+	cmd     *exec.Cmd
+	stdinW  *os.File
+	outR    *os.File
+	errR    *os.File
+	copiers sync.WaitGroup
+	copied  chan error // the stdin copy's result
+	exited  chan struct{}
+	werr    error // cmd.Wait's; set before exited closes
+}
 
-	h, runtimeOut := front.Result()
-	switch {
-	case h != nil && !h.Started:
-		// The front could not start the command (before or at execve).
-		return hostside.StartFailure(*h)
-	case h == nil:
-		if err := b.closedErr(); err != nil {
-			return res, err
-		}
-		if ctxErr != nil {
-			return res, ctxErr
-		}
-		return res, fmt.Errorf("sandbox %s: %s exec failed (exit %d): %s", b.id, b.rt.opts.Runtime, res.ExitCode, strings.TrimSpace(runtimeOut))
+func (q *proc) Exited() <-chan struct{} { return q.exited }
+
+// Abort kills the runtime's exec and everything it started on the host.
+// On runsc the helper inside holds our pipes, not the runtime process:
+// it ends when its stdin does (an upload cut short, which changes
+// nothing).
+func (q *proc) Abort() {
+	_ = syscall.Kill(-q.cmd.Process.Pid, syscall.SIGKILL)
+	if q.stdinW != nil {
+		q.stdinW.Close()
 	}
-	if b.oomCount() > oomBefore {
-		res.OOMKilled = true
+}
+
+// Wait lets the output drain (a command's for drainGrace at most) and
+// reports the exec's status; for a file operation that exited 0 it also
+// waits for its input to have been copied.
+func (q *proc) Wait() container.Exit {
+	<-q.exited
+	if q.command {
+		by := time.Now().Add(drainGrace)
+		_ = q.outR.SetReadDeadline(by)
+		_ = q.errR.SetReadDeadline(by)
 	}
-	// OCI runtimes report a killed process the shell's way (128+N); the
-	// signal itself is only known when we sent it, or the OOM killer did.
-	hostside.MarkKilled(&res, ctxErr != nil)
-	return res, ctxErr
+	q.copiers.Wait()
+	closeAll(q.outR, q.errR)
+	q.cleanup()
+	exit := container.Exit{Code: exitCode(q.cmd.ProcessState, q.werr)}
+	if !q.command && exit.Code == 0 {
+		if err := <-q.copied; err != nil {
+			exit.IO = fmt.Errorf("writing: %w", err)
+		}
+	}
+	return exit
+}
+
+func (q *proc) cleanup() { _ = os.Remove(q.pfile) }
+
+// copyOut copies one output pipe until EOF or the drain deadline, then
+// takes what the pipe holds right then.
+func (q *proc) copyOut(w io.Writer, r *os.File) {
+	defer q.copiers.Done()
+	if _, err := io.Copy(w, r); errors.Is(err, os.ErrDeadlineExceeded) {
+		sandbox.DrainPipe(r, w)
+	}
 }
 
 // exitCode maps the runtime exec's own status to the command's.
@@ -206,122 +166,10 @@ func exitCode(ps *os.ProcessState, err error) int {
 	return ps.ExitCode()
 }
 
-// drainNow reads what a pipe holds right now, without waiting (at most
-// 1 MiB: only a process that keeps writing could hold more).
-func drainNow(f *os.File, w io.Writer) {
-	if err := f.SetReadDeadline(time.Time{}); err != nil {
-		return
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	buf := make([]byte, 64<<10)
-	for total := 0; total < 1<<20; {
-		var n int
-		var rerr error
-		if err := rc.Read(func(fd uintptr) bool {
-			n, rerr = syscall.Read(int(fd), buf)
-			return true // one attempt: never wait
-		}); err != nil || rerr != nil || n <= 0 {
-			return
-		}
-		_, _ = w.Write(buf[:n])
-		total += n
-	}
-}
-
 func closeAll(fs ...*os.File) {
 	for _, f := range fs {
 		if f != nil {
 			f.Close()
 		}
 	}
-}
-
-// fileOp runs the helper's file mode inside the sandbox, with the same
-// identity and confinement as a command.
-func (b *Sandbox) fileOp(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	if err := b.closedErr(); err != nil {
-		return err
-	}
-	pfile, err := b.newProcessFile(append([]string{helper.Path}, args...), agentEnv)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(pfile)
-	cmd := b.rt.command(b.execArgs(pfile)...)
-	var stdinW *os.File
-	if stdin != nil {
-		var stdinR *os.File
-		if stdinR, stdinW, err = os.Pipe(); err != nil {
-			return err
-		}
-		cmd.Stdin = stdinR
-		defer stdinR.Close()
-	}
-	stderr := &hostside.LimitedBuffer{Max: 64 << 10}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
-		closeAll(stdinW)
-		return fmt.Errorf("starting %s exec: %w", b.rt.opts.Runtime, err)
-	}
-	copyErr := make(chan error, 1)
-	if stdinW != nil {
-		go func() {
-			_, err := io.Copy(stdinW, stdin)
-			stdinW.Close()
-			copyErr <- err
-		}()
-	} else {
-		copyErr <- nil
-	}
-	stop := context.AfterFunc(ctx, func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		// On runsc the helper inside holds our pipes, not the runtime
-		// process we just killed: it ends only when its stdin does (an
-		// upload cut short, which changes nothing).
-		if stdinW != nil {
-			stdinW.Close()
-		}
-	})
-	werr := cmd.Wait()
-	stop()
-	if stdinW != nil {
-		stdinW.Close()
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if werr == nil {
-		if err := <-copyErr; err != nil {
-			return fmt.Errorf("writing %s: %w", args[1], err)
-		}
-		return nil
-	}
-	var ee *exec.ExitError
-	if errors.As(werr, &ee) && ee.ExitCode() == helper.FileFailed {
-		if err := hostside.FileOpError(stderr.Bytes()); err != nil {
-			return err
-		}
-	}
-	if err := b.closedErr(); err != nil {
-		return err
-	}
-	return fmt.Errorf("sandbox %s: %s: %v: %s", b.id, args[0], werr, strings.TrimSpace(stderr.String()))
-}
-
-// WriteFile implements sandbox.Sandbox.
-func (b *Sandbox) WriteFile(ctx context.Context, p string, src io.Reader, mode fs.FileMode) error {
-	return hostside.WriteFile(ctx, b.fileOp, p, src, mode)
-}
-
-// ReadFile implements sandbox.Sandbox.
-func (b *Sandbox) ReadFile(ctx context.Context, p string, dst io.Writer) error {
-	return hostside.ReadFile(ctx, b.fileOp, p, dst)
-}
-
-// ListDir implements sandbox.Sandbox.
-func (b *Sandbox) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, error) {
-	return hostside.ListDir(ctx, b.fileOp, p)
 }

@@ -15,7 +15,7 @@ import (
 func TestHostileExecGate(t *testing.T) {
 	for _, name := range runtimeNames {
 		t.Run(name, func(t *testing.T) {
-			conformance.RunGate(t, runtimeFor(t, name), conformance.Options{})
+			conformance.RunGate(t, runtimeFor(t, name))
 		})
 	}
 }

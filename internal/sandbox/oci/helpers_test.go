@@ -14,19 +14,20 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/agent"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // The test binary is also the in-sandbox helper: every sandbox binds it at
-// helper.Path, as the daemon binds itself. With IRONCLAW_OCI_PROBE set it
+// wire.HelperPath, as the daemon binds itself. With IRONCLAW_OCI_PROBE set it
 // is a probe instead, trying one escape with exact system calls.
 func TestMain(m *testing.M) {
-	if name := os.Getenv("IRONCLAW_OCI_PROBE"); name != "" && !(len(os.Args) > 1 && (os.Args[1] == helper.ModeExec || os.Args[1] == helper.ModeLimit)) {
+	if name := os.Getenv("IRONCLAW_OCI_PROBE"); name != "" && !(len(os.Args) > 1 && (os.Args[1] == wire.ModeExec || os.Args[1] == wire.ModeLimit)) {
 		os.Exit(runProbe(name, os.Args[1:]))
 	}
-	if helper.IsHelper() {
-		helper.Main()
+	if agent.IsHelper() {
+		agent.Main()
 	}
 	code := m.Run()
 	closeRuntimes()
@@ -183,7 +184,7 @@ func lines(s string) []string {
 // probe runs the test binary's probe inside the sandbox.
 func (b *box) probe(name string, args ...string) execOut {
 	b.t.Helper()
-	o := b.exec(sandbox.ExecRequest{Argv: append([]string{helper.Path}, args...), Env: []string{"IRONCLAW_OCI_PROBE=" + name}})
+	o := b.exec(sandbox.ExecRequest{Argv: append([]string{wire.HelperPath}, args...), Env: []string{"IRONCLAW_OCI_PROBE=" + name}})
 	if o.err != nil {
 		b.t.Fatalf("probe %s: %v", name, o.err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 func TestNewRejects(t *testing.T) {
@@ -48,7 +48,7 @@ func TestSeal(t *testing.T) {
 		}
 		// no_new_privs and seccomp mode through prctl (gVisor's
 		// /proc/self/status does not show them).
-		o = b.exec(sandbox.ExecRequest{Argv: []string{helper.Path, helper.ModeProbe}})
+		o = b.exec(sandbox.ExecRequest{Argv: []string{wire.HelperPath, wire.ModeProbe}})
 		if o.err != nil || !strings.Contains(o.stdout, "no_new_privs 1\nseccomp 2\n") || !strings.Contains(o.stdout, "cap_eff 0x0\n") {
 			t.Fatalf("probe: %v %q %q", o.err, o.stdout, o.stderr)
 		}
@@ -213,7 +213,7 @@ func TestSeccomp(t *testing.T) {
 		// libseccomp's bad-architecture action kills the calling thread
 		// (the native filter kills the process): a Go probe then hangs
 		// until the timeout. Either way the call never returns.
-		o = b.exec(sandbox.ExecRequest{Argv: []string{helper.Path}, Env: []string{"IRONCLAW_OCI_PROBE=int80"}, Timeout: 3 * time.Second})
+		o = b.exec(sandbox.ExecRequest{Argv: []string{wire.HelperPath}, Env: []string{"IRONCLAW_OCI_PROBE=int80"}, Timeout: 3 * time.Second})
 		if strings.Contains(o.stdout, "survived") || (o.res.ExitCode != 128+31 && !o.res.TimedOut) {
 			t.Fatalf("int $0x80 keyctl: %+v %q, want killed by SIGSYS", o.res, o.stdout)
 		}
@@ -233,7 +233,7 @@ func TestLimits(t *testing.T) {
 	eachRuntime(t, func(t *testing.T, r *oci.Runtime) {
 		t.Run("memory", func(t *testing.T) {
 			b := newBox(t, r, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 96 << 20}})
-			o := b.exec(sandbox.ExecRequest{Argv: []string{helper.Path, "300"}, Env: []string{"IRONCLAW_OCI_PROBE=alloc"}})
+			o := b.exec(sandbox.ExecRequest{Argv: []string{wire.HelperPath, "300"}, Env: []string{"IRONCLAW_OCI_PROBE=alloc"}})
 			if strings.Contains(o.stdout, "allocated 300") {
 				t.Fatalf("allocated 300MiB under a 96MiB limit: %+v", o.res)
 			}

@@ -1,24 +1,21 @@
 package oci
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper"
-	"github.com/ironclaw/ironclaw/internal/sandbox/oci/helper/hostside"
+	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 )
 
 // The OCI runtimes this package drives.
@@ -50,28 +47,25 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// Runtime drives one OCI runtime binary. It is safe for concurrent use;
-// Close destroys every sandbox it still holds.
+// Runtime drives one OCI runtime binary. It embeds the container
+// backends' skeleton (package container), which runs the sandbox's
+// lifecycle; this package says how a bundle is written and how the runtime
+// starts it and runs a process in it. It is safe for concurrent use; Close
+// destroys every sandbox it still holds.
 type Runtime struct {
+	*container.Runtime
 	opts    Options
 	bin     string // absolute path of the runtime binary
 	version string // first line of `<runtime> --version`
 	root    string // the runtime's --root
 	bundles string // parent of every bundle directory
 	helper  string // staged copy of Options.Exe
-	owner   string // "<pid>.<starttime>" of this process
 	userns  bool   // map ids through a user namespace (runc, crun)
 	// splitPids: execs run in a child of the sandbox's pids cgroup, so
 	// pid 1 keeps sandbox.InitPidsReserve tasks of its own (runc and crun
-	// on cgroup v1: runc exec --cgroup; see Sandbox.splitPids).
+	// on cgroup v1: runc exec --cgroup; see box.splitPids).
 	splitPids bool
 	cpus      *sandbox.CPUPicker
-	notesMu   sync.Mutex
-	noOOM     bool // logged that pid 1's oom_score_adj cannot be lowered
-
-	mu     sync.Mutex
-	boxes  map[string]*Sandbox
-	closed bool
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -80,10 +74,7 @@ var _ sandbox.Runtime = (*Runtime)(nil)
 // container with the full seal, collects what a crashed earlier run left,
 // and returns a ready Runtime. A runtime that is missing or cannot work
 // here gives an error wrapping sandbox.ErrUnsupported that says why.
-func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
-	if opts.Logf == nil {
-		opts.Logf = func(string, ...any) {}
-	}
+func New(ctx context.Context, opts Options) (*Runtime, error) {
 	switch opts.Runtime {
 	case Runc, Crun, Runsc:
 	default:
@@ -103,31 +94,24 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	if bin, err = filepath.Abs(bin); err != nil {
 		return nil, err
 	}
-	if opts.StateDir == "" {
-		opts.StateDir = DefaultStateDir
-	}
-	if !filepath.IsAbs(opts.StateDir) {
-		return nil, fmt.Errorf("%w: state directory %q must be absolute", sandbox.ErrInvalidSpec, opts.StateDir)
-	}
-	if opts.Exe == "" {
-		if opts.Exe, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("finding the ironclaw binary: %w", err)
-		}
-	}
-	owner, err := hostside.ProcessOwner(os.Getpid())
-	if err != nil {
+	if opts.StateDir, err = container.StateDir(opts.StateDir, DefaultStateDir); err != nil {
 		return nil, err
 	}
-	base := filepath.Join(filepath.Clean(opts.StateDir), opts.Runtime)
+	if opts.Exe, err = container.ResolveExe(opts.Exe); err != nil {
+		return nil, err
+	}
+	base := filepath.Join(opts.StateDir, opts.Runtime)
 	r := &Runtime{
 		opts:    opts,
 		bin:     bin,
 		root:    filepath.Join(base, "state"),
 		bundles: filepath.Join(base, "b"),
-		owner:   owner,
 		userns:  opts.Runtime != Runsc,
-		boxes:   map[string]*Sandbox{},
 		cpus:    sandbox.NewCPUPicker(),
+	}
+	if r.Runtime, err = container.NewRuntime(container.Options{Name: opts.Runtime, IDPrefix: "oci-", Backend: r,
+		NProcLimit: opts.Runtime == Runsc, Logf: opts.Logf}); err != nil {
+		return nil, err
 	}
 	if mode, _ := cgroupMode(); opts.Runtime != Runsc && (mode == "v1" || mode == "hybrid") {
 		r.splitPids = true
@@ -150,7 +134,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	if err := mkdirs(r.root, 0o700); err != nil {
 		return nil, err
 	}
-	if r.helper, err = hostside.StageHelper(opts.Exe, base, "ironclaw-oci-helper-"); err != nil {
+	if r.helper, err = container.StageHelper(opts.Exe, base, "ironclaw-oci-helper-"); err != nil {
 		return nil, fmt.Errorf("staging the helper binary: %w", err)
 	}
 	r.collect(ctx)
@@ -160,29 +144,17 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	return r, nil
 }
 
-// Name implements sandbox.Runtime: "runc", "crun" or "runsc".
-func (r *Runtime) Name() string { return r.opts.Runtime }
+// Create implements sandbox.Runtime. Nothing is left behind on error.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := r.Runtime.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Sandbox{Sandbox: sb, box: sb.Container().(*box)}, nil
+}
 
 // Version is the runtime's version line, e.g. "runc version 1.1.5+ds1".
 func (r *Runtime) Version() string { return r.version }
-
-// Close destroys every sandbox still held.
-func (r *Runtime) Close(ctx context.Context) error {
-	r.mu.Lock()
-	r.closed = true
-	boxes := make([]*Sandbox, 0, len(r.boxes))
-	for _, b := range r.boxes {
-		boxes = append(boxes, b)
-	}
-	r.mu.Unlock()
-	var errs []error
-	for _, b := range boxes {
-		if err := b.Destroy(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // globalArgs come before every subcommand. runsc takes its configuration
 // as global flags and needs the same ones on every call for a container:
@@ -258,11 +230,15 @@ func lastLines(s string, n int) string {
 func (r *Runtime) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	id := "probe-" + hostside.RandHex(6)
+	id := "probe-" + container.RandHex(6)
 	b := bundle{dir: filepath.Join(r.bundles, id)}
 	defer os.RemoveAll(b.dir)
-	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Pids: 16, WorkspaceBytes: 1 << 20, TmpBytes: 1 << 20}}.WithDefaults()
-	if err := r.layout(b, id, spec, []string{helper.Path, helper.ModeProbe}); err != nil {
+	spec := container.ProbeSpec()
+	sl, err := seal.New(spec)
+	if err == nil {
+		err = r.layout(b, id, spec, sl, []string{wire.HelperPath, wire.ModeProbe})
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %s probe bundle: %v", sandbox.ErrUnsupported, r.opts.Runtime, err)
 	}
 	out, err := r.run(ctx, nil, "run", "--bundle", b.dir, id)
@@ -277,22 +253,10 @@ func (r *Runtime) probe(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s cannot run a sealed container here: %v%s", sandbox.ErrUnsupported, r.version, err, r.explain(err))
 	}
-	got := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), " "); ok {
-			got[k] = v
-		}
+	if err := wire.ParseProbe(string(out)); err != nil {
+		return fmt.Errorf("%w: %s probe container is not sealed: %v", sandbox.ErrUnsupported, r.version, err)
 	}
-	want := map[string]string{"uid": strconv.Itoa(sandbox.UID), "gid": strconv.Itoa(sandbox.GID), "pid": "1",
-		"cap_eff": "0x0", "cap_prm": "0x0", "cap_inh": "0x0", "no_new_privs": "1", "seccomp": "2"}
-	for k, v := range want {
-		if got[k] != v {
-			return fmt.Errorf("%w: %s probe container is not sealed: %s is %q, want %q (probe said %q)",
-				sandbox.ErrUnsupported, r.version, k, got[k], v, strings.TrimSpace(string(out)))
-		}
-	}
-	r.opts.Logf("%s works here (%s)", r.opts.Runtime, r.version)
+	r.Logf("%s works here (%s)", r.opts.Runtime, r.version)
 	return nil
 }
 
@@ -367,15 +331,16 @@ func runscHostPidsOverhead(pids int64) int64 { return 32*pids + 1024 }
 // above that, with room for the overshoot while the kill takes effect.
 func runscHostMemOverhead(mem int64) int64 { return 64<<20 + mem/4 }
 
-// layout writes a bundle for spec whose container runs args.
-func (r *Runtime) layout(b bundle, id string, spec sandbox.Spec, args []string, ports ...uint16) error {
+// layout writes a bundle for spec, sealed by sl, whose container runs
+// args.
+func (r *Runtime) layout(b bundle, id string, spec sandbox.Spec, sl *seal.Seal, args []string) error {
 	c := bundleConfig{
 		id:         id,
 		spec:       spec,
+		seal:       sl,
 		helperExe:  r.helper,
 		cgroupPath: cgroupRel(id),
 		userns:     r.userns,
-		ports:      ports,
 		args:       args,
 		cpus:       sandbox.CPUList(r.cpus.Pick(spec.Limits.CPUs)),
 		gvisor:     r.opts.Runtime == Runsc,
@@ -390,40 +355,22 @@ func (r *Runtime) layout(b bundle, id string, spec sandbox.Spec, args []string, 
 	if err := writeBundle(b, c); err != nil {
 		return err
 	}
-	return os.WriteFile(b.owner(), []byte(r.owner), 0o600)
+	return r.WriteOwner(b.dir)
 }
 
 // collect removes the containers and bundles of runtimes (in this or an
 // earlier process) whose owner is gone; a live owner's are never touched.
 func (r *Runtime) collect(ctx context.Context) {
-	des, err := os.ReadDir(r.bundles)
-	if err != nil {
-		return
-	}
-	for _, de := range des {
-		dir := filepath.Join(r.bundles, de.Name())
-		owner, err := os.ReadFile(filepath.Join(dir, "owner"))
-		if err == nil {
-			if hostside.OwnerAlive(string(owner)) {
-				continue // alive
-			}
-		} else if info, serr := de.Info(); serr == nil && time.Since(info.ModTime()) < time.Minute {
-			continue // being written right now
-		}
+	r.CollectDirs(r.bundles, func(id string) {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, _ = r.run(dctx, nil, "delete", "--force", de.Name())
-		if cg, err := locateCgroup(cgroupRel(de.Name())); err == nil {
+		defer cancel()
+		_, _ = r.run(dctx, nil, "delete", "--force", id)
+		if cg, err := locateCgroup(cgroupRel(id)); err == nil {
 			for _, d := range cg.all() {
 				_ = removeCgroup(dctx, d)
 			}
 		}
-		cancel()
-		if err := os.RemoveAll(dir); err != nil {
-			r.opts.Logf("removing leftover bundle %s: %v", dir, err)
-			continue
-		}
-		r.opts.Logf("collected leftover sandbox %s", de.Name())
-	}
+	})
 }
 
 // mkdirs makes dir (and its parents) and sets its mode.
@@ -450,5 +397,3 @@ func checkSearchable(dir string) error {
 		}
 	}
 }
-
-func newID() string { return "oci-" + hostside.RandHex(8) }

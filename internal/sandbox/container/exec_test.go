@@ -1,0 +1,64 @@
+package container
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
+)
+
+// feed writes s to f in chunks of n bytes, then finishes.
+func feed(f *Front, s string, n int) {
+	for len(s) > 0 {
+		k := min(n, len(s))
+		_, _ = f.Write([]byte(s[:k]))
+		s = s[k:]
+	}
+	f.Finish()
+}
+
+func TestFront(t *testing.T) {
+	m := wire.Marker("abc")
+	for _, tc := range []struct {
+		name, in        string
+		started, failed bool
+		out, other      string
+	}{
+		{name: "started", in: m + "started 42\nhello\n", started: true, out: "hello\n"},
+		{name: "failed execve", in: m + "started 42\n" + m + "failed not-found 2 no such file\n", failed: true},
+		{name: "runtime complaint", in: "runc: exec failed\n", other: "runc: exec failed\n"},
+		{name: "no header at all", in: ""},
+		{name: "output like a marker prefix", in: m + "started 7\n" + m[:5], started: true, out: m[:5]},
+		{name: "bad header", in: m + "bogus\nrest", other: "bogusrest"},
+	} {
+		for _, n := range []int{1, 3, 1 << 20} {
+			var out bytes.Buffer
+			f := NewFront("abc", &out)
+			feed(f, tc.in, n)
+			h, other := f.Result()
+			switch {
+			case tc.started && (h == nil || !h.Started || h.Pid == 0 || f.pid() != h.Pid):
+				t.Errorf("%s/%d: header %+v, want started", tc.name, n, h)
+			case tc.failed && (h == nil || h.Started || h.Code != wire.CodeNotFound):
+				t.Errorf("%s/%d: header %+v, want failed not-found", tc.name, n, h)
+			case !tc.started && !tc.failed && h != nil:
+				t.Errorf("%s/%d: header %+v, want none", tc.name, n, h)
+			}
+			if out.String() != tc.out || other != tc.other {
+				t.Errorf("%s/%d: out %q other %q, want %q %q", tc.name, n, out.String(), other, tc.out, tc.other)
+			}
+			select {
+			case <-f.started:
+			default:
+				t.Errorf("%s/%d: started not closed after Finish", tc.name, n)
+			}
+		}
+	}
+}
+
+func TestLimitedBuffer(t *testing.T) {
+	l := &LimitedBuffer{Max: 4}
+	if n, err := l.Write([]byte("abcdef")); n != 6 || err != nil || l.String() != "abcd" {
+		t.Errorf("Write = %d, %v; kept %q", n, err, l.String())
+	}
+}

@@ -1,0 +1,138 @@
+// Package boot is the child stage of the native backend: the code that runs
+// as pid 1 inside a new sandbox. The daemon starts it by re-executing its
+// own binary with argv[0] set to Arg0; main (and TestMain in tests) must
+// call Main when IsInit reports true, before doing anything else.
+//
+// The stages, in order (see package wire for the messages):
+//  1. refuse to run unless this process is pid 1 of fresh user and pid
+//     namespaces whose uid 0 is not host root: run by mistake on the host,
+//     the mount steps below would shadow the host's own directories;
+//  2. read the Config, enter a cgroup namespace (cgroup v1), build the new
+//     root (masking the gated programs, whose real files pid 1 keeps: see
+//     gaterun.go; with a /sys holding only the sandbox's own cgroups,
+//     read-only) and pivot_root into it, bring up lo, take the affinity of
+//     the CPUs the Config names (the CPU count commands see), open pid 1's
+//     oom_score_adj so each command can start above it;
+//  3. seal: rlimits, drop every capability and the bounding set, switch to
+//     uid/gid 65532 with no groups, no_new_privs, not dumpable, landlock,
+//     and seccomp last; all of it on every thread, so every command forked
+//     later inherits the same seal;
+//  4. serve requests until the daemon hangs up, then exit (which kills
+//     every process left in the sandbox's pid namespace). Commands are
+//     forked from the main thread only; on cgroup v1 the daemon puts that
+//     thread (alone, once the init is ready) into the pids cgroup's
+//     workload child, so what they fork cannot take the tasks reserved for
+//     pid 1's other threads.
+package boot
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
+	"golang.org/x/sys/unix"
+)
+
+// Arg0 is the argv[0] the daemon gives the sandbox init. It is not a
+// subcommand name so that no flag parser or user can reach it by accident.
+const Arg0 = "ironclaw-sandbox-init"
+
+// ctlFD is the socketpair end the daemon passes as the first ExtraFile.
+const ctlFD = 3
+
+// ExitRefused is the exit status when the init refuses to run.
+const ExitRefused = 125
+
+func init() {
+	if IsInit() {
+		// unshare, capabilities and cgroup namespaces act per thread;
+		// every fork happens from this (the main) thread.
+		runtime.LockOSThread()
+	}
+}
+
+// IsInit reports whether this process was started as a sandbox init.
+func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == Arg0 }
+
+// Main runs the sandbox init and never returns.
+func Main() {
+	if err := checkFreshNamespaces(); err != nil {
+		fmt.Fprintf(os.Stderr, "ironclaw: sandbox init refused to run: %v\n", err)
+		os.Exit(ExitRefused)
+	}
+	// Whatever the runtime's parent leaked to us must not reach commands.
+	_ = unix.CloseRange(ctlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	ignoreSignals()
+	conn, err := wire.NewConn(os.NewFile(ctlFD, "ctl"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ironclaw: sandbox init: %v\n", err)
+		os.Exit(1)
+	}
+	var cfg wire.Config
+	trees, err := conn.Recv(&cfg)
+	if err != nil {
+		os.Exit(1)
+	}
+	listeners, err := setUp(&cfg, trees)
+	wire.CloseAll(trees)
+	if err != nil {
+		_ = conn.Send(wire.Reply{Op: wire.OpFailed, Err: err.Error()})
+		os.Exit(1)
+	}
+	// The daemon serves the exposed ports on these; pid 1 keeps no copy.
+	err = conn.Send(wire.Reply{Op: wire.OpReady}, listeners...)
+	wire.CloseAll(listeners)
+	if err != nil {
+		os.Exit(1)
+	}
+	serve(conn)
+	os.Exit(0)
+}
+
+// checkFreshNamespaces refuses to continue unless we are pid 1 of a new pid
+// namespace inside a user namespace that does not map host root, and the
+// control socket is where it should be. It has no side effects.
+func checkFreshNamespaces() error {
+	if os.Getpid() != 1 {
+		return fmt.Errorf("not pid 1 of a new pid namespace (pid %d); this entry is started only by the IronClaw runtime", os.Getpid())
+	}
+	m, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return fmt.Errorf("cannot read uid_map: %w", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(m)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return fmt.Errorf("unexpected uid_map line %q", line)
+		}
+		if f[1] == "0" {
+			return fmt.Errorf("user namespace maps host root (uid_map %q); refusing", line)
+		}
+	}
+	typ, err := unix.GetsockoptInt(ctlFD, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil || typ != unix.SOCK_SEQPACKET {
+		return fmt.Errorf("descriptor %d is not the runtime's control socket", ctlFD)
+	}
+	return nil
+}
+
+// ignoreSignals keeps code inside the sandbox from killing its pid 1. The
+// kernel drops a signal sent from inside to a pid-namespace init unless the
+// init handles it, and the Go runtime handles nearly all of them: most with
+// a no-op, but these exit, dump or panic. Catching them (not SIG_IGN, which
+// every command would inherit across exec) sends them to a channel nobody
+// reads. Each Notify costs a round trip to the runtime's signal thread, so
+// the list holds only what would otherwise end us.
+func ignoreSignals() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+		syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGTERM, syscall.SIGSTKFLT, syscall.SIGSYS)
+	go func() {
+		for range c {
+		}
+	}()
+}

@@ -1,0 +1,312 @@
+// Package wire is everything that crosses the sandbox boundary: the
+// messages, names and codes the daemon (host side) and the code inside a
+// sandbox (package inside) agree on. It holds no logic of either side, so
+// both import it and neither imports the other. A change to what crosses
+// the boundary is made here, once.
+//
+// There are two protocols, one per kind of pid 1:
+//
+//   - native.go: the native backend's daemon and its init (inside/boot),
+//     over one SOCK_SEQPACKET socketpair (diagram below);
+//   - agent.go: the container backends' daemon (package container) and the
+//     helper inside (inside/agent), as command lines, a line-based control
+//     connection and marked header lines (diagram there);
+//
+// and what both share: the failure codes pid 1 and the helper report and
+// their meaning in the sandbox error vocabulary (codes.go), the framing
+// of an upload (frame.go), and the description of a gated program
+// (gate.go).
+//
+// Every parsing function here reads what a hostile sandbox may have
+// written (Conn.Recv, ParseHeader, ParseFileError, the Unframer) and is
+// bounded: a packet, a header line, a frame, a count of descriptors.
+//
+// # The native protocol
+//
+// Both ends hold one SOCK_SEQPACKET socketpair: each packet is one JSON
+// message, and file descriptors travel beside it as SCM_RIGHTS.
+//
+//	parent                                   child (pid 1 in the sandbox)
+//	  | -- clone(new user,pid,mnt,net,ipc,uts[,cgroup] ns) --> |
+//	  |    (parent puts the child into its cgroups)            |
+//	  | -- Config ---------------------------------------------> build root, pivot_root, seal
+//	  | <------------------------------- Reply{Op: ready|failed} (+ [listeners on lo])
+//	  | -- Request{exec} + [stdin, stdout, stderr] ------------> fork+exec
+//	  | <------------------------------- Reply{started, pid} (+ [pty master] with a tty)
+//	  | <------------------------------- Reply{exited, status}
+//	  | -- Request{signal|resize} -----------------------------> kill(-pgid) / TIOCSWINSZ
+//	  | -- Request{write|read|list} + [pipe end] --------------> copy or list within /workspace, /tmp
+//	  |    (a write's pipe carries the upload framed: frame.go)
+//	  | <------------------------------- Reply{done|failed}
+//
+// The child never learns anything about the host beyond what Config says,
+// and the parent never executes anything the child sends: replies are
+// only matched to pending requests by ID.
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"golang.org/x/sys/unix"
+)
+
+// MaxPacket bounds one message. An exec request carries argv and env, so
+// this is also the largest command line a sandbox accepts.
+const MaxPacket = 128 << 10
+
+// maxFDs bounds the descriptors accepted beside one message.
+const maxFDs = 64
+
+// Op names a request or reply.
+type Op string
+
+// Requests (parent to child).
+const (
+	OpExec   Op = "exec"
+	OpSignal Op = "signal"
+	OpResize Op = "resize"
+	OpWrite  Op = "write"
+	OpRead   Op = "read"
+	OpList   Op = "list"
+)
+
+// Replies (child to parent).
+const (
+	OpReady   Op = "ready"
+	OpStarted Op = "started"
+	OpExited  Op = "exited"
+	OpDone    Op = "done"
+	OpFailed  Op = "failed"
+)
+
+// Config is the first message: everything the child needs to build and seal
+// the sandbox. Sections: the seal, where its sources come from, what the
+// sandbox may know of its limits, the init's own work.
+type Config struct {
+	// Seal is the sandbox's seal (package seal): the root, the mounts,
+	// the masked paths, the identity, the rlimits, the landlock rules.
+	// The init applies all of it, and seccomp (internal/seccomp's filter,
+	// the seal's rules) last.
+	Seal seal.Seal `json:"seal"`
+	// Sources are the host paths whose detached mount trees (open_tree)
+	// travel beside the Config as descriptors, in this order. The daemon
+	// opens them with its own privileges; a source not listed (rootless
+	// mode, old kernels) is opened by the child, as the sandbox's host uid.
+	Sources []string `json:"sources,omitempty"`
+
+	// What the sandbox may know of its limits: the cgroup view mounted
+	// read-only at /sys/fs/cgroup, and the CPUs its commands run on (the
+	// affinity mask pid 1's forking thread takes, so that nproc and the
+	// runtimes that count CPUs see the CPU limit; empty: all).
+	Cgroup CgroupView `json:"cgroup"`
+	CPUs   []int      `json:"cpus,omitempty"`
+
+	// The init's own work.
+
+	// Listen are the exposed ports: the child binds them on lo before the
+	// seal and hands the listeners back with "ready".
+	Listen []uint16 `json:"listen,omitempty"`
+	// UnshareCgroup: cgroup v1, enter a cgroup namespace once placed.
+	UnshareCgroup bool `json:"unshare_cgroup"`
+	// RequireLandlock: fail on a kernel without landlock.
+	RequireLandlock bool `json:"require_landlock"`
+	// Gate: the gated programs to mask (and to run for approved execs).
+	Gate []GateProgram `json:"gate,omitempty"`
+	// WorkloadOOMScoreAdj is the oom_score_adj every command starts with
+	// (0: pid 1's own). pid 1 raises itself to it around each fork and
+	// goes back to its own (which the daemon may have lowered), so the OOM
+	// killer takes the workload first; landlock keeps commands from
+	// writing theirs.
+	WorkloadOOMScoreAdj int `json:"workload_oom_score_adj,omitempty"`
+}
+
+// CgroupView says what to mount at /sys/fs/cgroup (see cgroups.View).
+type CgroupView struct {
+	Version int `json:"version"` // 1 or 2; 0: no view
+	// V1 are the v1 hierarchies: Name is the directory and the mount's
+	// options, Links symlinks to it.
+	V1 []CgroupMount `json:"v1,omitempty"`
+}
+
+// CgroupMount is one v1 hierarchy of a CgroupView.
+type CgroupMount struct {
+	Name  string   `json:"name"`
+	Links []string `json:"links,omitempty"`
+}
+
+// Request is a parent-to-child message.
+type Request struct {
+	Op     Op       `json:"op"`
+	ID     uint64   `json:"id"`
+	Argv   []string `json:"argv,omitempty"`
+	Env    []string `json:"env,omitempty"`
+	Dir    string   `json:"dir,omitempty"`
+	TTY    bool     `json:"tty,omitempty"`
+	Rows   uint16   `json:"rows,omitempty"`
+	Cols   uint16   `json:"cols,omitempty"`
+	Signal int      `json:"signal,omitempty"`
+	Path   string   `json:"path,omitempty"`
+	Mode   uint32   `json:"mode,omitempty"`
+	Gate   string   `json:"gate,omitempty"` // exec: the approved gated program's key (sandbox.ExecRequest.Gate)
+}
+
+// Reply is a child-to-parent message.
+type Reply struct {
+	Op     Op     `json:"op"`
+	ID     uint64 `json:"id"`
+	Pid    int    `json:"pid,omitempty"`
+	Status int    `json:"status,omitempty"` // a raw wait status
+	Code   string `json:"code,omitempty"`   // why an op failed: not-found, not-executable, bad-cwd, bad-request, denied, io, aborted, no-resources
+	Errno  int    `json:"errno,omitempty"`
+	Err    string `json:"err,omitempty"`
+	Size   int64  `json:"size,omitempty"`
+}
+
+// Conn is one end of the socketpair. Send is safe for concurrent use; Recv
+// must be called from one goroutine.
+type Conn struct {
+	// NonblockFDs makes received descriptors non-blocking so the Go
+	// runtime's poller serves them (the parent's side). The child leaves
+	// them blocking: it hands them to commands as standard streams.
+	NonblockFDs bool
+
+	c   *net.UnixConn
+	buf []byte
+	oob []byte
+}
+
+// NewConn takes ownership of f, a SOCK_SEQPACKET unix socket.
+func NewConn(f *os.File) (*Conn, error) {
+	nc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("wire: %w", err)
+	}
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		nc.Close()
+		return nil, errors.New("wire: not a unix socket")
+	}
+	return &Conn{c: uc, buf: make([]byte, MaxPacket+1), oob: make([]byte, unix.CmsgSpace(4*maxFDs))}, nil
+}
+
+// Pair returns a connected socketpair: one end for the parent (a Conn) and
+// one to hand to the child. The child's end is close-on-exec in the parent
+// and becomes the child's descriptor 3 through ExtraFiles.
+func Pair() (*Conn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("wire: socketpair: %w", err)
+	}
+	for _, fd := range fds {
+		// The default buffer may hold less than one MaxPacket message.
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 2*MaxPacket)
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 2*MaxPacket)
+	}
+	c, err := NewConn(os.NewFile(uintptr(fds[0]), "ironclaw-ctl"))
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return c, os.NewFile(uintptr(fds[1]), "ironclaw-ctl-child"), nil
+}
+
+// Send writes one message with optional descriptors beside it. The caller
+// keeps ownership of files.
+func (c *Conn) Send(msg any, files ...*os.File) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("wire: encode: %w", err)
+	}
+	if len(b) > MaxPacket {
+		return fmt.Errorf("wire: message of %d bytes is over the %d-byte limit", len(b), MaxPacket)
+	}
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err = c.c.WriteMsgUnix(b, oob, nil)
+	if err != nil {
+		return fmt.Errorf("wire: send: %w", err)
+	}
+	return nil
+}
+
+// Recv reads one message into msg and returns the descriptors that came
+// with it (close-on-exec; the caller owns them).
+func (c *Conn) Recv(msg any) ([]*os.File, error) {
+	n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
+	if err != nil {
+		return nil, fmt.Errorf("wire: recv: %w", err)
+	}
+	files, ferr := parseRights(c.oob[:oobn], c.NonblockFDs)
+	if ferr != nil || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxPacket {
+		closeAll(files)
+		if ferr == nil {
+			ferr = errors.New("message or descriptors truncated")
+		}
+		return nil, fmt.Errorf("wire: recv: %w", ferr)
+	}
+	if n == 0 {
+		closeAll(files)
+		return nil, fmt.Errorf("wire: recv: %w", net.ErrClosed)
+	}
+	if err := json.Unmarshal(c.buf[:n], msg); err != nil {
+		closeAll(files)
+		return nil, fmt.Errorf("wire: decode: %w", err)
+	}
+	return files, nil
+}
+
+// Close closes the connection; a blocked Recv returns.
+func (c *Conn) Close() error { return c.c.Close() }
+
+func parseRights(oob []byte, nonblock bool) ([]*os.File, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var files []*os.File
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			unix.CloseOnExec(fd)
+			if nonblock {
+				_ = unix.SetNonblock(fd, true)
+			}
+			files = append(files, os.NewFile(uintptr(fd), "passed"))
+		}
+	}
+	if len(files) > maxFDs {
+		closeAll(files)
+		return nil, fmt.Errorf("%d descriptors in one message", len(files))
+	}
+	return files, nil
+}
+
+// CloseAll closes every non-nil file.
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// CloseAll closes every non-nil file.
+func CloseAll(files []*os.File) { closeAll(files) }
