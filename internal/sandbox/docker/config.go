@@ -51,7 +51,6 @@ type state struct {
 
 func (s state) etc() string     { return filepath.Join(s.dir, "etc") }
 func (s state) sockDir() string { return filepath.Join(s.dir, "sock") }
-func (s state) owner() string   { return filepath.Join(s.dir, "owner") }
 
 // plan is what a sandbox's root is made of, in Docker's terms.
 type plan struct {

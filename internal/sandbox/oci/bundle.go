@@ -178,7 +178,6 @@ func (b bundle) rootfs() string  { return filepath.Join(b.dir, "rootfs") }
 func (b bundle) etc() string     { return filepath.Join(b.dir, "etc") }
 func (b bundle) sockDir() string { return filepath.Join(b.dir, "sock") }
 func (b bundle) execDir() string { return filepath.Join(b.dir, "exec") }
-func (b bundle) owner() string   { return filepath.Join(b.dir, "owner") }
 func (b bundle) pidFile() string { return filepath.Join(b.dir, "init.pid") }
 
 // bundleConfig is what writeBundle needs beyond the Spec.
