@@ -306,11 +306,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	logf("agent token in %s", filepath.Join(dir, AgentTokenFile))
 	logf("operator token in %s", filepath.Join(dir, OperatorTokenFile))
-	operators, err := loadOperators(dir)
+	operators, err := namedTokens[api.Operator](dir, OperatorsDir)
 	if err != nil {
 		return err
 	}
-	agents, err := loadAgents(dir)
+	agents, err := namedTokens[api.Agent](dir, AgentsDir)
 	if err != nil {
 		return err
 	}

@@ -21,16 +21,19 @@ const (
 	AgentsDir = "agents"
 )
 
-// namedTokens reads dir/sub/NAME.token files, sorted by name.
-func namedTokens(dir, sub string) (names, tokens []string, err error) {
+// namedTokens reads dir/sub/NAME.token files, sorted by name. T is
+// api.Operator (dir/operators) or api.Agent (dir/agents): both are a name
+// and its token, so one reader serves the two folders.
+func namedTokens[T ~struct{ Name, Token string }](dir, sub string) ([]T, error) {
 	ents, err := os.ReadDir(filepath.Join(dir, sub))
 	if os.IsNotExist(err) {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", sub, err)
+		return nil, fmt.Errorf("%s: %w", sub, err)
 	}
 	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+	var out []T
 	for _, e := range ents {
 		name, ok := strings.CutSuffix(e.Name(), ".token")
 		if !ok {
@@ -38,31 +41,11 @@ func namedTokens(dir, sub string) (names, tokens []string, err error) {
 		}
 		tok, err := readToken(filepath.Join(dir, sub, e.Name()))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		names, tokens = append(names, name), append(tokens, tok)
+		out = append(out, T{Name: name, Token: tok})
 	}
-	return names, tokens, nil
-}
-
-// loadOperators reads dir/operators/NAME.token files.
-func loadOperators(dir string) ([]api.Operator, error) {
-	names, toks, err := namedTokens(dir, OperatorsDir)
-	var out []api.Operator
-	for i := range names {
-		out = append(out, api.Operator{Name: names[i], Token: toks[i]})
-	}
-	return out, err
-}
-
-// loadAgents reads dir/agents/NAME.token files.
-func loadAgents(dir string) ([]api.Agent, error) {
-	names, toks, err := namedTokens(dir, AgentsDir)
-	var out []api.Agent
-	for i := range names {
-		out = append(out, api.Agent{Name: names[i], Token: toks[i]})
-	}
-	return out, err
+	return out, nil
 }
 
 // AddOperator creates dir/operators/NAME.token with a new random token and
