@@ -72,10 +72,7 @@ func TestHostileQuotasPerPrincipal(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for range 2 {
-		in, err := m.Create(ctx, "agent:a", CreateRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		in := create(t, m, "agent:a", CreateRequest{})
 		ids = append(ids, in.ID)
 	}
 	if _, err := m.Create(ctx, "agent:a", CreateRequest{}); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "agent:a") {
@@ -135,10 +132,7 @@ func TestHostileCrashedSandboxFreesItsSlot(t *testing.T) {
 		mu.Unlock()
 	}})
 	ctx := context.Background()
-	in, err := m.Create(ctx, "agent", CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := create(t, m, "agent", CreateRequest{})
 	m.mu.Lock()
 	nb := m.live[in.ID].sb.(*native.Sandbox)
 	m.mu.Unlock()
@@ -182,10 +176,7 @@ func TestHostileNoActionWithoutItsAuditRecord(t *testing.T) {
 	f := newFixture(t)
 	m := f.manager(t, Options{})
 	ctx := context.Background()
-	in, err := m.Create(ctx, "agent", CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := create(t, m, "agent", CreateRequest{})
 	// The log stops taking records (as on a full disk or a closed log).
 	if err := f.log.Close(); err != nil {
 		t.Fatal(err)
@@ -216,10 +207,7 @@ func TestHostileFailedTeardownIsRetried(t *testing.T) {
 	}
 	t.Cleanup(func() { m.Close(context.Background()) })
 	ctx := context.Background()
-	in, err := m.Create(ctx, "agent", CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := create(t, m, "agent", CreateRequest{})
 	if err := m.Destroy(ctx, "agent", in.ID); err == nil {
 		t.Fatal("the first destroy was meant to fail")
 	}

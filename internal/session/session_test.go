@@ -49,6 +49,17 @@ func (f *fixture) manager(t *testing.T, opts Options) *Manager {
 	return m
 }
 
+// create makes a sandbox for actor on m, failing the test if it cannot:
+// for the tests where creating is the setup, not what is tested.
+func create(t *testing.T, m *Manager, actor string, req CreateRequest) Info {
+	t.Helper()
+	info, err := m.Create(context.Background(), actor, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
 // kinds returns the audit kinds recorded for one sandbox, in order.
 func (f *fixture) kinds(t *testing.T, id string) []string {
 	t.Helper()
@@ -77,14 +88,8 @@ func TestLifecycle(t *testing.T) {
 	f := newFixture(t)
 	m := f.manager(t, Options{})
 	ctx := context.Background()
-	info, err := m.Create(ctx, "agent", CreateRequest{Labels: map[string]string{"team": "a"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := m.Create(ctx, "agent", CreateRequest{Labels: map[string]string{"team": "b"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := create(t, m, "agent", CreateRequest{Labels: map[string]string{"team": "a"}})
+	other := create(t, m, "agent", CreateRequest{Labels: map[string]string{"team": "b"}})
 	list, _, err := m.List(ctx, ListPage{Selector: map[string]string{"team": "a"}})
 	if err != nil || len(list) != 1 || list[0].ID != info.ID {
 		t.Fatalf("List(team=a) = %+v, %v", list, err)
@@ -158,18 +163,9 @@ func TestReapTTLAndIdle(t *testing.T) {
 		mu.Unlock()
 	}})
 	ctx := context.Background()
-	ttl, err := m.Create(ctx, "agent", CreateRequest{TTL: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	idle, err := m.Create(ctx, "agent", CreateRequest{Idle: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	busy, err := m.Create(ctx, "agent", CreateRequest{Idle: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ttl := create(t, m, "agent", CreateRequest{TTL: 300 * time.Millisecond})
+	idle := create(t, m, "agent", CreateRequest{Idle: 300 * time.Millisecond})
+	busy := create(t, m, "agent", CreateRequest{Idle: 300 * time.Millisecond})
 	// An exec longer than the idle timeout keeps its sandbox alive.
 	res, err := m.Exec(ctx, "agent", busy.ID, sandbox.ExecRequest{Argv: []string{"sleep", "0.8"}})
 	if err != nil || res.ExitCode != 0 {
@@ -264,10 +260,7 @@ func TestRestartMarksLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := first.Create(ctx, "agent", CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := create(t, first, "agent", CreateRequest{})
 	// The first run "dies": its reaper stops, nothing is destroyed through it.
 	first.once.Do(func() { close(first.stop) })
 	<-first.done
@@ -290,10 +283,7 @@ func TestConcurrentExecs(t *testing.T) {
 	const boxes, per = 10, 5
 	var ids []string
 	for i := 0; i < boxes; i++ {
-		info, err := m.Create(ctx, "agent", CreateRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		info := create(t, m, "agent", CreateRequest{})
 		ids = append(ids, info.ID)
 	}
 	var wg sync.WaitGroup
@@ -387,10 +377,7 @@ func TestModelProxyInsideSandbox(t *testing.T) {
 	model := &fakeModel{tokens: map[string]string{}}
 	m := f.manager(t, Options{Model: model})
 	ctx := context.Background()
-	info, err := m.Create(ctx, "agent", CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := create(t, m, "agent", CreateRequest{})
 	var out bytes.Buffer
 	// A request cannot redirect the sandbox's model traffic or swap its token.
 	res, err := m.Exec(ctx, "agent", info.ID, sandbox.ExecRequest{
@@ -418,10 +405,7 @@ func TestCreateRecordsEnvNamesOnly(t *testing.T) {
 	f := newFixture(t)
 	m := f.manager(t, Options{})
 	ctx := context.Background()
-	info, err := m.Create(ctx, "agent", CreateRequest{Spec: sandbox.Spec{Env: []string{"DB_PASSWORD=hunter2-not-a-pattern"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := create(t, m, "agent", CreateRequest{Spec: sandbox.Spec{Env: []string{"DB_PASSWORD=hunter2-not-a-pattern"}}})
 	recs, _ := f.log.Tail(ctx, 0, 10)
 	for _, r := range recs {
 		if r.Session == info.ID && strings.Contains(string(r.Data), "hunter2") {
