@@ -152,11 +152,7 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, who princ
 	if err != nil {
 		return gatewayError(err)
 	}
-	out := wire.ApprovalList{Approvals: make([]wire.Approval, 0, len(page.Approvals)), Next: page.Next}
-	for _, a := range page.Approvals {
-		out.Approvals = append(out.Approvals, approvalView(a))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, wire.ApprovalList{Approvals: views(page.Approvals, approvalView), Next: page.Next})
 	return nil
 }
 
@@ -291,10 +287,6 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request, who principal
 			return err
 		}
 	}
-	out := wire.ToolList{Tools: make([]wire.Tool, 0, len(list))}
-	for _, t := range list {
-		out.Tools = append(out.Tools, toolView(t))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, wire.ToolList{Tools: views(list, toolView)})
 	return nil
 }

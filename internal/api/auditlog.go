@@ -50,11 +50,7 @@ func (s *Server) auditTail(w http.ResponseWriter, r *http.Request, who principal
 	if err != nil {
 		return err
 	}
-	out := wire.AuditPage{Records: make([]wire.AuditRecord, 0, len(recs))}
-	for _, rec := range recs {
-		out.Records = append(out.Records, recordView(rec))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, wire.AuditPage{Records: views(recs, recordView)})
 	return nil
 }
 

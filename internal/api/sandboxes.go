@@ -141,10 +141,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, who princ
 	if err != nil {
 		return err
 	}
-	out := wire.SandboxList{Sandboxes: make([]wire.Sandbox, 0, len(infos))}
-	for _, in := range infos {
-		out.Sandboxes = append(out.Sandboxes, view(in))
-	}
+	out := wire.SandboxList{Sandboxes: views(infos, view)}
 	if more {
 		out.Next = infos[len(infos)-1].ID
 	}

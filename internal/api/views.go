@@ -12,6 +12,16 @@ import (
 // in an export) into theirs; views_test.go proves that each one carries
 // every field, the same as the domain type's own encoding.
 
+// views is each of list in its API form. It is never nil, so that an
+// empty list is written as [], not null.
+func views[T, V any](list []T, view func(T) V) []V {
+	out := make([]V, 0, len(list))
+	for _, v := range list {
+		out = append(out, view(v))
+	}
+	return out
+}
+
 // approvalView is a's API form.
 func approvalView(a gateway.Approval) wire.Approval {
 	out := wire.Approval{ID: a.ID, Kind: a.Kind, State: a.State, Session: a.Session, RequestedBy: a.RequestedBy, Via: a.Via,

@@ -275,6 +275,17 @@ func (b *Broker) record(kind string, a *attempt) {
 	}
 }
 
+// admitAndBegin is what a tunnel and a plain request both pass between
+// taking their place (enter) and dialling: admit, then, if it lets them
+// through, begin.
+func (b *Broker) admitAndBegin(ctx context.Context, a *attempt, isIP bool) ([]netip.Addr, *refusal) {
+	addrs, f := b.admit(ctx, a, isIP)
+	if f == nil {
+		f = b.begin(ctx, a)
+	}
+	return addrs, f
+}
+
 // begin makes an admitted connection's audit record durable before it is
 // dialled: a connection the log cannot show is not made.
 func (b *Broker) begin(ctx context.Context, a *attempt) *refusal {
@@ -344,6 +355,18 @@ func (b *Broker) enter() *refusal {
 			fmt.Sprintf("the broker is carrying its limit of %d connections for all sandboxes; retry later", b.cfg.Total.Max())}
 	}
 	return nil
+}
+
+// enterFor records the parsed target in a, so that a refusal's audit
+// record names it, and takes a place for it (enter), refusing a when
+// there is none; true means the caller holds a place and must leave.
+func (b *Broker) enterFor(w http.ResponseWriter, a *attempt, host string, port int) bool {
+	a.host, a.port = host, port
+	if f := b.enter(); f != nil {
+		b.refuse(w, a, f)
+		return false
+	}
+	return true
 }
 
 // leave frees the place enter took.
@@ -522,16 +545,11 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, a *attempt
 			fmt.Sprintf("bad CONNECT target %q: %v (want host:port)", authority, err)})
 		return
 	}
-	a.host, a.port = host, port
-	if f := b.enter(); f != nil {
-		b.refuse(w, a, f)
+	if !b.enterFor(w, a, host, port) {
 		return
 	}
 	defer b.leave()
-	addrs, f := b.admit(r.Context(), a, isIP)
-	if f == nil {
-		f = b.begin(r.Context(), a)
-	}
+	addrs, f := b.admitAndBegin(r.Context(), a, isIP)
 	if f != nil {
 		b.refuse(w, a, f)
 		return
@@ -778,19 +796,14 @@ func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) 
 			fmt.Sprintf("bad target %q: %v", r.URL.Host, err)})
 		return
 	}
-	a.host, a.port = host, port
-	if f := b.enter(); f != nil {
-		b.refuse(w, a, f)
+	if !b.enterFor(w, a, host, port) {
 		return
 	}
 	defer b.leave()
 	// Before anything wraps the body, and before admit: a refusal leaves
 	// the body unread, and the server's discarding of it is bounded too.
 	guarded := netlimit.LimitBody(w, r, b.cfg.Body)
-	addrs, f := b.admit(r.Context(), a, isIP)
-	if f == nil {
-		f = b.begin(r.Context(), a)
-	}
+	addrs, f := b.admitAndBegin(r.Context(), a, isIP)
 	if f != nil {
 		b.refuse(w, a, f)
 		return

@@ -10,23 +10,10 @@ import (
 
 // Anthropic returns the handler for the Anthropic Messages wire format.
 func (p *Provider) Anthropic() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		path := normPath(r.URL.Path)
-		switch {
-		case path == "/v1/messages":
-			if !anMethod(w, r, http.MethodPost) {
-				return
-			}
-			p.messages(w, r, false)
-		case path == "/v1/messages/count_tokens":
-			if !anMethod(w, r, http.MethodPost) {
-				return
-			}
-			p.messages(w, r, true)
-		case path == "/v1/models":
-			if !anMethod(w, r, http.MethodGet) {
-				return
-			}
+	return routes([]route{
+		{"/v1/messages", http.MethodPost, func(w http.ResponseWriter, r *http.Request) { p.messages(w, r, false) }},
+		{"/v1/messages/count_tokens", http.MethodPost, func(w http.ResponseWriter, r *http.Request) { p.messages(w, r, true) }},
+		{"/v1/models", http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 			data := make([]anModel, 0, len(p.AnthropicModels))
 			for _, id := range p.AnthropicModels {
 				data = append(data, newAnModel(id))
@@ -37,14 +24,14 @@ func (p *Provider) Anthropic() http.Handler {
 				out["last_id"] = data[len(data)-1].ID
 			}
 			writeJSON(w, http.StatusOK, out)
-		case strings.HasPrefix(path, "/v1/models/"):
-			if !anMethod(w, r, http.MethodGet) {
-				return
-			}
-			writeJSON(w, http.StatusOK, newAnModel(strings.TrimPrefix(path, "/v1/models/")))
-		default:
-			anError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Not found: %s %s", r.Method, r.URL.Path))
-		}
+		}},
+		{"/v1/models/", http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, newAnModel(strings.TrimPrefix(normPath(r.URL.Path), "/v1/models/")))
+		}},
+	}, func(w http.ResponseWriter, r *http.Request) {
+		anError(w, http.StatusMethodNotAllowed, "invalid_request_error", fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+	}, func(w http.ResponseWriter, r *http.Request) {
+		anError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("Not found: %s %s", r.Method, r.URL.Path))
 	})
 }
 
@@ -57,15 +44,6 @@ type anModel struct {
 
 func newAnModel(id string) anModel {
 	return anModel{Type: "model", ID: id, DisplayName: "Mock " + id, CreatedAt: "1970-01-01T00:00:00Z"}
-}
-
-func anMethod(w http.ResponseWriter, r *http.Request, m string) bool {
-	if r.Method == m {
-		return true
-	}
-	w.Header().Set("Allow", m)
-	anError(w, http.StatusMethodNotAllowed, "invalid_request_error", fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
-	return false
 }
 
 func anError(w http.ResponseWriter, status int, typ, msg string) {

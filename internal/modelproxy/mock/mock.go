@@ -528,6 +528,38 @@ func normPath(p string) string {
 	return p
 }
 
+// route is one endpoint of a wire format: a path, or a path prefix when
+// it ends in "/", and the one method it answers.
+type route struct {
+	path   string
+	method string
+	serve  http.HandlerFunc
+}
+
+// routes is a wire format's handler: the first route whose path matches
+// (after normPath) serves; another method gets the format's notAllowed
+// error, with the Allow header set, and a path no route matches its
+// notFound error.
+func routes(table []route, notAllowed, notFound http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path := normPath(r.URL.Path)
+		for _, rt := range table {
+			prefix := strings.HasSuffix(rt.path, "/")
+			if path != rt.path && !(prefix && strings.HasPrefix(path, rt.path)) {
+				continue
+			}
+			if r.Method != rt.method {
+				w.Header().Set("Allow", rt.method)
+				notAllowed(w, r)
+				return
+			}
+			rt.serve(w, r)
+			return
+		}
+		notFound(w, r)
+	})
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -14,42 +14,25 @@ import (
 
 // OpenAI returns the handler for the OpenAI wire format.
 func (p *Provider) OpenAI() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		path := normPath(r.URL.Path)
-		switch {
-		case path == "/v1/chat/completions":
-			if !oaMethod(w, r, http.MethodPost) {
-				return
-			}
-			p.chatCompletions(w, r)
-		case path == "/v1/responses":
-			if !oaMethod(w, r, http.MethodPost) {
-				return
-			}
-			p.responses(w, r)
-		case path == "/v1/embeddings":
-			if !oaMethod(w, r, http.MethodPost) {
-				return
-			}
-			p.embeddings(w, r)
-		case path == "/v1/models":
-			if !oaMethod(w, r, http.MethodGet) {
-				return
-			}
+	return routes([]route{
+		{"/v1/chat/completions", http.MethodPost, p.chatCompletions},
+		{"/v1/responses", http.MethodPost, p.responses},
+		{"/v1/embeddings", http.MethodPost, p.embeddings},
+		{"/v1/models", http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 			data := make([]oaModel, 0, len(p.OpenAIModels))
 			for _, id := range p.OpenAIModels {
 				data = append(data, oaModel{ID: id, Object: "model", OwnedBy: "ironclaw-mock"})
 			}
 			writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
-		case strings.HasPrefix(path, "/v1/models/"):
-			if !oaMethod(w, r, http.MethodGet) {
-				return
-			}
-			id := strings.TrimPrefix(path, "/v1/models/")
+		}},
+		{"/v1/models/", http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+			id := strings.TrimPrefix(normPath(r.URL.Path), "/v1/models/")
 			writeJSON(w, http.StatusOK, oaModel{ID: id, Object: "model", OwnedBy: "ironclaw-mock"})
-		default:
-			oaError(w, http.StatusNotFound, fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), "", "unknown_url")
-		}
+		}},
+	}, func(w http.ResponseWriter, r *http.Request) {
+		oaError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path), "", "method_not_allowed")
+	}, func(w http.ResponseWriter, r *http.Request) {
+		oaError(w, http.StatusNotFound, fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), "", "unknown_url")
 	})
 }
 
@@ -58,15 +41,6 @@ type oaModel struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
-}
-
-func oaMethod(w http.ResponseWriter, r *http.Request, m string) bool {
-	if r.Method == m {
-		return true
-	}
-	w.Header().Set("Allow", m)
-	oaError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path), "", "method_not_allowed")
-	return false
 }
 
 func oaError(w http.ResponseWriter, status int, msg, param, code string) {
