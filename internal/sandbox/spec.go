@@ -331,6 +331,30 @@ func (s Spec) Validate() error {
 	return s.Limits.ValidateTmpfs(s.Workspace == "")
 }
 
+// Changed is l with a running sandbox's limits change applied: each
+// nonzero memory, pids, CPU, timeout or output limit of change replaces
+// l's; the rest of l stays (the sizes fixed at create are not a change's
+// to make). The session and every backend that changes limits in place
+// merge a change this one way.
+func (l Limits) Changed(change Limits) Limits {
+	if change.MemoryBytes != 0 {
+		l.MemoryBytes = change.MemoryBytes
+	}
+	if change.Pids != 0 {
+		l.Pids = change.Pids
+	}
+	if change.CPUs != 0 {
+		l.CPUs = change.CPUs
+	}
+	if change.Timeout != 0 {
+		l.Timeout = change.Timeout
+	}
+	if change.OutputBytes != 0 {
+		l.OutputBytes = change.OutputBytes
+	}
+	return l
+}
+
 // ValidateTmpfs checks that the tmpfs areas fit the memory limit: tmp and,
 // when wsTmpfs (the workspace is not a host directory), the workspace,
 // together at most TmpfsBudget(MemoryBytes). The error wraps

@@ -202,3 +202,17 @@ func TestTinyMemorySaysMemory(t *testing.T) {
 		t.Errorf("the smallest memory limit: %v", err)
 	}
 }
+
+func TestLimitsChanged(t *testing.T) {
+	base := Limits{MemoryBytes: 1 << 30, Pids: 100, CPUs: 1, Timeout: time.Minute, OutputBytes: 1 << 20,
+		WorkspaceBytes: 1 << 28, TmpBytes: 1 << 26, OpenFiles: 256}
+	got := base.Changed(Limits{Pids: 200, Timeout: 2 * time.Minute, WorkspaceBytes: 1, TmpBytes: 1, OpenFiles: 1})
+	want := base
+	want.Pids, want.Timeout = 200, 2*time.Minute // the sizes fixed at create stay
+	if got != want {
+		t.Fatalf("Changed = %+v, want %+v", got, want)
+	}
+	if got := base.Changed(Limits{}); got != base {
+		t.Fatalf("an empty change changed %+v into %+v", base, got)
+	}
+}

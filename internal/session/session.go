@@ -585,7 +585,7 @@ func (m *Manager) UpdateLimits(ctx context.Context, id string, l sandbox.Limits)
 		m.mu.Unlock()
 		return fmt.Errorf("%w: this runtime cannot change a running sandbox's limits", sandbox.ErrUnsupported)
 	}
-	next := ChangedLimits(e.limits, l)
+	next := e.limits.Changed(l)
 	if err := next.Validate(); err != nil {
 		m.mu.Unlock()
 		return err
@@ -607,28 +607,6 @@ func (m *Manager) UpdateLimits(ctx context.Context, id string, l sandbox.Limits)
 		return err
 	}
 	return nil
-}
-
-// ChangedLimits is base with the change UpdateLimits makes: each nonzero
-// memory, pids, CPU, timeout or output limit of change replaces base's;
-// the rest of base stays.
-func ChangedLimits(base, change sandbox.Limits) sandbox.Limits {
-	if change.MemoryBytes != 0 {
-		base.MemoryBytes = change.MemoryBytes
-	}
-	if change.Pids != 0 {
-		base.Pids = change.Pids
-	}
-	if change.CPUs != 0 {
-		base.CPUs = change.CPUs
-	}
-	if change.Timeout != 0 {
-		base.Timeout = change.Timeout
-	}
-	if change.OutputBytes != 0 {
-		base.OutputBytes = change.OutputBytes
-	}
-	return base
 }
 
 // SetLifetime gives a running sandbox a new TTL (counted from its

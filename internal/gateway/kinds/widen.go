@@ -10,7 +10,6 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/egress"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/session"
 )
 
 // MaxWidenRules bounds the egress rules of one sandbox.widen request.
@@ -69,7 +68,7 @@ func (l *WidenLimits) check() error {
 	}
 	// Check each given limit against the maxima by validating a full set
 	// in which the others take their defaults.
-	full := session.ChangedLimits(sandbox.DefaultLimits, sl)
+	full := sandbox.DefaultLimits.Changed(sl)
 	if err := full.Validate(); err != nil {
 		return errors.New(strings.TrimPrefix(err.Error(), sandbox.ErrInvalidSpec.Error()+": "))
 	}

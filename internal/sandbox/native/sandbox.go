@@ -64,22 +64,7 @@ func (b *Sandbox) UpdateLimits(ctx context.Context, l sandbox.Limits) error {
 	}
 	b.limitsMu.Lock()
 	defer b.limitsMu.Unlock()
-	next := b.spec.Limits
-	if l.MemoryBytes != 0 {
-		next.MemoryBytes = l.MemoryBytes
-	}
-	if l.Pids != 0 {
-		next.Pids = l.Pids
-	}
-	if l.CPUs != 0 {
-		next.CPUs = l.CPUs
-	}
-	if l.Timeout != 0 {
-		next.Timeout = l.Timeout
-	}
-	if l.OutputBytes != 0 {
-		next.OutputBytes = l.OutputBytes
-	}
+	next := b.spec.Limits.Changed(l)
 	if err := next.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", sandbox.ErrInvalidRequest, err)
 	}
