@@ -61,6 +61,16 @@ func makeRoomAt(t *testing.T, l *Log, seq int64) Record {
 	return prev
 }
 
+// rebuildUnconstrained recreates audit_log with the same rows but without
+// column types or constraints, so that it takes values the schema refuses.
+func rebuildUnconstrained(t *testing.T, l *Log) {
+	t.Helper()
+	tamper(t, l, `ALTER TABLE audit_log RENAME TO audit_old`,
+		`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash, mac)`,
+		`INSERT INTO audit_log SELECT * FROM audit_old`,
+		`DROP TABLE audit_old`)
+}
+
 // insertRecord inserts r as is.
 func insertRecord(t *testing.T, l *Log, r Record) {
 	t.Helper()
@@ -205,11 +215,8 @@ func TestTamperDetection(t *testing.T) {
 			// values the original schema refuses.
 			name: "null a field in a rebuilt table",
 			tamper: func(t *testing.T, l *Log) {
-				tamper(t, l, `ALTER TABLE audit_log RENAME TO audit_old`,
-					`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash, mac)`,
-					`INSERT INTO audit_log SELECT * FROM audit_old`,
-					`DROP TABLE audit_old`,
-					`UPDATE audit_log SET session = NULL WHERE seq = 6`)
+				rebuildUnconstrained(t, l)
+				tamper(t, l, `UPDATE audit_log SET session = NULL WHERE seq = 6`)
 			},
 			badSeq:  6,
 			problem: ProblemEdited,
@@ -217,11 +224,8 @@ func TestTamperDetection(t *testing.T) {
 		{
 			name: "retype a field in a rebuilt table",
 			tamper: func(t *testing.T, l *Log) {
-				tamper(t, l, `ALTER TABLE audit_log RENAME TO audit_old`,
-					`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash, mac)`,
-					`INSERT INTO audit_log SELECT * FROM audit_old`,
-					`DROP TABLE audit_old`,
-					`UPDATE audit_log SET actor = 12345 WHERE seq = 2`)
+				rebuildUnconstrained(t, l)
+				tamper(t, l, `UPDATE audit_log SET actor = 12345 WHERE seq = 2`)
 			},
 			badSeq:  2,
 			problem: ProblemEdited,
