@@ -231,6 +231,10 @@ func (p *parser) digits() bool {
 	return p.i > start
 }
 
+// unescapes maps the letter after a backslash to the byte it stands for;
+// 0 for \u (decoded apart) and for letters that are no escape.
+var unescapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
 // str parses a string literal starting at the opening quote.
 func (p *parser) str() (string, error) {
 	p.i++ // '"'
@@ -265,20 +269,10 @@ func (p *parser) str() (string, error) {
 			}
 			e := p.b[p.i+1]
 			p.i += 2
-			switch e {
-			case '"', '\\', '/':
-				out = append(out, e)
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
+			switch {
+			case unescapes[e] != 0:
+				out = append(out, unescapes[e])
+			case e == 'u':
 				r, ok := p.hex4()
 				if !ok {
 					return "", p.errorf("invalid \\u escape")
@@ -400,6 +394,11 @@ func appendCanonical(b []byte, v any) []byte {
 	panic(fmt.Sprintf("audit: appendCanonical: unexpected %T", v))
 }
 
+// shortEscapes maps each byte the canonical form writes as a backslash and
+// a letter to that letter; the other control characters are written as
+// \u00XX. It is unescapes turned round, less '/', which is written as is.
+var shortEscapes = [utf8.RuneSelf]byte{'"': '"', '\\': '\\', '\b': 'b', '\f': 'f', '\n': 'n', '\r': 'r', '\t': 't'}
+
 func appendString(b []byte, s string) []byte {
 	const hexDigits = "0123456789abcdef"
 	b = append(b, '"')
@@ -416,20 +415,8 @@ func appendString(b []byte, s string) []byte {
 			continue
 		}
 		switch {
-		case c == '"':
-			b = append(b, '\\', '"')
-		case c == '\\':
-			b = append(b, '\\', '\\')
-		case c == '\b':
-			b = append(b, '\\', 'b')
-		case c == '\f':
-			b = append(b, '\\', 'f')
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\r':
-			b = append(b, '\\', 'r')
-		case c == '\t':
-			b = append(b, '\\', 't')
+		case shortEscapes[c] != 0:
+			b = append(b, '\\', shortEscapes[c])
 		case c < 0x20:
 			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 		default:

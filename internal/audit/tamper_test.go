@@ -41,6 +41,36 @@ func storedRecord(t *testing.T, l *Log, seq int64) Record {
 	return recs[0]
 }
 
+// swapSeqs exchanges the seq of rows a and b, through a seq no row has
+// (seq is the primary key).
+func swapSeqs(t *testing.T, l *Log, a, b int64) {
+	t.Helper()
+	tamper(t, l, fmt.Sprintf(`UPDATE audit_log SET seq = 1000000 WHERE seq = %d`, a),
+		fmt.Sprintf(`UPDATE audit_log SET seq = %d WHERE seq = %d`, a, b),
+		fmt.Sprintf(`UPDATE audit_log SET seq = %d WHERE seq = 1000000`, b))
+}
+
+// makeRoomAt shifts rows seq.. up by one, so that a forged row can be
+// inserted at seq, and returns the row before it. (The detour through
+// large seqs is because seq is the primary key.)
+func makeRoomAt(t *testing.T, l *Log, seq int64) Record {
+	t.Helper()
+	prev := storedRecord(t, l, seq-1)
+	tamper(t, l, fmt.Sprintf(`UPDATE audit_log SET seq = seq + 1000001 WHERE seq >= %d`, seq),
+		`UPDATE audit_log SET seq = seq - 1000000 WHERE seq > 1000000`)
+	return prev
+}
+
+// rebuildUnconstrained recreates audit_log with the same rows but without
+// column types or constraints, so that it takes values the schema refuses.
+func rebuildUnconstrained(t *testing.T, l *Log) {
+	t.Helper()
+	tamper(t, l, `ALTER TABLE audit_log RENAME TO audit_old`,
+		`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash, mac)`,
+		`INSERT INTO audit_log SELECT * FROM audit_old`,
+		`DROP TABLE audit_old`)
+}
+
 // insertRecord inserts r as is.
 func insertRecord(t *testing.T, l *Log, r Record) {
 	t.Helper()
@@ -145,9 +175,7 @@ func TestTamperDetection(t *testing.T) {
 			// itself checks out, and the old row 5 (now 6) no longer does.
 			name: "insert a well-formed forged row in the middle",
 			tamper: func(t *testing.T, l *Log) {
-				prev := storedRecord(t, l, 4)
-				tamper(t, l, `UPDATE audit_log SET seq = seq + 1000001 WHERE seq >= 5`,
-					`UPDATE audit_log SET seq = seq - 1000000 WHERE seq > 1000000`)
+				prev := makeRoomAt(t, l, 5)
 				forged := Record{Seq: 5, Time: prev.Time, Actor: "attacker", Kind: KindApprovalDecide,
 					Data: json.RawMessage(`{"approved":true}`), PrevHash: prev.Hash}
 				h, err := forged.ComputeHash()
@@ -163,9 +191,7 @@ func TestTamperDetection(t *testing.T) {
 		{
 			name: "insert a sloppy forged row in the middle",
 			tamper: func(t *testing.T, l *Log) {
-				prev := storedRecord(t, l, 4)
-				tamper(t, l, `UPDATE audit_log SET seq = seq + 1000001 WHERE seq >= 5`,
-					`UPDATE audit_log SET seq = seq - 1000000 WHERE seq > 1000000`)
+				prev := makeRoomAt(t, l, 5)
 				insertRecord(t, l, Record{Seq: 5, Time: prev.Time, Actor: "attacker", Kind: KindApprovalDecide,
 					Data: json.RawMessage(`{}`), PrevHash: prev.Hash, Hash: prev.Hash})
 			},
@@ -173,22 +199,14 @@ func TestTamperDetection(t *testing.T) {
 			problem: ProblemEdited,
 		},
 		{
-			name: "swap two rows' seq",
-			tamper: func(t *testing.T, l *Log) {
-				tamper(t, l, `UPDATE audit_log SET seq = 1000000 WHERE seq = 4`,
-					`UPDATE audit_log SET seq = 4 WHERE seq = 8`,
-					`UPDATE audit_log SET seq = 8 WHERE seq = 1000000`)
-			},
+			name:    "swap two rows' seq",
+			tamper:  func(t *testing.T, l *Log) { swapSeqs(t, l, 4, 8) },
 			badSeq:  4,
 			problem: ProblemBrokenChain,
 		},
 		{
-			name: "swap two adjacent rows' seq",
-			tamper: func(t *testing.T, l *Log) {
-				tamper(t, l, `UPDATE audit_log SET seq = 1000000 WHERE seq = 9`,
-					`UPDATE audit_log SET seq = 9 WHERE seq = 10`,
-					`UPDATE audit_log SET seq = 10 WHERE seq = 1000000`)
-			},
+			name:    "swap two adjacent rows' seq",
+			tamper:  func(t *testing.T, l *Log) { swapSeqs(t, l, 9, 10) },
 			badSeq:  9,
 			problem: ProblemBrokenChain,
 		},
@@ -197,11 +215,8 @@ func TestTamperDetection(t *testing.T) {
 			// values the original schema refuses.
 			name: "null a field in a rebuilt table",
 			tamper: func(t *testing.T, l *Log) {
-				tamper(t, l, `ALTER TABLE audit_log RENAME TO audit_old`,
-					`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash, mac)`,
-					`INSERT INTO audit_log SELECT * FROM audit_old`,
-					`DROP TABLE audit_old`,
-					`UPDATE audit_log SET session = NULL WHERE seq = 6`)
+				rebuildUnconstrained(t, l)
+				tamper(t, l, `UPDATE audit_log SET session = NULL WHERE seq = 6`)
 			},
 			badSeq:  6,
 			problem: ProblemEdited,
@@ -209,11 +224,8 @@ func TestTamperDetection(t *testing.T) {
 		{
 			name: "retype a field in a rebuilt table",
 			tamper: func(t *testing.T, l *Log) {
-				tamper(t, l, `ALTER TABLE audit_log RENAME TO audit_old`,
-					`CREATE TABLE audit_log (seq INTEGER PRIMARY KEY, time, session, actor, kind, data, prev_hash, hash, mac)`,
-					`INSERT INTO audit_log SELECT * FROM audit_old`,
-					`DROP TABLE audit_old`,
-					`UPDATE audit_log SET actor = 12345 WHERE seq = 2`)
+				rebuildUnconstrained(t, l)
+				tamper(t, l, `UPDATE audit_log SET actor = 12345 WHERE seq = 2`)
 			},
 			badSeq:  2,
 			problem: ProblemEdited,

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"errors"
 	"strings"
 	"testing"
 )
@@ -17,9 +16,9 @@ func TestApprovalQuotas(t *testing.T) {
 	if d := Default().Approvals.Quotas; d.MaxPendingPerPrincipal != DefaultMaxPendingPerPrincipal || d.MaxPendingTotal != DefaultMaxPendingTotal {
 		t.Fatalf("default quotas: %+v", d)
 	}
-	for _, bad := range []string{"max_pending_total: -1", "max_pending_per_principal: 1000000", "max_pending_totl: 5"} {
-		if _, err := Parse(strings.NewReader("approvals:\n  " + bad + "\n")); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v", bad, err)
-		}
-	}
+	wantInvalid(t,
+		"approvals:\n  max_pending_total: -1\n",
+		"approvals:\n  max_pending_per_principal: 1000000\n",
+		"approvals:\n  max_pending_totl: 5\n",
+	)
 }

@@ -55,10 +55,20 @@ func mustParse(t *testing.T, s string) *Policy {
 	return p
 }
 
+// wantInvalid checks that Parse refuses each document with ErrInvalid.
+func wantInvalid(t *testing.T, docs ...string) {
+	t.Helper()
+	for _, doc := range docs {
+		if _, err := Parse(strings.NewReader(doc)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: %v", doc, err)
+		}
+	}
+}
+
 // Every mistake is an error naming the field; a typo in a key cannot
 // silently drop a rule.
 func TestInvalidPolicies(t *testing.T) {
-	for _, doc := range []string{
+	wantInvalid(t,
 		"egress:\n  alow: [x.com]\n",
 		"egress:\n  allow: ['*']\n",
 		"egress:\n  unknown: maybe\n",
@@ -69,11 +79,7 @@ func TestInvalidPolicies(t *testing.T) {
 		"approvals:\n  webhooks: ['not a url']\n",
 		"exec:\n  require_approval: ['(']\n",
 		"other: 1\n",
-	} {
-		if _, err := Parse(strings.NewReader(doc)); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%q: %v", doc, err)
-		}
-	}
+	)
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
@@ -89,15 +95,11 @@ func TestExecGate(t *testing.T) {
 			t.Errorf("Gated(%q) = %q, want %q", argv0, got, want)
 		}
 	}
-	for _, doc := range []string{
+	wantInvalid(t,
 		"exec:\n  gate: [bin/curl]\n",
 		"exec:\n  gate: ['/workspace/curl']\n",
 		"exec:\n  gate: ['/usr/../bin/curl']\n",
 		"exec:\n  gate: ['']\n",
 		"exec:\n  gates: [curl]\n",
-	} {
-		if _, err := Parse(strings.NewReader(doc)); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%q: %v", doc, err)
-		}
-	}
+	)
 }

@@ -345,31 +345,34 @@ func validate(prog []unix.SockFilter) error {
 // sorted. All fail with EPERM except clone3, which fails with ENOSYS. Calls
 // refused only for some arguments are listed by [Restricted].
 func Denied() []string {
-	spec, err := currentArch()
-	if err != nil {
-		return nil
-	}
-	var names []string
-	for _, r := range rules(spec) {
-		if r.match == nil && r.action != retAllow {
-			names = append(names, r.name)
-		}
-	}
-	slices.Sort(names)
-	return names
+	return describeRules(func(r rule) (string, bool) {
+		return r.name, r.match == nil && r.action != retAllow
+	})
 }
 
 // Restricted describes, sorted, the system calls the filter refuses only for
 // some arguments, as "name: condition: errno".
 func Restricted() []string {
+	return describeRules(func(r rule) (string, bool) {
+		if r.match == nil {
+			return "", false
+		}
+		return r.name + ": " + r.match.desc, true
+	})
+}
+
+// describeRules returns, sorted, describe's text for each rule of this
+// architecture's filter it keeps; nil where the filter has no
+// architecture.
+func describeRules(describe func(rule) (string, bool)) []string {
 	spec, err := currentArch()
 	if err != nil {
 		return nil
 	}
 	var out []string
 	for _, r := range rules(spec) {
-		if r.match != nil {
-			out = append(out, r.name+": "+r.match.desc)
+		if text, keep := describe(r); keep {
+			out = append(out, text)
 		}
 	}
 	slices.Sort(out)

@@ -109,12 +109,7 @@ func TestSchemaVersionAndReopen(t *testing.T) {
 
 func TestMigrationAddsStep(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "db")
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	next := append(migrations(), Migration{
 		Version: len(migrations()) + 1,
 		Name:    "test table",
