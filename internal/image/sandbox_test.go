@@ -114,13 +114,7 @@ func writeExeLayer(t testing.TB, exe, dst string) {
 	}
 	defer f.Close()
 	tw := tar.NewWriter(f)
-	for _, e := range []ent{dir("bin/"), dir("etc/"), reg("etc/greeting", "ahoy\n")} {
-		h := e.hdr
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(tw, e.body)
-	}
+	writeEnts(t, tw, dir("bin/"), dir("etc/"), reg("etc/greeting", "ahoy\n"))
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/hello", Mode: 0o755, Size: st.Size(), ModTime: testTime}); err != nil {
 		t.Fatal(err)
 	}
