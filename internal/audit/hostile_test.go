@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,8 +19,6 @@ import (
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 	"github.com/ironclaw/ironclaw/internal/store"
 	"golang.org/x/sys/unix"
-	"net/http"
-	"net/http/httptest"
 )
 
 // keyedSetup is a data directory with its key and checkpoint file kept
@@ -102,11 +102,7 @@ func withDB(t *testing.T, path string, fn func(*store.Store)) {
 	t.Helper()
 	st := openStore(t, path)
 	defer st.Close()
-	for _, trg := range []string{"audit_log_no_update", "audit_log_no_delete"} {
-		if _, err := st.DB().Exec(`DROP TRIGGER IF EXISTS ` + trg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dropGuards(t, st.DB())
 	fn(st)
 }
 
@@ -116,14 +112,9 @@ func readAll(t *testing.T, st *store.Store) []Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
+	out, err := scanRecords(rows)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
