@@ -195,14 +195,20 @@ func validate(r Rules) error {
 // landlock_restrict_self fail there, which the Go runtime treats as fatal
 // inside AllThreadsSyscall.
 func setNoNewPrivsAllThreads() error {
-	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	return allThreads("set no_new_privs on all threads", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1)
+}
+
+// allThreads runs a system call on every thread (syscall.AllThreadsSyscall)
+// and says what failed: what, or ErrCgo in a binary that links cgo.
+func allThreads(what string, trap, a1, a2 uintptr) error {
+	_, _, errno := syscall.AllThreadsSyscall(trap, a1, a2, 0)
 	switch errno {
 	case 0:
 		return nil
 	case syscall.ENOTSUP:
 		return fmt.Errorf("%w: %w", ErrCgo, errno)
 	default:
-		return fmt.Errorf("landlock: set no_new_privs on all threads: %w", errno)
+		return fmt.Errorf("landlock: %s: %w", what, errno)
 	}
 }
 
@@ -221,15 +227,7 @@ func restrictAllThreads(fd int, abi int) error {
 	// runtime runs it on each thread. The first call's failure is reported
 	// here; a later thread failing differently is fatal in the runtime,
 	// which is why no_new_privs was set on every thread beforehand.
-	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(fd), 0, 0)
-	switch errno {
-	case 0:
-		return nil
-	case syscall.ENOTSUP:
-		return fmt.Errorf("%w: %w", ErrCgo, errno)
-	default:
-		return fmt.Errorf("landlock: restrict all threads: %w", errno)
-	}
+	return allThreads("restrict all threads", unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(fd), 0)
 }
 
 func createRuleset(attr *unix.LandlockRulesetAttr, size uintptr) (int, error) {
