@@ -723,7 +723,7 @@ func TestHostileAuditDiskFull(t *testing.T) {
 // makes two records per window, not one per attempt.
 func TestHostileAuditRepeatedRefusals(t *testing.T) {
 	ctx := context.Background()
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{Clock: fakeClock(t)})
+	l := newLog(t, Options{Clock: fakeClock(t)})
 	appended := 0
 	for i := 0; i < 5000; i++ {
 		ok, err := l.AppendRepeated(ctx, "evil.example:443", Entry{Session: "sb-1", Actor: "egress", Kind: KindEgressDeny,

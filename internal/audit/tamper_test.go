@@ -230,7 +230,7 @@ func TestTamperDetection(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+			l := newLog(t, Options{})
 			appendN(t, l, n)
 			mustVerifyOK(t, l, n)
 			dropGuards(t, l.write)
@@ -299,7 +299,7 @@ func TestTamperFileBytes(t *testing.T) {
 }
 
 func TestTriggersRefuseUpdateAndDelete(t *testing.T) {
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	l := newLog(t, Options{})
 	appendN(t, l, 3)
 	for _, s := range []string{
 		`UPDATE audit_log SET data = '{}' WHERE seq = 2`,
@@ -335,7 +335,7 @@ func TestSplitPacked(t *testing.T) {
 }
 
 func TestAppendRefusesMalformedHead(t *testing.T) {
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	l := newLog(t, Options{})
 	appendN(t, l, 3)
 	dropGuards(t, l.write)
 	tamper(t, l, `UPDATE audit_log SET hash = 'not-a-hash' WHERE seq = 3`)
