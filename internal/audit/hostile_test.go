@@ -443,6 +443,24 @@ func TestHostileAuditKeyFile(t *testing.T) {
 	if _, err := LoadKey(link); err == nil {
 		t.Error("a symlink accepted")
 	}
+	// A FIFO in the key's place is refused at once, not waited on.
+	fifo := filepath.Join(dir, "fifo.key")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := LoadKey(fifo)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("LoadKey of a FIFO: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("LoadKey blocked on a FIFO")
+	}
 }
 
 // TestHostileAuditRedactionKeepsShellSyntax: a command dressed up as a
