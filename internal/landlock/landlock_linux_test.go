@@ -197,18 +197,10 @@ func probes() map[string]probe {
 				return "", err
 			}
 			defer l.Close()
-			c, err := net.Dial("unix", a[0])
-			if err == nil {
-				c.Close()
-			}
-			return "", err
+			return "", dialUnix(a[0])
 		}},
 		"abstract-connect": {run: func(a []string, _ any) (string, error) {
-			c, err := net.Dial("unix", a[0])
-			if err == nil {
-				c.Close()
-			}
-			return "", err
+			return "", dialUnix(a[0])
 		}},
 		// abstract-self listens on an abstract socket after Restrict and
 		// connects to it from the same thread: one domain on both sides.
@@ -219,11 +211,7 @@ func probes() map[string]probe {
 				return "", err
 			}
 			defer l.Close()
-			c, err := net.Dial("unix", a[0])
-			if err == nil {
-				c.Close()
-			}
-			return "", err
+			return "", dialUnix(a[0])
 		}},
 	}
 }
@@ -336,6 +324,16 @@ func runChild(raw string) int {
 	}
 	fmt.Println(resultPrefix + string(out))
 	return 0
+}
+
+// dialUnix connects to the unix socket addr and hangs up: whether the
+// connect is allowed is all the probes ask.
+func dialUnix(addr string) error {
+	c, err := net.Dial("unix", addr)
+	if err == nil {
+		c.Close()
+	}
+	return err
 }
 
 func errnoName(err error) string {
