@@ -31,6 +31,9 @@
 //     from Commit survives a process kill and a power loss (see Open).
 //   - Close closes both pools; callers close their users (e.g. an audit.Log)
 //     first.
+//   - OpenReadOnly, without a Store, is for tools that inspect a database
+//     file without a daemon (audit verify --data-dir): SQLite opens the file
+//     read-only, and nothing is created, migrated or recovered in it.
 package store
 
 import (
