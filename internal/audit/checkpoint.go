@@ -100,7 +100,7 @@ func openCheckpointFile(path string) (*checkpointFile, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit checkpoints: %w", err)
 	}
-	f, st, err := openRegular(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE)
+	f, st, err := openRegular("audit checkpoints", path, os.O_WRONLY|os.O_APPEND|os.O_CREATE)
 	if err != nil {
 		return nil, err
 	}
@@ -112,16 +112,17 @@ func openCheckpointFile(path string) (*checkpointFile, error) {
 	return cf, nil
 }
 
-// openRegular opens path, refusing anything but a regular file without
-// blocking on it (a FIFO put in its place would otherwise hang the open).
-func openRegular(path string, flags int) (*os.File, os.FileInfo, error) {
+// openRegular opens path (what names it in errors), refusing anything but
+// a regular file without blocking on it (a FIFO put in its place would
+// otherwise hang the open). A file it creates is 0600.
+func openRegular(what, path string, flags int) (*os.File, os.FileInfo, error) {
 	f, err := os.OpenFile(path, flags|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, nil, fmt.Errorf("audit checkpoints: %w", err)
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
 	}
 	st, err := f.Stat()
 	if err == nil && !st.Mode().IsRegular() {
-		err = fmt.Errorf("audit checkpoints %s: not a regular file", path)
+		err = fmt.Errorf("%s %s: not a regular file", what, path)
 	}
 	if err != nil {
 		f.Close()
@@ -242,7 +243,7 @@ func readCheckpoints(ctx context.Context, path string) (*checkpointSet, error) {
 // (the file exists but cannot be opened) gives neither.
 func openCheckpoints(path string) (*checkpointSet, *os.File, os.FileInfo, error) {
 	cs := &checkpointSet{file: path, bySeq: map[int64]Checkpoint{}, keyIDs: map[string]bool{}, stride: 1}
-	f, st, err := openRegular(path, os.O_RDONLY)
+	f, st, err := openRegular("audit checkpoints", path, os.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		cs.missing = true
 		return cs, nil, nil, nil

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -45,18 +44,18 @@ const (
 // before ElidedPrefixBytes. Since strings an agent passes (argv elements,
 // paths) can only produce strings, an object in their place is always this
 // marker, never agent text.
-func elidedObject(kind, whole, prefix string) *object {
-	sum := sha256.Sum256([]byte(whole))
-	// Members in canonical (byte) order.
-	return &object{members: []member{
-		{key: "bytes", val: json.Number(strconv.Itoa(len(whole)))},
-		{key: "elided", val: kind},
-		{key: "prefix", val: cutPrefix(prefix)},
-		{key: "sha256", val: hex.EncodeToString(sum[:])},
-	}}
+//
+// It is parsed from appendElided's text, the one spelling of the marker:
+// an elided string is rare, and its hash costs more than the parse.
+func elidedObject(kind, whole, prefix string) any {
+	v, err := parseJSON(appendElided(nil, kind, whole, prefix))
+	if err != nil {
+		panic("audit: elided marker: " + err.Error()) // appendElided writes canonical JSON
+	}
+	return v
 }
 
-// appendElided appends elidedObject's canonical text without building it.
+// appendElided appends elidedObject's canonical text.
 func appendElided(b []byte, kind, whole, prefix string) []byte {
 	sum := sha256.Sum256([]byte(whole))
 	b = append(b, `{"bytes":`...)

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,8 +19,6 @@ import (
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 	"github.com/ironclaw/ironclaw/internal/store"
 	"golang.org/x/sys/unix"
-	"net/http"
-	"net/http/httptest"
 )
 
 // keyedSetup is a data directory with its key and checkpoint file kept
@@ -102,11 +102,7 @@ func withDB(t *testing.T, path string, fn func(*store.Store)) {
 	t.Helper()
 	st := openStore(t, path)
 	defer st.Close()
-	for _, trg := range []string{"audit_log_no_update", "audit_log_no_delete"} {
-		if _, err := st.DB().Exec(`DROP TRIGGER IF EXISTS ` + trg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dropGuards(t, st.DB())
 	fn(st)
 }
 
@@ -116,14 +112,9 @@ func readAll(t *testing.T, st *store.Store) []Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
+	out, err := scanRecords(rows)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -452,6 +443,31 @@ func TestHostileAuditKeyFile(t *testing.T) {
 	if _, err := LoadKey(link); err == nil {
 		t.Error("a symlink accepted")
 	}
+	// A FIFO in the key's place is refused at once, not waited on.
+	fifo := filepath.Join(dir, "fifo.key")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refusesFIFO(t, "LoadKey", func() error {
+		_, err := LoadKey(fifo)
+		return err
+	})
+}
+
+// refusesFIFO fails the test unless open, which meets a FIFO where it
+// expects a regular file, fails at once saying so.
+func refusesFIFO(t *testing.T, what string, open func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- open() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatalf("%s with a FIFO: %v", what, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s blocked on a FIFO", what)
+	}
 }
 
 // TestHostileAuditRedactionKeepsShellSyntax: a command dressed up as a
@@ -732,7 +748,7 @@ func TestHostileAuditDiskFull(t *testing.T) {
 // makes two records per window, not one per attempt.
 func TestHostileAuditRepeatedRefusals(t *testing.T) {
 	ctx := context.Background()
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{Clock: fakeClock(t)})
+	l := newLog(t, Options{Clock: fakeClock(t)})
 	appended := 0
 	for i := 0; i < 5000; i++ {
 		ok, err := l.AppendRepeated(ctx, "evil.example:443", Entry{Session: "sb-1", Actor: "egress", Kind: KindEgressDeny,
@@ -899,25 +915,17 @@ func TestHostileAuditCheckpointFIFO(t *testing.T) {
 	}
 	st := openStore(t, ks.db)
 	defer st.Close()
-	done := make(chan error, 1)
-	go func() {
+	refusesFIFO(t, "New", func() error {
 		l, err := New(context.Background(), st, ks.opts(nil))
 		if err == nil {
 			l.Close()
 		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
-			t.Fatalf("New with a FIFO for checkpoints: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("New blocked on a FIFO")
-	}
-	if _, err := VerifyDatabase(context.Background(), ks.db, ks.verifyOpts()); err == nil {
-		t.Fatal("verify read a FIFO as checkpoints")
-	}
+		return err
+	})
+	refusesFIFO(t, "VerifyDatabase", func() error {
+		_, err := VerifyDatabase(context.Background(), ks.db, ks.verifyOpts())
+		return err
+	})
 }
 
 // EndQueued does not wait for its record, but keeps its place: a record

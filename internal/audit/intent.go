@@ -65,18 +65,9 @@ func (in *Intent) Seq() int64 { return in.seq }
 // a JSON object like any Entry.Data and must not have an IntentSeqKey
 // member of its own.
 func (in *Intent) End(ctx context.Context, data any) (Record, error) {
-	first := false
-	in.once.Do(func() { first = true })
-	if !first {
-		return Record{}, ErrIntentEnded
-	}
-	canon, err := in.log.redact.Canonicalize(data)
+	canon, err := in.result(data)
 	if err != nil {
-		return Record{}, fmt.Errorf("audit: end %s: %w", in.base.Kind, err)
-	}
-	canon, err = withMember(canon, IntentSeqKey, strconv.FormatInt(in.seq, 10))
-	if err != nil {
-		return Record{}, fmt.Errorf("audit: end %s: %w", in.base.Kind, err)
+		return Record{}, err
 	}
 	return in.log.appendCanonical(ctx, in.base, canon)
 }
@@ -88,18 +79,9 @@ func (in *Intent) End(ctx context.Context, data any) (Record, error) {
 // the log fail closed, and it is durable already; so an action's answer
 // need not wait for a second commit. Close commits what is queued.
 func (in *Intent) EndQueued(data any, onErr func(error)) error {
-	first := false
-	in.once.Do(func() { first = true })
-	if !first {
-		return ErrIntentEnded
-	}
-	canon, err := in.log.redact.Canonicalize(data)
+	canon, err := in.result(data)
 	if err != nil {
-		return fmt.Errorf("audit: end %s: %w", in.base.Kind, err)
-	}
-	canon, err = withMember(canon, IntentSeqKey, strconv.FormatInt(in.seq, 10))
-	if err != nil {
-		return fmt.Errorf("audit: end %s: %w", in.base.Kind, err)
+		return err
 	}
 	p, err := in.log.enqueue(context.Background(), in.base, canon, true)
 	if err != nil {
@@ -114,6 +96,24 @@ func (in *Intent) EndQueued(data any, onErr func(error)) error {
 		}()
 	}
 	return nil
+}
+
+// result ends the intent (ErrIntentEnded the second time) and returns the
+// result record's data: data canonicalised, with IntentSeqKey added.
+func (in *Intent) result(data any) ([]byte, error) {
+	first := false
+	in.once.Do(func() { first = true })
+	if !first {
+		return nil, ErrIntentEnded
+	}
+	canon, err := in.log.redact.Canonicalize(data)
+	if err == nil {
+		canon, err = withMember(canon, IntentSeqKey, strconv.FormatInt(in.seq, 10))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: end %s: %w", in.base.Kind, err)
+	}
+	return canon, nil
 }
 
 // withMember adds member key with the JSON text val to canonical object

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/ironclaw/ironclaw/internal/defaults"
 )
@@ -119,21 +121,20 @@ func configDir() string {
 }
 
 // LoadKey reads the key file at path: one line of 64 hex digits. It
-// refuses a file that is not a regular file or that users other than its
-// owner may read or write (mode & 0o077 != 0), since anyone who can read
-// it can forge records.
+// refuses a symlink, anything but a regular file (without blocking on a
+// FIFO), and a file that users other than its owner may read or write
+// (mode & 0o077 != 0), since anyone who can read it can forge records.
 func LoadKey(path string) (*Key, error) {
-	st, err := os.Lstat(path)
+	f, st, err := openRegular("audit key", path, os.O_RDONLY|syscall.O_NOFOLLOW)
 	if err != nil {
-		return nil, fmt.Errorf("audit key: %w", err)
+		return nil, err
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("audit key %s: not a regular file", path)
-	}
+	defer f.Close()
 	if st.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("audit key %s: accessible to other users (mode %04o); chmod 600 it (and consider the key compromised)", path, st.Mode().Perm())
 	}
-	b, err := os.ReadFile(path)
+	// A key file is one short line: what is beyond this holds no key.
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
 	if err != nil {
 		return nil, fmt.Errorf("audit key: %w", err)
 	}

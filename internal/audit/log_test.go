@@ -65,6 +65,13 @@ func openLog(t testing.TB, path string, opts Options) (*store.Store, *Log) {
 	return st, l
 }
 
+// newLog is openLog on a new database in t.TempDir().
+func newLog(t testing.TB, opts Options) *Log {
+	t.Helper()
+	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), opts)
+	return l
+}
+
 func appendN(t testing.TB, l *Log, n int) []Record {
 	t.Helper()
 	var out []Record
@@ -112,7 +119,7 @@ func mustVerifyOK(t testing.TB, l *Log, want int64) Result {
 
 func TestAppendTailExportRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{Clock: fakeClock(t)})
+	l := newLog(t, Options{Clock: fakeClock(t)})
 
 	first, err := l.Append(ctx, Entry{
 		Session: "sess-1",
@@ -212,7 +219,7 @@ func TestAppendTailExportRoundTrip(t *testing.T) {
 
 func TestVerifyJSONLinesCatchesEdit(t *testing.T) {
 	ctx := context.Background()
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	l := newLog(t, Options{})
 	appendN(t, l, 5)
 	var buf bytes.Buffer
 	if err := l.Export(ctx, &buf, 0); err != nil {
@@ -276,7 +283,7 @@ func TestChainContinuesAcrossReopen(t *testing.T) {
 
 func TestConcurrentAppends(t *testing.T) {
 	ctx := context.Background()
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	l := newLog(t, Options{})
 	const workers, each = 50, 40
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -354,7 +361,7 @@ func TestTwoLogsOneStore(t *testing.T) {
 
 func TestAppendValidation(t *testing.T) {
 	ctx := context.Background()
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	l := newLog(t, Options{})
 	for name, e := range map[string]Entry{
 		"no actor":         {Kind: "k"},
 		"no kind":          {Actor: "a"},
@@ -372,7 +379,7 @@ func TestAppendValidation(t *testing.T) {
 
 func TestAppendAfterCloseAndCanceled(t *testing.T) {
 	ctx := context.Background()
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	l := newLog(t, Options{})
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := l.Append(cctx, Entry{Actor: "a", Kind: "k"}); !errors.Is(err, context.Canceled) {
@@ -492,7 +499,7 @@ func TestFollowAndWait(t *testing.T) {
 func TestFakeClockAndTimeFormat(t *testing.T) {
 	ctx := context.Background()
 	clock := func() time.Time { return mustTime(t, "2031-02-03T04:05:06.1+05:00") }
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{Clock: clock})
+	l := newLog(t, Options{Clock: clock})
 	r, err := l.Append(ctx, Entry{Actor: "a", Kind: "k"})
 	if err != nil {
 		t.Fatal(err)
@@ -570,7 +577,7 @@ func TestSecretNeverReachesFile(t *testing.T) {
 
 func TestEmptyLog(t *testing.T) {
 	ctx := context.Background()
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	l := newLog(t, Options{})
 	res, err := l.Verify(ctx)
 	if err != nil || !res.OK || res.Checked != 0 || res.LastSeq != 0 || res.LastHash != GenesisHash {
 		t.Errorf("Verify on an empty log = %+v, %v", res, err)

@@ -2,11 +2,9 @@ package audit
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
+
+	"github.com/ironclaw/ironclaw/internal/store"
 )
 
 // VerifyDatabase verifies the audit log in the database file at path
@@ -16,24 +14,11 @@ import (
 // (WAL lets readers in) and when it does not, which is when it is needed:
 // a daemon refuses to start on a log its key does not authenticate.
 func VerifyDatabase(ctx context.Context, path string, opts VerifyOptions) (Result, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return Result{}, err
-	}
-	if _, err := os.Stat(abs); err != nil {
-		return Result{}, fmt.Errorf("audit: verify database: %w", err)
-	}
-	q := url.Values{}
-	q.Set("mode", "ro")
-	q.Add("_pragma", "query_only(1)")
-	q.Add("_pragma", "busy_timeout(10000)")
-	u := url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}
-	db, err := sql.Open("sqlite", u.String())
+	db, err := store.OpenReadOnly(path)
 	if err != nil {
 		return Result{}, fmt.Errorf("audit: verify database: %w", err)
 	}
 	defer db.Close()
-	db.SetMaxOpenConns(8)
-	l := &Log{read: db, dbPath: abs, opts: Options{Key: opts.Key, CheckpointFile: opts.CheckpointFile}}
+	l := &Log{read: db, opts: Options{Key: opts.Key, CheckpointFile: opts.CheckpointFile}}
 	return l.Verify(ctx)
 }

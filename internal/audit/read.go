@@ -23,19 +23,11 @@ func (l *Log) Tail(ctx context.Context, afterSeq int64, limit int) ([]Record, er
 		limit = DefaultTailLimit
 	}
 	rows, err := l.read.QueryContext(ctx, selectColumns+` WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("audit: tail after %d: %w", afterSeq, err)
-	}
-	defer rows.Close()
 	var out []Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, fmt.Errorf("audit: tail after %d: %w", afterSeq, err)
-		}
-		out = append(out, r)
+	if err == nil {
+		out, err = scanRecords(rows)
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("audit: tail after %d: %w", afterSeq, err)
 	}
 	return out, nil
@@ -100,6 +92,21 @@ func (l *Log) Export(ctx context.Context, w io.Writer, afterSeq int64) error {
 		return fmt.Errorf("audit: export: %w", err)
 	}
 	return nil
+}
+
+// scanRecords reads the records rows (of selectColumns) holds and closes
+// it.
+func scanRecords(rows *sql.Rows) ([]Record, error) {
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 func scanRecord(rows *sql.Rows) (Record, error) {

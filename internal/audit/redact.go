@@ -446,13 +446,24 @@ func (r *Redactor) newCanon() *canon { return &canon{Redactor: r, budget: redact
 // the rest of a long string is hashed rather than scanned: a SHA-256 does
 // not reveal a credential in it unless a reader can guess everything else.
 func (r *canon) text(s string, secret bool) any {
-	whole := r.replaceExact(s)
+	red, whole, kept := r.bound(s, secret)
+	if kept {
+		return red
+	}
+	return elidedObject(elidedString, whole, red)
+}
+
+// bound redacts and bounds a string value: kept says it is stored as red;
+// otherwise it is elided, red being the elided prefix and whole what the
+// length and SHA-256 are of (s with its exact secrets replaced).
+func (r *canon) bound(s string, secret bool) (red, whole string, kept bool) {
+	whole = r.replaceExact(s)
 	if len(whole) <= MaxStringBytes {
 		if red, ok := r.redactBudgeted(whole, secret); ok && len(red) <= MaxStringBytes {
-			return red
+			return red, "", true
 		}
 	}
-	return elidedObject(elidedString, whole, r.elidedPrefix(whole, secret))
+	return r.elidedPrefix(whole, secret), whole, false
 }
 
 // elidedPrefix is the clear prefix of an elided string: its beginning,
@@ -471,34 +482,29 @@ func (r *canon) elidedPrefix(whole string, secret bool) string {
 // redactBudgeted redacts s (its exact secrets already replaced), unless
 // the patterns would have to scan more than the budget left.
 func (r *canon) redactBudgeted(s string, secret bool) (string, bool) {
-	if secret {
-		if needsScan(s) {
-			if len(s) > r.budget {
-				return "", false
-			}
-			r.budget -= len(s)
+	scan := needsScan(s)
+	if scan {
+		if len(s) > r.budget {
+			return "", false
 		}
+		r.budget -= len(s)
+	}
+	switch {
+	case secret:
 		return r.redactSecret(s), true
+	case scan:
+		return r.scanPatterns(s), true
 	}
-	if !needsScan(s) {
-		return s, true // the common case: one cheap pass, no regexp
-	}
-	if len(s) > r.budget {
-		return "", false
-	}
-	r.budget -= len(s)
-	return r.scanPatterns(s), true
+	return s, true // the common case: one cheap pass, no regexp
 }
 
 // appendText appends a string value, redacted and bounded (as text).
 func (r *canon) appendText(b []byte, s string, secret bool) []byte {
-	whole := r.replaceExact(s)
-	if len(whole) <= MaxStringBytes {
-		if red, ok := r.redactBudgeted(whole, secret); ok && len(red) <= MaxStringBytes {
-			return appendString(b, red)
-		}
+	red, whole, kept := r.bound(s, secret)
+	if kept {
+		return appendString(b, red)
 	}
-	return appendElided(b, elidedString, whole, r.elidedPrefix(whole, secret))
+	return appendElided(b, elidedString, whole, red)
 }
 
 // Canonicalize marshals data (any value encoding/json accepts; a

@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,10 +15,10 @@ import (
 
 // dropGuards removes the append-only triggers, as an attacker with write
 // access to the file would before tampering.
-func dropGuards(t *testing.T, l *Log) {
+func dropGuards(t *testing.T, db *sql.DB) {
 	t.Helper()
 	for _, trg := range []string{"audit_log_no_update", "audit_log_no_delete"} {
-		if _, err := l.write.Exec(`DROP TRIGGER ` + trg); err != nil {
+		if _, err := db.Exec(`DROP TRIGGER IF EXISTS ` + trg); err != nil {
 			t.Fatalf("drop %s: %v", trg, err)
 		}
 	}
@@ -241,10 +242,10 @@ func TestTamperDetection(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+			l := newLog(t, Options{})
 			appendN(t, l, n)
 			mustVerifyOK(t, l, n)
-			dropGuards(t, l)
+			dropGuards(t, l.write)
 			c.tamper(t, l)
 			// Verify splits the log into ranges checked in parallel; the
 			// answer must not depend on where the ranges meet.
@@ -310,7 +311,7 @@ func TestTamperFileBytes(t *testing.T) {
 }
 
 func TestTriggersRefuseUpdateAndDelete(t *testing.T) {
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	l := newLog(t, Options{})
 	appendN(t, l, 3)
 	for _, s := range []string{
 		`UPDATE audit_log SET data = '{}' WHERE seq = 2`,
@@ -346,9 +347,9 @@ func TestSplitPacked(t *testing.T) {
 }
 
 func TestAppendRefusesMalformedHead(t *testing.T) {
-	_, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	l := newLog(t, Options{})
 	appendN(t, l, 3)
-	dropGuards(t, l)
+	dropGuards(t, l.write)
 	tamper(t, l, `UPDATE audit_log SET hash = 'not-a-hash' WHERE seq = 3`)
 	if _, err := l.Append(context.Background(), Entry{Actor: "a", Kind: "k"}); err == nil {
 		t.Fatal("Append chained onto a malformed hash")

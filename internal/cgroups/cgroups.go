@@ -625,7 +625,7 @@ func (c *Cgroup) Stats() (Stats, error) {
 		if s.MemoryPeakBytes, err = readIntOptional(filepath.Join(d, "memory.peak")); err != nil {
 			return wrap(err)
 		}
-		if s.OOMKills, err = readKeyed(filepath.Join(d, "memory.events"), "oom_kill"); err != nil {
+		if s.OOMKills, err = c.oomKills(); err != nil {
 			return wrap(err)
 		}
 		usec, err := readKeyed(filepath.Join(d, "cpu.stat"), "usage_usec")
@@ -645,7 +645,7 @@ func (c *Cgroup) Stats() (Stats, error) {
 	if s.MemoryPeakBytes, err = readInt(filepath.Join(mem, "memory.max_usage_in_bytes")); err != nil {
 		return wrap(err)
 	}
-	if s.OOMKills, err = readKeyed(filepath.Join(mem, "memory.oom_control"), "oom_kill"); err != nil {
+	if s.OOMKills, err = c.oomKills(); err != nil {
 		return wrap(err)
 	}
 	ns, err := readInt(filepath.Join(c.dirFor("cpuacct"), "cpuacct.usage"))
@@ -717,7 +717,7 @@ func (c *Cgroup) removeTree(ctx context.Context, dir string) error {
 			}
 		}
 	}
-	delay := time.Millisecond
+	var b backoff
 	for {
 		err := c.h.ops.rmdir(dir)
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
@@ -731,31 +731,29 @@ func (c *Cgroup) removeTree(ctx context.Context, dir string) error {
 		if pids, perr := c.listPids(true); perr == nil && len(pids) > 0 {
 			c.signal(pids)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
-		case <-t.C:
+		if werr := b.wait(ctx); werr != nil {
+			return fmt.Errorf("%w (gave up: %w)", err, werr)
 		}
-		delay = min(delay*2, 50*time.Millisecond)
 	}
 }
 
 // OOMKills reads only the OOM-kill counter: Stats reads five files, and
 // the sandbox checks this one around every command.
 func (c *Cgroup) OOMKills() (int64, error) {
-	var n int64
-	var err error
-	if c.h.version == 2 {
-		n, err = readKeyed(filepath.Join(c.dirs()[0], "memory.events"), "oom_kill")
-	} else {
-		n, err = readKeyed(filepath.Join(c.dirFor("memory"), "memory.oom_control"), "oom_kill")
-	}
+	n, err := c.oomKills()
 	if err != nil {
 		return 0, fmt.Errorf("cgroups: oom kills of %q: %w", c.name, err)
 	}
 	return n, nil
+}
+
+// oomKills reads the OOM-kill counter: v2 memory.events, v1
+// memory.oom_control.
+func (c *Cgroup) oomKills() (int64, error) {
+	if c.h.version == 2 {
+		return readKeyed(filepath.Join(c.dirs()[0], "memory.events"), "oom_kill")
+	}
+	return readKeyed(filepath.Join(c.dirFor("memory"), "memory.oom_control"), "oom_kill")
 }
 
 // Update changes the limits of a live cgroup (zero fields are left alone).

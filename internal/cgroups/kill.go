@@ -64,7 +64,7 @@ func (c *Cgroup) kill(ctx context.Context) error {
 
 // sweep SIGKILLs whatever is listed in the cgroup until nothing is.
 func (c *Cgroup) sweep(ctx context.Context) error {
-	delay := time.Millisecond
+	var b backoff
 	for {
 		pids, err := c.listPids(true)
 		if err != nil {
@@ -74,14 +74,26 @@ func (c *Cgroup) sweep(ctx context.Context) error {
 			return nil
 		}
 		c.signal(pids)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%d processes still in cgroup (%v): %w", len(pids), pids, ctx.Err())
-		case <-t.C:
+		if err := b.wait(ctx); err != nil {
+			return fmt.Errorf("%d processes still in cgroup (%v): %w", len(pids), pids, err)
 		}
-		delay = min(delay*2, 50*time.Millisecond)
+	}
+}
+
+// backoff spaces the retries of a wait for exiting tasks: 1ms, doubling
+// up to 50ms. The zero value is ready.
+type backoff struct{ delay time.Duration }
+
+// wait sleeps the next delay, or returns ctx's error if it ends first.
+func (b *backoff) wait(ctx context.Context) error {
+	b.delay = min(max(2*b.delay, time.Millisecond), 50*time.Millisecond)
+	t := time.NewTimer(b.delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

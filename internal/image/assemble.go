@@ -21,7 +21,7 @@ import (
 // (too many links to one inode, another filesystem) the entry is copied.
 func assemble(ctx context.Context, t *tree, layers []unpacked) error {
 	for _, l := range layers {
-		src, err := unix.Open(l.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		src, err := openDirAt(unix.AT_FDCWD, l.dir)
 		if err != nil {
 			return fmt.Errorf("open layer %s: %w", l.dir, err)
 		}
@@ -145,7 +145,7 @@ func (t *tree) mergeDir(ctx context.Context, implicit map[string]bool, src, dst 
 	default:
 		return pathErr("stat", rel, err)
 	}
-	d, err := unix.Openat(dst, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	d, err := openDirAt(dst, n)
 	if err != nil {
 		return pathErr("open", rel, err)
 	}
@@ -156,7 +156,7 @@ func (t *tree) mergeDir(ctx context.Context, implicit map[string]bool, src, dst 
 // directory d at rel, and closes d.
 func (t *tree) applyChild(ctx context.Context, implicit map[string]bool, src, d int, n, srcRel, rel string) error {
 	defer unix.Close(d)
-	s, err := unix.Openat(src, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	s, err := openDirAt(src, n)
 	if err != nil {
 		return pathErr("open", srcRel, err)
 	}
@@ -200,7 +200,7 @@ func copyEntry(src, dst int, n string, st *unix.Stat_t, chown bool) error {
 		}
 		inf := os.NewFile(uintptr(in), n)
 		defer inf.Close()
-		out, err := unix.Openat(dst, n, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		out, err := createAt(dst, n)
 		if err != nil {
 			return err
 		}

@@ -98,7 +98,7 @@ type tree struct {
 }
 
 func openTree(path string, chown bool) (*tree, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := openDirAt(unix.AT_FDCWD, path)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -106,6 +106,27 @@ func openTree(path string, chown bool) (*tree, error) {
 }
 
 func (t *tree) close() { unix.Close(t.root) }
+
+// dirFlags open a directory without following a final symlink: on one,
+// the open fails with ENOTDIR (see notDir).
+const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+
+// openDirAt opens the directory name in dirfd (unix.AT_FDCWD: a path) with
+// dirFlags.
+func openDirAt(dirfd int, name string) (int, error) { return unix.Openat(dirfd, name, dirFlags, 0) }
+
+// createAt creates the file name in dirfd for writing, mode 0600 until its
+// metadata is applied. It must not exist: O_EXCL|O_NOFOLLOW also refuse a
+// symlink there.
+func createAt(dirfd int, name string) (int, error) {
+	return unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+}
+
+// notDir is the error for a path in the tree that should be a directory
+// but is a symlink or a file: never a place to write through.
+func notDir(rel string) error {
+	return fmt.Errorf("%w: %q is not a directory (a symlink or file is in the way)", ErrUnsafeLayer, rel)
+}
 
 // resolveFlags confine openat2 to the tree: no "..", no absolute paths,
 // no symlinks at all (a symlink in the tree is data, never a path to us).
@@ -117,13 +138,13 @@ func (t *tree) openDir(rel string) (int, error) {
 		rel = "."
 	}
 	fd, err := unix.Openat2(t.root, rel, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Flags:   dirFlags,
 		Resolve: resolveFlags,
 	})
 	if err == unix.ENOTDIR {
 		// O_NOFOLLOW|O_DIRECTORY on a final symlink gives ENOTDIR: the
 		// path leads through a symlink or a file, never a place to write.
-		return -1, fmt.Errorf("%w: %q is not a directory (a symlink or file is in the way)", ErrUnsafeLayer, rel)
+		return -1, notDir(rel)
 	}
 	if err != nil {
 		return -1, pathErr("open", rel, err)
@@ -154,10 +175,10 @@ func (t *tree) mkdirAll(rel string) (int, error) {
 			unix.Close(cur)
 			return -1, pathErr("mkdir", done, err)
 		}
-		next, err := unix.Openat(cur, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		next, err := openDirAt(cur, c)
 		unix.Close(cur)
 		if err == unix.ENOTDIR {
-			return -1, fmt.Errorf("%w: %q is not a directory (a symlink or file is in the way)", ErrUnsafeLayer, done)
+			return -1, notDir(done)
 		}
 		if err != nil {
 			return -1, pathErr("open", done, err)
@@ -209,7 +230,7 @@ func (t *tree) applyDirs() error {
 }
 
 func setDirMeta(pfd int, base string, m dirMeta, chown bool) error {
-	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := openDirAt(pfd, base)
 	if err != nil {
 		return err
 	}
@@ -261,7 +282,7 @@ func removeAt(dirfd int, base string) error {
 	} else if err != unix.ENOTEMPTY && err != unix.EEXIST {
 		return err
 	}
-	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := openDirAt(dirfd, base)
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,16 @@ func tarBytes(t testing.TB, ents ...ent) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
+	writeEnts(t, tw, ents...)
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// writeEnts writes ents to tw, which stays open for more.
+func writeEnts(t testing.TB, tw *tar.Writer, ents ...ent) {
+	t.Helper()
 	for _, e := range ents {
 		h := e.hdr
 		if err := tw.WriteHeader(&h); err != nil {
@@ -65,10 +75,6 @@ func tarBytes(t testing.TB, ents ...ent) []byte {
 			t.Fatal(err)
 		}
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // layerOf makes a gzip layer (or as opts say) from raw tar bytes.

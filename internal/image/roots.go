@@ -55,11 +55,9 @@ func (r *Roots) Root(ctx context.Context, ref string) (sandbox.Root, error) {
 }
 
 func (r *Roots) local(ctx context.Context, ref string) (sandbox.Root, error) {
-	p, sel := ref, ""
-	if _, err := os.Stat(p); err != nil {
-		if i := strings.LastIndexAny(ref, ":@"); i > 0 {
-			p, sel = ref[:i], ref[i:]
-		}
+	p, sel, _, ok := splitLocal(ref)
+	if !ok {
+		p = ref // missing: EvalSymlinks says so
 	}
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {

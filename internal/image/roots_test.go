@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/ironclaw/ironclaw/internal/image"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -51,7 +53,27 @@ func TestRootsPolicy(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root.Path, "etc/app")); string(b) != "pulled\n" {
 		t.Fatalf("pulled root: %q", b)
 	}
-	for _, bad := range []string{"/", "/etc", outside, filepath.Join(allowed, "escape"), allowed + "/../" + filepath.Base(outside)} {
+	// A docker save tarball takes its image's repo:tag after the path
+	// (Root's "/srv/app.tar:app:1"), with the colons that brings.
+	tag, err := name.NewTag("example.com/roots/app:1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := imageOf(t, layer(t, reg("etc/os-release", "ID=saved\n")))
+	for _, p := range []string{filepath.Join(allowed, "app.tar"), filepath.Join(outside, "app.tar")} {
+		if err := tarball.WriteToFile(p, tag, saved); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err = r.Root(ctx, filepath.Join(allowed, "app.tar")+":"+tag.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root.Path, "etc/os-release")); string(b) != "ID=saved\n" {
+		t.Fatalf("docker save tarball root %s: %q", root.Path, b)
+	}
+	for _, bad := range []string{"/", "/etc", outside, filepath.Join(allowed, "escape"), allowed + "/../" + filepath.Base(outside),
+		filepath.Join(outside, "app.tar") + ":" + tag.String(), filepath.Join(allowed, "escape", "app.tar") + ":" + tag.String()} {
 		if _, err := r.Root(ctx, bad); !errors.Is(err, image.ErrNotAllowed) || !errors.Is(err, sandbox.ErrInvalidSpec) {
 			t.Errorf("%s: %v", bad, err)
 		}

@@ -2,37 +2,26 @@ package image_test
 
 import (
 	"archive/tar"
-	"bytes"
 	"compress/gzip"
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/ironclaw/ironclaw/internal/image"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 )
 
 // The test binary is also the sandbox init (the native runtime re-executes
 // /proc/self/exe) and the static program the end-to-end image holds.
 func TestMain(m *testing.M) {
-	if inside.Entered() {
-		inside.Main()
-	}
-	if os.Getenv("IRONCLAW_IMAGE_HELLO") == "1" {
-		os.Exit(hello())
-	}
-	os.Exit(m.Run())
+	sandboxtest.Main(m, sandboxtest.Env("IRONCLAW_IMAGE_HELLO", hello))
 }
 
 // hello runs inside the sandbox, from the image.
@@ -66,33 +55,14 @@ func TestRunInSandbox(t *testing.T) {
 	s, _ := newStore(t, image.Options{})
 	img := resolve(t, s, writeLayout(t, []v1.Image{imageOf(t, l)}))
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt, err := native.New(ctx, native.Options{})
-	if errors.Is(err, sandbox.ErrUnsupported) {
-		t.Skipf("this host cannot run native sandboxes: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(context.Background())
-	sb, err := rt.Create(ctx, sandbox.Spec{Root: sandbox.Root{Kind: sandbox.RootDirectory, Path: img.RootDir}})
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	defer sb.Destroy(context.Background())
-	var out, errb bytes.Buffer
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{
-		Argv:   []string{"/bin/hello"},
-		Env:    []string{"IRONCLAW_IMAGE_HELLO=1"},
-		Stdout: &out, Stderr: &errb,
-	})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("exec: %v, exit %d, stdout %q, stderr %q", err, res.ExitCode, out.String(), errb.String())
+	box := sandboxtest.New(t, sandboxtest.Native(t), sandbox.Spec{Root: sandbox.Root{Kind: sandbox.RootDirectory, Path: img.RootDir}})
+	o := box.Exec(sandbox.ExecRequest{Argv: []string{"/bin/hello"}, Env: []string{"IRONCLAW_IMAGE_HELLO=1"}})
+	if o.Err != nil || o.Res.ExitCode != 0 {
+		t.Fatalf("exec: %v, exit %d, stdout %q, stderr %q", o.Err, o.Res.ExitCode, o.Stdout, o.Stderr)
 	}
 	want := fmt.Sprintf("hello from the image: ahoy; host /usr/bin/sh visible: false; uid %d\n", sandbox.UID)
-	if out.String() != want {
-		t.Fatalf("stdout %q, want %q", out.String(), want)
+	if o.Stdout != want {
+		t.Fatalf("stdout %q, want %q", o.Stdout, want)
 	}
 }
 
@@ -114,13 +84,7 @@ func writeExeLayer(t testing.TB, exe, dst string) {
 	}
 	defer f.Close()
 	tw := tar.NewWriter(f)
-	for _, e := range []ent{dir("bin/"), dir("etc/"), reg("etc/greeting", "ahoy\n")} {
-		h := e.hdr
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(tw, e.body)
-	}
+	writeEnts(t, tw, dir("bin/"), dir("etc/"), reg("etc/greeting", "ahoy\n"))
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/hello", Mode: 0o755, Size: st.Size(), ModTime: testTime}); err != nil {
 		t.Fatal(err)
 	}

@@ -43,24 +43,36 @@ func (s *Store) open(ctx context.Context, ref string) (*source, error) {
 	if ref == "" {
 		return nil, fmt.Errorf("%w: empty reference", ErrNotImage)
 	}
-	if fi, err := os.Stat(ref); err == nil {
-		return s.openPath(ctx, ref, fi, "")
-	}
-	for i := 1; i < len(ref); i++ {
-		if ref[i] != ':' && ref[i] != '@' {
-			continue
-		}
-		// Only an image may take a selector: a directory that happens to
-		// be called "localhost" must not hide the registry localhost:5000.
-		p := ref[:i]
-		if fi, err := os.Stat(p); err == nil && (fi.Mode().IsRegular() || isLayout(p)) {
-			return s.openPath(ctx, p, fi, ref[i:])
-		}
+	if p, sel, fi, ok := splitLocal(ref); ok {
+		return s.openPath(ctx, p, fi, sel)
 	}
 	if ref[0] == '/' || ref[0] == '.' {
 		return nil, fmt.Errorf("%w: %w", ErrNotImage, fs.ErrNotExist)
 	}
 	return s.openRemote(ctx, ref)
+}
+
+// splitLocal splits a local reference into the path it names and its
+// selector ("", ":tag", "@digest" or, for a docker save tarball,
+// ":repo:tag"): ref itself when it exists, else the first prefix ending
+// before a ':' or '@' that is an image file or an OCI layout. Only an
+// image may take a selector: a directory that happens to be called
+// "localhost" must not hide the registry localhost:5000. ok is false when
+// no such path exists.
+func splitLocal(ref string) (p, sel string, fi fs.FileInfo, ok bool) {
+	if fi, err := os.Stat(ref); err == nil {
+		return ref, "", fi, true
+	}
+	for i := 1; i < len(ref); i++ {
+		if ref[i] != ':' && ref[i] != '@' {
+			continue
+		}
+		p := ref[:i]
+		if fi, err := os.Stat(p); err == nil && (fi.Mode().IsRegular() || isLayout(p)) {
+			return p, ref[i:], fi, true
+		}
+	}
+	return "", "", nil, false
 }
 
 // openPath opens an OCI layout directory or an image tarball. sel is ""
@@ -138,7 +150,7 @@ func sniffTar(p string) (string, error) {
 			}
 			return "", fmt.Errorf("read %s: %w", p, err)
 		}
-		switch strings.TrimLeft(strings.TrimPrefix(hdr.Name, "./"), "/") {
+		switch tarName(hdr) {
 		case "oci-layout":
 			ociLayout = true
 		case "index.json":
@@ -188,7 +200,7 @@ func (s *Store) extractLayout(ctx context.Context, p string) (dir string, releas
 		if err != nil {
 			return "", nil, fmt.Errorf("read %s: %w", p, err)
 		}
-		rel := strings.TrimLeft(strings.TrimPrefix(hdr.Name, "./"), "/")
+		rel := tarName(hdr)
 		if hdr.Typeflag != tar.TypeReg || !layoutFile(rel) {
 			continue
 		}
@@ -207,6 +219,12 @@ func (s *Store) extractLayout(ctx context.Context, p string) (dir string, releas
 			return "", nil, fmt.Errorf("extract %s from %s: %w", rel, p, err)
 		}
 	}
+}
+
+// tarName is an image tarball entry's name relative to the archive's top
+// ("./index.json" and "/index.json" are "index.json").
+func tarName(hdr *tar.Header) string {
+	return strings.TrimLeft(strings.TrimPrefix(hdr.Name, "./"), "/")
 }
 
 // layoutFile reports whether rel is a file of an OCI layout.

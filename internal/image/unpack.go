@@ -174,10 +174,9 @@ func unpackEntry(ctx context.Context, t *tree, hdr *tar.Header, body io.Reader, 
 	return nil
 }
 
-// writeFile creates base in pfd (it must not exist; O_EXCL|O_NOFOLLOW
-// also refuses a symlink there) and fills it from body.
+// writeFile creates base in pfd (see createAt) and fills it from body.
 func writeFile(ctx context.Context, pfd int, base string, body io.Reader, b *budget) error {
-	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := createAt(pfd, base)
 	if err != nil {
 		return err
 	}
@@ -205,7 +204,7 @@ func whiteoutMarker(pfd int, rel, base string) error {
 	if err := removeAt(pfd, base); err != nil {
 		return pathErr("remove", rel, err)
 	}
-	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := createAt(pfd, base)
 	if err != nil {
 		return pathErr("create", rel, err)
 	}

@@ -326,6 +326,16 @@ func runChild(raw string) int {
 	return 0
 }
 
+// dialUnix connects to the unix socket addr and hangs up: whether the
+// connect is allowed is all the probes ask.
+func dialUnix(addr string) error {
+	c, err := net.Dial("unix", addr)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
 func errnoName(err error) string {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
@@ -648,16 +658,6 @@ func freePorts(t *testing.T, n int) []int {
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
 	return ports
-}
-
-// dialUnix connects to the unix socket at addr (abstract when it starts
-// with "@") and hangs up: only whether the connect is allowed matters.
-func dialUnix(addr string) error {
-	c, err := net.Dial("unix", addr)
-	if err == nil {
-		c.Close()
-	}
-	return err
 }
 
 // listenTCP opens a loopback listener, closed at the end of the test; the

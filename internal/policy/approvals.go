@@ -1,10 +1,6 @@
 package policy
 
-import (
-	"fmt"
-
-	"github.com/ironclaw/ironclaw/internal/defaults"
-)
+import "github.com/ironclaw/ironclaw/internal/defaults"
 
 // Quotas are the approvals section's caps beyond max_pending (per
 // sandbox): how many requests may wait for a decision per principal (an
@@ -22,20 +18,8 @@ const (
 )
 
 func (q *Quotas) validate() error {
-	for _, c := range []struct {
-		name string
-		v    *int
-		def  int
-	}{
-		{"approvals.max_pending_per_principal", &q.MaxPendingPerPrincipal, DefaultMaxPendingPerPrincipal},
-		{"approvals.max_pending_total", &q.MaxPendingTotal, DefaultMaxPendingTotal},
-	} {
-		switch {
-		case *c.v == 0:
-			*c.v = c.def
-		case *c.v < 0 || *c.v > 100000:
-			return fmt.Errorf("%w: %s %d must be between 1 and 100000", ErrInvalid, c.name, *c.v)
-		}
+	if err := setting("approvals.max_pending_per_principal", &q.MaxPendingPerPrincipal, DefaultMaxPendingPerPrincipal, 1, 100000); err != nil {
+		return err
 	}
-	return nil
+	return setting("approvals.max_pending_total", &q.MaxPendingTotal, DefaultMaxPendingTotal, 1, 100000)
 }

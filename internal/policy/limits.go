@@ -136,15 +136,12 @@ func (l *Limits) validate() error {
 		v    *float64
 		def  float64
 	}{
-		{"memory", &l.Overcommit.Memory, DefaultOvercommitMemory},
-		{"cpus", &l.Overcommit.CPUs, DefaultOvercommitCPUs},
-		{"pids", &l.Overcommit.Pids, DefaultOvercommitPids},
+		{"limits.overcommit.memory", &l.Overcommit.Memory, DefaultOvercommitMemory},
+		{"limits.overcommit.cpus", &l.Overcommit.CPUs, DefaultOvercommitCPUs},
+		{"limits.overcommit.pids", &l.Overcommit.Pids, DefaultOvercommitPids},
 	} {
-		switch {
-		case *f.v == 0:
-			*f.v = f.def
-		case math.IsNaN(*f.v) || *f.v < 0.1 || *f.v > 1000:
-			return fmt.Errorf("%w: limits.overcommit.%s %v must be between 0.1 and 1000", ErrInvalid, f.name, *f.v)
+		if err := setting(f.name, f.v, f.def, 0.1, 1000); err != nil {
+			return err
 		}
 	}
 	for _, f := range []struct {
@@ -152,15 +149,12 @@ func (l *Limits) validate() error {
 		v    *int
 		def  int
 	}{
-		{"per_agent.sandboxes", &l.PerAgent.Sandboxes, DefaultAgentSandboxes},
-		{"per_agent.execs", &l.PerAgent.Execs, DefaultAgentExecs},
-		{"per_sandbox.execs", &l.PerSandbox.Execs, DefaultSandboxExecs},
+		{"limits.per_agent.sandboxes", &l.PerAgent.Sandboxes, DefaultAgentSandboxes},
+		{"limits.per_agent.execs", &l.PerAgent.Execs, DefaultAgentExecs},
+		{"limits.per_sandbox.execs", &l.PerSandbox.Execs, DefaultSandboxExecs},
 	} {
-		switch {
-		case *f.v == 0:
-			*f.v = f.def
-		case *f.v < 1 || *f.v > 100000:
-			return fmt.Errorf("%w: limits.%s %d must be between 1 and 100000", ErrInvalid, f.name, *f.v)
+		if err := setting(f.name, f.v, f.def, 1, 100000); err != nil {
+			return err
 		}
 	}
 	return nil

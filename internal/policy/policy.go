@@ -156,11 +156,8 @@ func (p *Policy) validate() error {
 	case t < time.Second || t > 7*24*time.Hour:
 		return fmt.Errorf("%w: approvals.timeout %s must be between 1s and 168h", ErrInvalid, t)
 	}
-	switch m := p.Approvals.MaxPending; {
-	case m == 0:
-		p.Approvals.MaxPending = defaults.ApprovalMaxPending
-	case m < 0 || m > 10000:
-		return fmt.Errorf("%w: approvals.max_pending %d must be between 1 and 10000", ErrInvalid, m)
+	if err := setting("approvals.max_pending", &p.Approvals.MaxPending, defaults.ApprovalMaxPending, 1, 10000); err != nil {
+		return err
 	}
 	if err := p.Approvals.Quotas.validate(); err != nil {
 		return err
@@ -175,4 +172,16 @@ func (p *Policy) validate() error {
 		return err
 	}
 	return p.Exec.validate()
+}
+
+// setting checks a number of the file: 0 (left out) becomes def, anything
+// else must lie between lo and hi.
+func setting[T int | float64](name string, v *T, def, lo, hi T) error {
+	switch {
+	case *v == 0:
+		*v = def
+	case !(*v >= lo && *v <= hi): // NaN too
+		return fmt.Errorf("%w: %s %v must be between %v and %v", ErrInvalid, name, *v, lo, hi)
+	}
+	return nil
 }

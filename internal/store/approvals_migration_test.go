@@ -17,7 +17,7 @@ func TestMigrationApprovalNotesAndWebhooks(t *testing.T) {
 	if err := prepareFile(path); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", dsn(path, false))
+	db, err := sql.Open("sqlite", dsn(path, connWrite))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,20 +1,13 @@
 package store
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 )
 
 func TestSizeAndWarnings(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	n0, err := s.Size()
 	if err != nil || n0 <= 0 {
 		t.Fatalf("Size = %d, %v", n0, err)

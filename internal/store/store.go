@@ -31,6 +31,9 @@
 //     from Commit survives a process kill and a power loss (see Open).
 //   - Close closes both pools; callers close their users (e.g. an audit.Log)
 //     first.
+//   - OpenReadOnly, without a Store, is for tools that inspect a database
+//     file without a daemon (audit verify --data-dir): SQLite opens the file
+//     read-only, and nothing is created, migrated or recovered in it.
 package store
 
 import (
@@ -49,7 +52,7 @@ import (
 
 	// The pure-Go SQLite driver, registered as "sqlite"; pure Go because the
 	// daemon is built with CGO_ENABLED=0 (see the README).
-	"modernc.org/sqlite"
+	_ "modernc.org/sqlite"
 )
 
 // BusyTimeout is how long a connection waits for another process's lock
@@ -122,7 +125,7 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 	// The writer is opened, configured and migrated before any reader exists,
 	// so switching a new file to WAL (which needs the only connection) and
 	// creating the schema cannot race a reader.
-	write, err := sql.Open("sqlite", dsn(abs, false))
+	write, err := sql.Open("sqlite", dsn(abs, connWrite))
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}
@@ -155,7 +158,7 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 
-	read, err := sql.Open("sqlite", dsn(abs, true))
+	read, err := sql.Open("sqlite", dsn(abs, connRead))
 	if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", abs, err)
@@ -169,6 +172,28 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s.read = read
 	return s, nil
+}
+
+// OpenReadOnly opens the existing database file at path for reading and
+// nothing else, for a tool that inspects a data directory without a daemon
+// (audit verify --data-dir): it creates, checks and migrates nothing, and
+// SQLite opens the file read-only, so not even a recovery writes to it. It
+// works while a daemon has the file open, since WAL lets readers in. The
+// pool holds up to as many connections as ReadDB's; the caller closes it.
+func OpenReadOnly(path string) (*sql.DB, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: resolve %q: %w", path, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("store: open %s read-only: %w", abs, err)
+	}
+	db, err := sql.Open("sqlite", dsn(abs, connOffline))
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s read-only: %w", abs, err)
+	}
+	db.SetMaxOpenConns(maxReaders)
+	return db, nil
 }
 
 // sqliteHeader starts every SQLite 3 database file.
@@ -202,13 +227,19 @@ func checkHeader(abs string, mustExist bool) (existed bool, err error) {
 	return true, nil
 }
 
-// corruption reports SQLite's SQLITE_CORRUPT (11) and SQLITE_NOTADB (26).
-func corruption(err error) bool {
+// sqliteCode returns the primary result code of the SQLite error in err's
+// chain (extended codes keep it in the low byte), or -1 if there is none.
+func sqliteCode(err error) int {
 	var c interface{ Code() int }
 	if !errors.As(err, &c) {
-		return false
+		return -1
 	}
-	code := c.Code() & 0xff
+	return c.Code() & 0xff
+}
+
+// corruption reports SQLite's SQLITE_CORRUPT (11) and SQLITE_NOTADB (26).
+func corruption(err error) bool {
+	code := sqliteCode(err)
 	return code == 11 || code == 26
 }
 
@@ -272,17 +303,31 @@ func prepareFile(abs string) error {
 	return nil
 }
 
+// conn says what a pool's connections are for.
+type conn int
+
+const (
+	connWrite   conn = iota // DB(): the one writer
+	connRead                // ReadDB(): readers beside the writer
+	connOffline             // OpenReadOnly: readers of a file nothing here writes
+)
+
 // dsn builds the driver's connection string. The file: URI form is used so
 // that a path containing '?' or '%' is escaped instead of being cut at the
 // first '?' by the driver. Pragmas in the DSN are applied by the driver to
 // every new connection, so a connection the pool opens later is configured
 // the same way as the first.
-func dsn(abs string, readOnly bool) string {
+func dsn(abs string, c conn) string {
 	q := url.Values{}
 	q.Set("_busy_timeout", fmt.Sprint(BusyTimeout.Milliseconds()))
 	q.Set("_synchronous", "FULL")
 	q.Set("_foreign_keys", "1")
-	if readOnly {
+	if c == connOffline {
+		// SQLite opens the file O_RDONLY: nothing, not even the recovery
+		// of a crashed writer's WAL, can change it.
+		q.Set("mode", "ro")
+	}
+	if c != connWrite {
 		// query_only rejects writes on these connections, so a write sent
 		// to the read pool by mistake fails loudly instead of racing the
 		// writer for the lock. WAL is a property of the file, set by the
@@ -322,14 +367,10 @@ func (s *Store) firstConnect(ctx context.Context) error {
 	}
 }
 
-// isBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED
-// (primary codes 5 and 6; extended codes keep them in the low byte).
+// isBusy reports whether err is SQLite's SQLITE_BUSY (5) or SQLITE_LOCKED
+// (6).
 func isBusy(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	code := se.Code() & 0xff
+	code := sqliteCode(err)
 	return code == 5 || code == 6
 }
 

@@ -333,3 +333,52 @@ func TestOpenEmptyPath(t *testing.T) {
 		t.Fatal("Open(\"\") succeeded")
 	}
 }
+
+// OpenReadOnly reads a database and changes nothing: writes are refused,
+// the file's bytes stay as they were, and a missing file is not created.
+func TestOpenReadOnlyChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "odd?name.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO tools (name, definition, approval, registered_at) VALUES ('t', '{}', '', '')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	db, err := OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM tools`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("read: %d rows, %v", n, err)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM tools`); err == nil {
+		t.Fatal("a read-only connection deleted rows")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("the file changed (%d bytes, was %d): %v", len(after), len(before), err)
+	}
+
+	missing := filepath.Join(t.TempDir(), "none.db")
+	if db, err := OpenReadOnly(missing); err == nil {
+		db.Close()
+		t.Fatal("OpenReadOnly opened a missing file")
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("OpenReadOnly created %s: %v", missing, err)
+	}
+}
