@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -196,4 +198,16 @@ func OwnerAlive(owner string) bool {
 	}
 	cur, err := ProcessOwner(p)
 	return err == nil && cur == owner
+}
+
+// DestroyAll destroys every sandbox of a runtime that is closing, each
+// whatever became of the others, and joins what failed.
+func DestroyAll[S interface{ Destroy(context.Context) error }](ctx context.Context, boxes []S) error {
+	var errs []error
+	for _, b := range boxes {
+		if err := b.Destroy(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

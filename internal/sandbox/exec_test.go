@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"testing"
 )
 
@@ -15,5 +17,24 @@ func TestOutputCap(t *testing.T) {
 	_, _ = wa.Write([]byte("h"))
 	if a.String() != "abc" || b.String() != "de" || na != 4 || nb != 4 || !c.Truncated() {
 		t.Errorf("a %q b %q counts %d %d truncated %v", a.String(), b.String(), na, nb, c.Truncated())
+	}
+}
+
+type fakeBox struct {
+	err       error
+	destroyed *int
+}
+
+func (f fakeBox) Destroy(context.Context) error { *f.destroyed++; return f.err }
+
+func TestDestroyAllTriesEveryBoxAndJoinsFailures(t *testing.T) {
+	var n int
+	boom, bang := errors.New("boom"), errors.New("bang")
+	err := DestroyAll(context.Background(), []fakeBox{{boom, &n}, {nil, &n}, {bang, &n}})
+	if n != 3 || !errors.Is(err, boom) || !errors.Is(err, bang) {
+		t.Fatalf("destroyed %d, err %v; want 3 and both failures", n, err)
+	}
+	if err := DestroyAll(context.Background(), []fakeBox{{nil, &n}}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,11 +2,12 @@ package container
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -203,18 +204,9 @@ func (r *Runtime) isClosed() bool {
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
-	boxes := make([]*Sandbox, 0, len(r.boxes))
-	for _, b := range r.boxes {
-		boxes = append(boxes, b)
-	}
+	boxes := slices.Collect(maps.Values(r.boxes))
 	r.mu.Unlock()
-	var errs []error
-	for _, b := range boxes {
-		if err := b.Destroy(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return sandbox.DestroyAll(ctx, boxes)
 }
 
 // LowerInitOOM lowers pid 1's oom_score_adj (sandbox.LowerInitOOMScore),

@@ -18,10 +18,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,18 +167,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	r.closed = true
-	boxes := make([]*Sandbox, 0, len(r.boxes))
-	for _, b := range r.boxes {
-		boxes = append(boxes, b)
-	}
+	boxes := slices.Collect(maps.Values(r.boxes))
 	r.mu.Unlock()
-	var errs []error
-	for _, b := range boxes {
-		if err := b.Destroy(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return sandbox.DestroyAll(ctx, boxes)
 }
 
 // cgroupPrefix starts every sandbox cgroup name.

@@ -232,33 +232,13 @@ func pollable(fd int, name string) *os.File {
 }
 
 // copyOut copies the command's output to the front's until EOF or the
-// read deadline, then takes what the pipe holds at that moment without
-// waiting (at most 1 MiB: only a process that keeps writing could hold
-// more).
+// read deadline, then drains what the pipe holds at that moment without
+// waiting (sandbox.DrainPipe, as the native init does).
 func copyOut(wg *sync.WaitGroup, dst io.Writer, src *os.File) {
 	defer wg.Done()
 	defer src.Close()
-	if _, err := io.Copy(dst, src); !errors.Is(err, os.ErrDeadlineExceeded) {
-		return
-	}
-	rc, err := src.SyscallConn()
-	if err != nil {
-		return
-	}
-	buf := make([]byte, 64<<10)
-	for total := 0; total < 1<<20; {
-		var n int
-		var rerr error
-		if err := rc.Read(func(fd uintptr) bool {
-			n, rerr = syscall.Read(int(fd), buf)
-			return true // one attempt: never wait
-		}); err != nil || rerr != nil || n <= 0 {
-			return
-		}
-		if _, err := dst.Write(buf[:n]); err != nil {
-			return
-		}
-		total += n
+	if _, err := io.Copy(dst, src); errors.Is(err, os.ErrDeadlineExceeded) {
+		sandbox.DrainPipe(src, dst)
 	}
 }
 
