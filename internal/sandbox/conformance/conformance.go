@@ -39,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 )
@@ -210,24 +211,33 @@ func (s *suite) privileges(t *testing.T) {
 	}
 }
 
-// The seal's rlimits hold on every backend: the open-files limit, no core
-// dumps, no POSIX message queues.
+// The seal's rlimits hold on every backend: the open-files limit (the
+// spec's, else the default), no core dumps, no POSIX message queues.
 func (s *suite) rlimits(t *testing.T) {
-	b := s.create(t, sandbox.Spec{Limits: sandbox.Limits{OpenFiles: 64}})
-	// bash's ulimit asks getrlimit itself, so this holds where /proc has
-	// no limits file (gVisor's sentry).
-	o := b.Exec(sandbox.ExecRequest{Argv: []string{"bash", "-c", `for r in n c q; do echo "$r $(ulimit -S$r) $(ulimit -H$r)"; done`}})
-	if got := strings.Join(sandboxtest.Lines(o.Stdout), ","); o.Err != nil || got != "n 64 64,c 0 0,q 0 0" {
-		t.Fatalf("open files, core size, message queue bytes (soft hard): %q %q %v", got, o.Stderr, o.Err)
+	for _, files := range []int64{64, 0} {
+		b := s.create(t, sandbox.Spec{Limits: sandbox.Limits{OpenFiles: files}})
+		if files == 0 {
+			files = sandbox.DefaultLimits.OpenFiles
+		}
+		// bash's ulimit asks getrlimit itself, so this holds where /proc
+		// has no limits file (gVisor's sentry).
+		o := b.Exec(sandbox.ExecRequest{Argv: []string{"bash", "-c", `for r in n c q; do echo "$r $(ulimit -S$r) $(ulimit -H$r)"; done`}})
+		want := fmt.Sprintf("n %[1]d %[1]d,c 0 0,q 0 0", files)
+		if got := strings.Join(sandboxtest.Lines(o.Stdout), ","); o.Err != nil || got != want {
+			t.Fatalf("open files, core size, message queue bytes (soft hard): %q %q %v, want %q", got, o.Stderr, o.Err, want)
+		}
 	}
 }
 
+// readOnlyRoot: nothing is writable but /workspace and /tmp (/dev/shm, on
+// a backend that has it, leads to /tmp).
 func (s *suite) readOnlyRoot(t *testing.T) {
 	b := s.create(t, sandbox.Spec{})
 	o := b.Sh(`for p in /x /etc/x /usr/x /usr/bin/x /bin/x /dev/x /sys/x /.ironclaw/x /.ironclaw/sock/x /dev/mqueue/x /proc/sys/kernel/domainname; do
 	(: > "$p") 2>/dev/null && echo "wrote $p"
 done
 echo 1 > /proc/sysrq-trigger 2>/dev/null && echo "wrote sysrq-trigger"
+(: > /dev/shm/shm-x) 2>/dev/null && { [ -e /tmp/shm-x ] || echo "wrote /dev/shm/shm-x, not in /tmp"; rm -f /tmp/shm-x; }
 echo ok > /workspace/w && echo ok > /tmp/t && cat /workspace/w /tmp/t`)
 	if strings.Contains(o.Stdout, "wrote") || o.Stdout != "ok\nok\n" {
 		t.Fatalf("writes: %q (stderr %q)", o.Stdout, o.Stderr)
@@ -298,24 +308,50 @@ grep -h %s /etc/* 2>/dev/null; echo done`, marker, secret))
 			t.Fatalf("a socket inside the sandbox: %q", l)
 		}
 	}
-	// The top level is the sandbox's own.
+	// The top level is the sandbox's own: none of the host's directories
+	// but those of the host-toolchain view.
 	top := " " + strings.Join(sandboxtest.Lines(b.Sh(`ls -A /`).Stdout), " ") + " "
-	for _, name := range []string{"home", "root", "var", "run", "srv", "opt", "mnt", "media", "boot"} {
+	hidden := []string{"home", "root", "var", "run", "srv", "opt", "mnt", "media", "boot"}
+	des, err := os.ReadDir("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, de := range des {
+		if de.IsDir() && !viewTop[de.Name()] {
+			hidden = append(hidden, de.Name())
+		}
+	}
+	for _, name := range hidden {
 		if strings.Contains(top, " "+name+" ") {
 			t.Errorf("/%s exists inside: ls / = %q", name, top)
 		}
 	}
-	// /etc is synthetic: its own passwd, no name server, no shadow.
+	// /etc is synthetic: its own passwd, no shadow, and the files a
+	// container engine would fill from the host (resolv.conf with the
+	// host's name servers) are the sandbox's own.
 	host, _ := os.ReadFile("/etc/passwd")
-	o = b.Sh(`cat /etc/passwd; echo ---; ls /etc | tr '\n' ' '; echo; cat /etc/resolv.conf /etc/hosts /etc/hostname`)
+	o = b.Sh(`cat /etc/passwd; echo ---; ls /etc | tr '\n' ' '`)
 	passwd, rest, _ := strings.Cut(o.Stdout, "---\n")
 	if passwd == string(host) || !strings.Contains(passwd, "sandbox:x:65532") {
 		t.Errorf("/etc/passwd is not synthetic: %q", passwd)
 	}
-	if strings.Contains(rest, "shadow") || strings.Contains(rest, "nameserver") || !strings.Contains(rest, "localhost sandbox") {
-		t.Errorf("/etc, resolv.conf, hosts, hostname: %q", rest)
+	if strings.Contains(rest, "shadow") {
+		t.Errorf("/etc: %q", rest)
+	}
+	for _, e := range rootfs.Etc(sandbox.Spec{}.WithDefaults().Hostname) {
+		switch e.Path {
+		case "/etc/resolv.conf", "/etc/hosts", "/etc/hostname":
+			if got := b.Sh(`cat ` + e.Path).Stdout; got != e.Content {
+				t.Errorf("%s = %q, want the sandbox's own %q", e.Path, got, e.Content)
+			}
+		}
 	}
 }
+
+// viewTop are the top-level directories of the host-toolchain view: the
+// host's it binds (see package rootfs) and the sandbox's own.
+var viewTop = map[string]bool{"usr": true, "bin": true, "sbin": true, "lib": true, "lib32": true, "lib64": true, "libx32": true,
+	"etc": true, "proc": true, "dev": true, "sys": true, "tmp": true, "workspace": true}
 
 // kernelFiles: the seal's masked paths show nothing, its read-only ones
 // take no write.
@@ -489,8 +525,8 @@ func (s *suite) stats(t *testing.T) {
 	b := s.create(t, sandbox.Spec{})
 	b.Sh(`i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`)
 	st, err := b.SB.Stats(context.Background())
-	if err != nil || st.MemoryBytes <= 0 || st.Pids <= 0 {
-		t.Fatalf("Stats = %+v, %v", st, err)
+	if err != nil || st.MemoryBytes <= 0 || st.Pids <= 0 || st.CPUUsage <= 0 {
+		t.Fatalf("Stats = %+v, %v, want memory, pids and the CPU the loop used", st, err)
 	}
 }
 

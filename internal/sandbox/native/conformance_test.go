@@ -1,21 +1,13 @@
 package native_test
 
 import (
-	"syscall"
 	"testing"
 
-	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/conformance"
-	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 )
 
-var conformanceOptions = conformance.Options{
-	TTY: true,
-	KillInit: func(sb sandbox.Sandbox) error {
-		return syscall.Kill(sb.(*native.Sandbox).InitPid(), syscall.SIGKILL)
-	},
-}
+var conformanceOptions = conformance.Options{TTY: true, KillInit: sandboxtest.KillInit}
 
 // The contract every backend meets, run against the native runtime.
 func TestConformance(t *testing.T) {

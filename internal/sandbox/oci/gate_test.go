@@ -7,29 +7,26 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/conformance"
 	"github.com/ironclaw/ironclaw/internal/sandbox/oci"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 )
 
 // A gated program cannot run without an approval, however it is spelled;
 // an approved exec runs exactly its argv as the real program, started by
 // the agent, and nothing else in the sandbox can copy it while it runs.
 func TestHostileExecGate(t *testing.T) {
-	for _, name := range runtimeNames {
-		t.Run(name, func(t *testing.T) {
-			conformance.RunGate(t, runtimeFor(t, name))
-		})
-	}
+	sandboxtest.EachOCI(t, func(t *testing.T, r *oci.Runtime) { conformance.RunGate(t, r) })
 }
 
 // The agent's gate socket, which any process inside can reach, starts
 // nothing for a request no approved exec armed: a made-up nonce, no
 // descriptors, garbage.
 func TestHostileExecGateAgentSocket(t *testing.T) {
-	eachRuntime(t, func(t *testing.T, r *oci.Runtime) {
-		b := newBox(t, r, sandbox.Spec{Gate: []string{"tac"}})
-		if o := b.sh("command -v python3"); o.res.ExitCode != 0 {
+	sandboxtest.EachOCI(t, func(t *testing.T, r *oci.Runtime) {
+		b := sandboxtest.New(t, r, sandbox.Spec{Gate: []string{"tac"}})
+		if o := b.Sh("command -v python3"); o.Res.ExitCode != 0 {
 			t.Skip("no python3 in the host view")
 		}
-		o := b.exec(sandbox.ExecRequest{Argv: []string{"python3", "-c", `
+		o := b.Exec(sandbox.ExecRequest{Argv: []string{"python3", "-c", `
 import socket, array, re
 name = None
 for line in open('/proc/net/unix'):
@@ -47,8 +44,8 @@ ask(b'run deadbeefdeadbeef\n', [0, 1, 2])
 ask(b'run\n', [])
 ask(b'garbage' * 100, [0, 1, 2, 0, 1])
 `}})
-		if o.err != nil || o.res.ExitCode != 0 || !strings.Contains(o.stdout, "socket True") || strings.Count(o.stdout, "failed bad-request") != 3 || strings.Contains(o.stdout, "started") {
-			t.Fatalf("asking the agent's gate from inside: %v, exit %d, %q %q", o.err, o.res.ExitCode, o.stdout, o.stderr)
+		if o.Err != nil || o.Res.ExitCode != 0 || !strings.Contains(o.Stdout, "socket True") || strings.Count(o.Stdout, "failed bad-request") != 3 || strings.Contains(o.Stdout, "started") {
+			t.Fatalf("asking the agent's gate from inside: %v, exit %d, %q %q", o.Err, o.Res.ExitCode, o.Stdout, o.Stderr)
 		}
 	})
 }

@@ -2,11 +2,7 @@ package oci_test
 
 import (
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/ironclaw/ironclaw/internal/testutil/int80"
 	"golang.org/x/sys/unix"
@@ -17,24 +13,6 @@ import (
 // sentry) answered, for the test to judge.
 func runProbe(name string, args []string) int {
 	switch name {
-	case "connect": // connect NETWORK ADDRESS
-		c, err := net.DialTimeout(args[0], args[1], 2*time.Second)
-		if err != nil {
-			fmt.Println("error:", err)
-			return 0
-		}
-		c.Close()
-		fmt.Println("connected")
-	case "get": // get URL
-		c := &http.Client{Timeout: 5 * time.Second}
-		resp, err := c.Get(args[0])
-		if err != nil {
-			fmt.Println("error:", err)
-			return 0
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		fmt.Printf("%d %s\n", resp.StatusCode, body)
 	case "syscalls":
 		calls := []struct {
 			name string
@@ -66,26 +44,6 @@ func runProbe(name string, args []string) int {
 		}
 		r := int80.Int80(288)
 		fmt.Println("survived", int64(r))
-	case "stat": // stat PATH...: octal mode (with sticky) and owner uid
-		for _, p := range args {
-			var st unix.Stat_t
-			if err := unix.Stat(p, &st); err != nil {
-				fmt.Println("error:", err)
-				continue
-			}
-			fmt.Printf("%o %d\n", st.Mode&0o7777, st.Uid)
-		}
-	case "alloc": // alloc MiB: touch that much anonymous memory
-		n, _ := strconv.Atoi(args[0])
-		var keep [][]byte
-		for i := 0; i < n; i++ {
-			b := make([]byte, 1<<20)
-			for j := 0; j < len(b); j += 4096 {
-				b[j] = 1
-			}
-			keep = append(keep, b)
-		}
-		fmt.Println("allocated", len(keep))
 	default:
 		fmt.Println("unknown probe", name)
 		return 2

@@ -8,10 +8,12 @@
 //     (NewNative). A host that cannot run a backend skips the test with
 //     the reason, unless CI requires that backend, where the test fails:
 //     IRONCLAW_REQUIRE_SANDBOX=1 (native), IRONCLAW_REQUIRE_OCI=runc,runsc
-//     (the OCI runtimes listed), IRONCLAW_REQUIRE_DOCKER=1. Each is for
-//     every backend alike: Each runs a test once per backend;
+//     (the OCI runtimes listed), IRONCLAW_REQUIRE_DOCKER=1. EachOCI runs
+//     a test once per OCI runtime;
 //   - Box, one sandbox under test, destroyed when the test ends, and its
-//     exec helpers.
+//     exec helpers;
+//   - KillInit, which kills a sandbox's pid 1 from the host (the
+//     conformance suite's Options.KillInit for every backend).
 //
 // Behaviour and containment checks belong in package conformance, which
 // runs them once per backend; a backend's own tests keep only what is
@@ -28,6 +30,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,8 +118,9 @@ func unavailable(t testing.TB, backend string, err error) {
 }
 
 var shared struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // held while a runtime opens
 	runtimes map[string]*opened
+	dirsMu   sync.Mutex // apart: a runtime's state directory is made while it opens
 	dirs     []string
 }
 
@@ -158,6 +162,8 @@ func closeShared() {
 			_ = o.rt.Close(ctx)
 		}
 	}
+	shared.dirsMu.Lock()
+	defer shared.dirsMu.Unlock()
 	for _, d := range shared.dirs {
 		os.RemoveAll(d)
 	}
@@ -167,9 +173,9 @@ func closeShared() {
 // when the test binary ends.
 func stateDir(backend string) string {
 	d := filepath.Join(os.TempDir(), fmt.Sprintf("ironclaw-%s-test-%d", backend, os.Getpid()))
-	shared.mu.Lock()
+	shared.dirsMu.Lock()
 	shared.dirs = append(shared.dirs, d)
-	shared.mu.Unlock()
+	shared.dirsMu.Unlock()
 	return d
 }
 
@@ -254,7 +260,7 @@ func Docker(t testing.TB) *docker.Runtime {
 	}).(*docker.Runtime)
 }
 
-// Each runs f as a subtest per OCI runtime name.
+// EachOCI runs f as a subtest per OCI runtime name.
 func EachOCI(t *testing.T, f func(t *testing.T, r *oci.Runtime)) {
 	for _, name := range OCIRuntimes {
 		t.Run(name, func(t *testing.T) { f(t, OCI(t, name)) })
@@ -267,6 +273,21 @@ const CreateTimeout = 90 * time.Second
 
 // ExecTimeout bounds one exec in the tests.
 const ExecTimeout = 2 * time.Minute
+
+// KillInit kills the pid 1 of sb from the host (SIGKILL), as a crash or
+// the host's OOM killer would. Every backend's sandbox reports its pid 1
+// (InitPid).
+func KillInit(sb sandbox.Sandbox) error {
+	s, ok := sb.(interface{ InitPid() int })
+	if !ok {
+		return fmt.Errorf("a %T does not report its pid 1", sb)
+	}
+	pid := s.InitPid()
+	if pid <= 0 {
+		return errors.New("the sandbox's pid 1 is unknown")
+	}
+	return syscall.Kill(pid, syscall.SIGKILL)
+}
 
 // Box is one sandbox under test.
 type Box struct {
