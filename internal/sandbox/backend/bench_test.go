@@ -15,18 +15,14 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
-	"github.com/ironclaw/ironclaw/internal/sandbox/inside/agent"
-	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 )
 
 // The test binary is also the native init and the OCI helper, as the
 // ironclaw binary is.
 func TestMain(m *testing.M) {
-	if boot.IsInit() {
-		boot.Main()
-	}
-	if agent.IsHelper() {
-		agent.Main()
+	if inside.Entered() {
+		inside.Main()
 	}
 	code := m.Run()
 	closeAll()

@@ -28,8 +28,11 @@ import (
 func Entered() bool { return boot.IsInit() || agent.IsHelper() }
 
 // Main runs the in-sandbox program this process was started as and never
-// returns. Each refuses to run outside the sandbox it expects.
+// returns. Each refuses to run outside the sandbox it expects. Signals
+// the daemon inherited as ignored are not passed on (see
+// resetIgnoredSignals).
 func Main() {
+	resetIgnoredSignals()
 	if boot.IsInit() {
 		boot.Main()
 	}
