@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"strconv"
@@ -20,8 +21,18 @@ import (
 // ExecParams are an exec request's effective settings.
 type ExecParams struct {
 	Cwd         string        // absolute
-	Timeout     time.Duration // the request's, at most the sandbox's
-	OutputBytes int64         // the request's, at most the sandbox's
+	Timeout     time.Duration // the request's, at most the sandbox's; 0: none (a Background exec without one)
+	OutputBytes int64         // the request's, at most the sandbox's; math.MaxInt64 for a Background exec without one
+}
+
+// Deadline returns a channel that fires when the exec's wall time is up,
+// and its stop function; a nil channel (never fires) when it has none.
+func (p ExecParams) Deadline() (<-chan time.Time, func() bool) {
+	if p.Timeout <= 0 {
+		return nil, func() bool { return false }
+	}
+	t := time.NewTimer(p.Timeout)
+	return t.C, t.Stop
 }
 
 // CheckExec validates req for a sandbox whose default working directory
@@ -49,6 +60,15 @@ func CheckExec(req ExecRequest, cwd string, lim Limits) (ExecParams, error) {
 		return p, fmt.Errorf("%w: cwd %q must be absolute", ErrInvalidRequest, cwd)
 	}
 	p.Cwd = cwd
+	if req.Background {
+		// A long-lived process: only the request's own bounds.
+		p.Timeout = max(req.Timeout, 0)
+		p.OutputBytes = math.MaxInt64
+		if req.OutputBytes > 0 {
+			p.OutputBytes = req.OutputBytes
+		}
+		return p, nil
+	}
 	p.Timeout = lim.Timeout
 	if req.Timeout > 0 && req.Timeout < p.Timeout {
 		p.Timeout = req.Timeout

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"testing"
+	"time"
 )
 
 func TestOutputCap(t *testing.T) {
@@ -36,5 +38,35 @@ func TestDestroyAllTriesEveryBoxAndJoinsFailures(t *testing.T) {
 	}
 	if err := DestroyAll(context.Background(), []fakeBox{{nil, &n}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestCheckExecBackground(t *testing.T) {
+	lim := Limits{Timeout: time.Second, OutputBytes: 100}
+	for _, tc := range []struct {
+		req     ExecRequest
+		timeout time.Duration
+		out     int64
+	}{
+		{ExecRequest{}, time.Second, 100},
+		{ExecRequest{Timeout: time.Hour, OutputBytes: 1 << 20}, time.Second, 100},
+		{ExecRequest{Timeout: time.Millisecond, OutputBytes: 10}, time.Millisecond, 10},
+		{ExecRequest{Background: true}, 0, math.MaxInt64},
+		{ExecRequest{Background: true, Timeout: time.Hour, OutputBytes: 1 << 20}, time.Hour, 1 << 20},
+		{ExecRequest{Background: true, Timeout: -1, OutputBytes: -1}, 0, math.MaxInt64},
+	} {
+		tc.req.Argv = []string{"true"}
+		p, err := CheckExec(tc.req, "/workspace", lim)
+		if err != nil || p.Timeout != tc.timeout || p.OutputBytes != tc.out {
+			t.Errorf("%+v: %+v, %v; want timeout %v output %d", tc.req, p, err, tc.timeout, tc.out)
+		}
+		c, stop := p.Deadline()
+		if (c == nil) != (tc.timeout == 0) {
+			t.Errorf("%+v: deadline channel %v", tc.req, c)
+		}
+		stop()
+	}
+	if _, err := CheckExec(ExecRequest{Background: true}, "/workspace", lim); !errors.Is(err, ErrInvalidRequest) {
+		t.Errorf("empty background command: %v", err)
 	}
 }

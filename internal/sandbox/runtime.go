@@ -77,10 +77,32 @@ type ExecRequest struct {
 	// Resize delivers terminal size changes when TTY is set.
 	Resize <-chan WindowSize
 	// Timeout overrides the Spec's per-exec wall time if smaller and
-	// positive.
+	// positive (with Background: the wall time, if positive).
 	Timeout time.Duration
-	// OutputBytes overrides the Spec's output cap if smaller and positive.
+	// OutputBytes overrides the Spec's output cap if smaller and positive
+	// (with Background: the cap, if positive).
 	OutputBytes int64
+	// Background marks a long-lived process (the processes API): the
+	// Spec's per-exec wall time and output cap do not apply (the sandbox's
+	// ttl and the caller's own bounded buffer do). Timeout and OutputBytes
+	// still apply when set.
+	//
+	// Everything else is an exec's: the command is killed with its
+	// process group when ctx ends and when the sandbox is destroyed, and
+	// Exec returns only once it has exited. Output is delivered as it
+	// arrives, so Stdout and Stderr must not block for long (they hold
+	// the command's pipes); the caller bounds what it keeps.
+	Background bool
+	// Started, when set, is called once with the command's pid inside the
+	// sandbox (its own process group and session leader) as soon as it
+	// runs, before any output; not called when it could not start.
+	//
+	// It is called from Exec's goroutine (native) or the one reading the
+	// command's stderr (container backends), and must return promptly;
+	// Stdin may already be being read (container backends). The pid is
+	// the command's in the sandbox's pid namespace: a second exec can
+	// signal its group with `kill -s SIG -- -PID`.
+	Started func(pid int)
 	// Gate, when set, is the key of a gated program (Spec.Gate; see
 	// package gate) that an operator approved for exactly this exec: if
 	// Argv[0] reaches that program's stub, the real program runs, for this

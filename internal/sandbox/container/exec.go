@@ -50,7 +50,7 @@ func MarkKilled(res *sandbox.ExecResult, canceled bool) {
 // Watch is how Wait watches one running exec.
 type Watch struct {
 	ID        string          // the sandbox's, for errors
-	Timeout   time.Duration   // the command's
+	Timeout   time.Duration   // the command's; 0: none
 	Exited    <-chan struct{} // closed when the exec (its stream or host process) has ended
 	Closed    <-chan struct{} // closed when the sandbox is gone
 	KillGroup func(pgid int)  // asks the agent to SIGKILL a process group
@@ -80,15 +80,15 @@ func (f *Front) Wait(ctx context.Context, w Watch, res *sandbox.ExecResult) (ctx
 			}()
 		})
 	}
-	timer := time.NewTimer(w.Timeout)
-	defer timer.Stop()
+	deadline, stopDeadline := sandbox.ExecParams{Timeout: w.Timeout}.Deadline()
+	defer stopDeadline()
 	var killedAt <-chan time.Time
 	done := ctx.Done()
 	for {
 		select {
 		case <-w.Exited:
 			return ctxErr, nil
-		case <-timer.C:
+		case <-deadline:
 			res.TimedOut = true
 			kill()
 			killedAt = time.After(KillGrace)
@@ -133,6 +133,9 @@ type Front struct {
 	other   bytes.Buffer  // output before any header (bounded)
 	started chan struct{} // closed at "started" (or when no header can come)
 	once    sync.Once
+
+	onStarted func(pid int) // sandbox.ExecRequest.Started; fixed before the first Write
+	holds     []*held       // streams held back until started; fixed before the first Write
 }
 
 // NewFront reads the stderr of the exec started with nonce; the command's
@@ -141,7 +144,76 @@ func NewFront(nonce string, out io.Writer) *Front {
 	return &Front{marker: wire.Marker(nonce), out: out, started: make(chan struct{})}
 }
 
-func (f *Front) markStarted() { f.once.Do(func() { close(f.started) }) }
+// OnStarted sets the function called with the command's pid at its
+// "started" header, before the front passes on any of its output (and
+// before any stream Hold returned does). Call it before the first Write.
+func (f *Front) OnStarted(fn func(pid int)) { f.onStarted = fn }
+
+// Hold returns a writer to dst that holds back what is written to it until
+// the command has started (its "started" header, and OnStarted's function,
+// came first) or no header can come: a command's stdout travels apart
+// from the stderr that carries the header, and may arrive first. It never
+// fails. Call it before the first Write.
+func (f *Front) Hold(dst io.Writer) io.Writer {
+	h := &held{dst: dst}
+	f.holds = append(f.holds, h)
+	return h
+}
+
+// open marks the front started, once: the command's pid (0: none, no
+// header can come) goes to the OnStarted function, then every held stream
+// is let through. It is called without f.mu held.
+func (f *Front) open(pid int) {
+	f.once.Do(func() {
+		if pid > 0 && f.onStarted != nil {
+			f.onStarted(pid)
+		}
+		for _, h := range f.holds {
+			h.release()
+		}
+		close(f.started)
+	})
+}
+
+// maxHeld bounds what one held stream keeps before the command's start
+// is known; past it, output passes (the front writes its header before
+// any of the command's output, so only a reordering runtime gets near).
+const maxHeld = 1 << 20
+
+// held is one stream Front.Hold holds back.
+type held struct {
+	mu      sync.Mutex // held across writes to dst, so the order stays
+	open    bool
+	pending []byte
+	dst     io.Writer
+}
+
+func (h *held) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.open && len(h.pending)+len(p) <= maxHeld {
+		h.pending = append(h.pending, p...)
+		return len(p), nil
+	}
+	h.flush()
+	_, _ = h.dst.Write(p)
+	return len(p), nil
+}
+
+func (h *held) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.flush()
+}
+
+// flush passes on what is pending and opens the stream; h.mu is held.
+func (h *held) flush() {
+	h.open = true
+	if len(h.pending) > 0 {
+		_, _ = h.dst.Write(h.pending)
+		h.pending = nil
+	}
+}
 
 func (f *Front) pid() int {
 	f.mu.Lock()
@@ -180,6 +252,7 @@ func (f *Front) Write(p []byte) (int, error) {
 	f.mu.Lock()
 	f.pending = append(f.pending, p...)
 	var pass []byte
+	openPid := -1 // >= 0: open the front (with this pid) once unlocked
 	marker := []byte(f.marker)
 	for more := true; more; {
 		more = false
@@ -204,15 +277,17 @@ func (f *Front) Write(p []byte) (int, error) {
 				default:
 					f.stage = stagePass
 				}
-				if f.header != nil && f.header.Started || f.stage == stageOther {
-					f.markStarted()
+				if f.header != nil && f.header.Started {
+					openPid = f.header.Pid
+				} else if f.stage == stageOther {
+					openPid = 0
 				}
 				more = true
 			case bytes.HasPrefix(marker, f.pending):
 				// Too short to tell yet.
 			case f.stage == stageHeader:
 				f.stage, more = stageOther, true
-				f.markStarted()
+				openPid = 0
 			default:
 				f.stage, more = stagePass, true
 			}
@@ -224,6 +299,9 @@ func (f *Front) Write(p []byte) (int, error) {
 		}
 	}
 	f.mu.Unlock()
+	if openPid >= 0 {
+		f.open(openPid)
+	}
 	if len(pass) > 0 {
 		_, _ = f.out.Write(pass)
 	}
@@ -242,8 +320,8 @@ func (f *Front) Finish() {
 	}
 	f.pending = nil
 	f.mu.Unlock()
+	f.open(0)
 	if len(pass) > 0 {
 		_, _ = f.out.Write(pass)
 	}
-	f.markStarted()
 }

@@ -2,6 +2,7 @@ package container
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
@@ -62,3 +63,39 @@ func TestLimitedBuffer(t *testing.T) {
 		t.Errorf("Write = %d, %v; kept %q", n, err, l.String())
 	}
 }
+
+// Started comes once, with the header's pid, before any output of either
+// stream; a held stdout written before the header is passed on after it.
+func TestFrontStartedBeforeOutput(t *testing.T) {
+	m := wire.Marker("abc")
+	var log []string
+	var errOut bytes.Buffer
+	f := NewFront("abc", &errOut)
+	f.OnStarted(func(pid int) { log = append(log, fmt.Sprintf("started %d", pid)) })
+	stdout := f.Hold(writerFunc(func(p []byte) { log = append(log, "out "+string(p)) }))
+	_, _ = stdout.Write([]byte("early"))
+	if len(log) != 0 {
+		t.Fatalf("before the header: %q", log)
+	}
+	feed(f, m+"started 42\nerr", 2)
+	_, _ = stdout.Write([]byte("late"))
+	want := []string{"started 42", "out early", "out late"}
+	if fmt.Sprint(log) != fmt.Sprint(want) || errOut.String() != "err" {
+		t.Errorf("log %q stderr %q; want %q and \"err\"", log, errOut.String(), want)
+	}
+
+	// A start failure: no Started, held output still comes out.
+	log = nil
+	f = NewFront("abc", &errOut)
+	f.OnStarted(func(pid int) { log = append(log, "started") })
+	stdout = f.Hold(writerFunc(func(p []byte) { log = append(log, "out "+string(p)) }))
+	_, _ = stdout.Write([]byte("x"))
+	feed(f, m+"failed not-found 2 nope\n", 1<<20)
+	if fmt.Sprint(log) != fmt.Sprint([]string{"out x"}) {
+		t.Errorf("failed start: log %q", log)
+	}
+}
+
+type writerFunc func([]byte)
+
+func (w writerFunc) Write(p []byte) (int, error) { w(p); return len(p), nil }

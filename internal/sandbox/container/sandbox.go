@@ -132,7 +132,14 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	oomBefore := b.c.OOMKills()
 	out := sandbox.NewOutputCap(params.OutputBytes)
 	front := NewFront(nonce, out.Writer(req.Stderr, &res.StderrBytes))
-	p, err := b.c.Run(ctx, Proc{Argv: argv, Env: env, Command: true, Stdin: req.Stdin, Stdout: out.Writer(req.Stdout, &res.StdoutBytes), Stderr: front})
+	stdout := out.Writer(req.Stdout, &res.StdoutBytes)
+	if req.Started != nil {
+		// Started comes before any output: stdout travels apart from the
+		// header on stderr and waits for it.
+		front.OnStarted(req.Started)
+		stdout = front.Hold(stdout)
+	}
+	p, err := b.c.Run(ctx, Proc{Argv: argv, Env: env, Command: true, Stdin: req.Stdin, Stdout: stdout, Stderr: front})
 	if err != nil {
 		if cerr := b.closedErr(); cerr != nil {
 			return res, cerr

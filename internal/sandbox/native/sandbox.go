@@ -255,6 +255,10 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		master = first.files[0]
 		defer master.Close()
 	}
+	if req.Started != nil && first.Pid > 0 {
+		// Before the first byte of output is copied and stdin is read.
+		req.Started(first.Pid)
+	}
 
 	out := sandbox.NewOutputCap(params.OutputBytes)
 	var copiers sync.WaitGroup
@@ -303,8 +307,8 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		defer stdinW.Close()
 	}
 
-	timer := time.NewTimer(params.Timeout)
-	defer timer.Stop()
+	deadline, stopDeadline := params.Deadline()
+	defer stopDeadline()
 	var status syscall.WaitStatus
 	var ctxErr error
 	var killedAt <-chan time.Time // backstop: a killed command that never reports
@@ -318,7 +322,7 @@ wait:
 				status = syscall.WaitStatus(r.Status)
 				break wait
 			}
-		case <-timer.C:
+		case <-deadline:
 			res.TimedOut = true
 			b.kill(id)
 			killedAt = time.After(killGrace)
