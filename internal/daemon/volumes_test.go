@@ -28,6 +28,13 @@ func TestVolumesOutliveSandboxesAndRestarts(t *testing.T) {
 	if err != nil || v.Name != "notes" || v.SizeBytes != 16<<20 || v.Principal != "agent" {
 		t.Fatalf("create: %+v %v", v, err)
 	}
+	// A path the sandbox's own root holds is refused, and reserves
+	// nothing (the create below gets the volume).
+	for _, p := range []string{"/proc", "/etc", "/workspace"} {
+		if _, err := ag.CreateSandbox(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Name: "notes", Path: p}}}); !client.IsCode(err, "invalid_argument") {
+			t.Fatalf("a volume over %s: %v", p, err)
+		}
+	}
 	withVolume := client.CreateRequest{Volumes: []client.VolumeMount{{Name: "notes", Path: "/workspace/notes"}}}
 	sb, err := ag.CreateSandbox(ctx, withVolume)
 	if err != nil {

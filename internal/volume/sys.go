@@ -25,3 +25,12 @@ func freeBytes(dir string) (int64, error) {
 	}
 	return int64(fs.Bavail) * fs.Bsize, nil
 }
+
+// allocatedBytes is what a volume's sparse file takes on the disk now.
+func allocatedBytes(path string) int64 {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}

@@ -112,7 +112,12 @@ func New(ctx context.Context, st *store.Store, dir string, opts Options) (*Manag
 	if opts.TotalBytes <= 0 {
 		opts.TotalBytes = DefaultTotalBytes
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	for _, sub := range []string{"images", "mounts"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("volumes: %w", err)
+		}
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
 	m := &Manager{dir: dir, st: st, opts: opts, attached: map[string]string{}, mounted: map[string]bool{}}
@@ -128,11 +133,11 @@ func New(ctx context.Context, st *store.Store, dir string, opts Options) (*Manag
 	return m, nil
 }
 
-func (m *Manager) image(name string) string { return filepath.Join(m.dir, name+".ext4") }
-
-// Data is where a volume's filesystem is mounted on the host: the source
-// of its bind mount into a sandbox.
-func (m *Manager) data(name string) string { return filepath.Join(m.dir, name) }
+// image is a volume's filesystem file; data is where it is mounted on the
+// host, the source of its bind mount into a sandbox. They live in two
+// directories, so that no name can make one's path the other's.
+func (m *Manager) image(name string) string { return filepath.Join(m.dir, "images", name+".ext4") }
+func (m *Manager) data(name string) string  { return filepath.Join(m.dir, "mounts", name) }
 
 // Create makes a volume of size bytes for principal.
 func (m *Manager) Create(ctx context.Context, principal, name string, size int64) (Volume, error) {
@@ -162,6 +167,17 @@ func (m *Manager) Create(ctx context.Context, principal, name string, size int64
 		return Volume{}, fmt.Errorf("%w: %s's volumes would hold %s, more than %s", ErrQuota, principal,
 			sandbox.FormatBytes(total+size), sandbox.FormatBytes(m.opts.TotalBytes))
 	}
+	// Sparse files grow as sandboxes write: what every volume may still
+	// take must fit on the disk with the new one, so that no volume can
+	// fill the disk the daemon's state is on.
+	everyone, err := m.list(ctx, "", true)
+	if err != nil {
+		return Volume{}, err
+	}
+	var promised int64
+	for _, v := range everyone {
+		promised += max(0, v.SizeBytes-allocatedBytes(m.image(v.Name)))
+	}
 	now := time.Now().UTC()
 	if _, err := m.st.DB().ExecContext(ctx, `INSERT INTO volumes (name, principal, size_bytes, created_at) VALUES (?, ?, ?, ?)`,
 		name, principal, size, now.Format(time.RFC3339Nano)); err != nil {
@@ -170,7 +186,7 @@ func (m *Manager) Create(ctx context.Context, principal, name string, size int64
 		}
 		return Volume{}, fmt.Errorf("volumes: create %s: %w", name, err)
 	}
-	if err := m.makeFilesystem(ctx, name, size); err != nil {
+	if err := m.makeFilesystem(ctx, name, size, promised); err != nil {
 		_, _ = m.st.DB().ExecContext(context.WithoutCancel(ctx), `DELETE FROM volumes WHERE name = ?`, name)
 		os.Remove(m.image(name))
 		return Volume{}, err
@@ -180,6 +196,8 @@ func (m *Manager) Create(ctx context.Context, principal, name string, size int64
 		os.Remove(m.image(name))
 		return Volume{}, err
 	}
+	// A fresh volume is empty to its user (later, lost+found is theirs).
+	_ = os.Remove(filepath.Join(m.data(name), "lost+found"))
 	return Volume{Name: name, Principal: principal, SizeBytes: size, CreatedAt: now}, nil
 }
 
@@ -187,10 +205,10 @@ func (m *Manager) Create(ctx context.Context, principal, name string, size int64
 // The free space of the disk under the data directory must hold the whole
 // size: a sparse file may grow to it, and a volume must never fill the
 // host's disk.
-func (m *Manager) makeFilesystem(ctx context.Context, name string, size int64) error {
-	if free, err := freeBytes(m.dir); err == nil && free < size+(1<<30) {
-		return fmt.Errorf("%w: %s free under %s, %s asked (and 1 GiB kept for the daemon)", ErrQuota,
-			sandbox.FormatBytes(free), m.dir, sandbox.FormatBytes(size))
+func (m *Manager) makeFilesystem(ctx context.Context, name string, size int64, promised int64) error {
+	if free, err := freeBytes(m.dir); err == nil && free < promised+size+(1<<30) {
+		return fmt.Errorf("%w: %s free under %s, of which %s is promised to volumes that may still grow; %s asked (and 1 GiB kept for the daemon)",
+			ErrQuota, sandbox.FormatBytes(free), m.dir, sandbox.FormatBytes(promised), sandbox.FormatBytes(size))
 	}
 	f, err := os.OpenFile(m.image(name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -235,7 +253,6 @@ func (m *Manager) mount(ctx context.Context, name string) error {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return err
 	}
-	os.RemoveAll(filepath.Join(dir, "lost+found"))
 	m.mounted[name] = true
 	return nil
 }

@@ -210,3 +210,26 @@ func TestReholdMovesAReservation(t *testing.T) {
 		t.Fatalf("still held by %q", v.Sandbox)
 	}
 }
+
+// No name makes one volume's paths another's ("a.ext4" beside "a").
+func TestVolumeNamesDoNotCollide(t *testing.T) {
+	ctx := context.Background()
+	m, _, _ := newManager(t, Options{})
+	for _, n := range []string{"a", "a.ext4", "images", "mounts"} {
+		if _, err := m.Create(ctx, "agent", n, MinBytes); err != nil {
+			t.Fatalf("create %s: %v", n, err)
+		}
+	}
+	seen := map[string]string{}
+	for _, n := range []string{"a", "a.ext4", "images", "mounts"} {
+		for _, p := range []string{m.image(n), m.data(n)} {
+			if other, dup := seen[p]; dup {
+				t.Fatalf("%s and %s share %s", n, other, p)
+			}
+			seen[p] = n
+		}
+		if !isMountPoint(m.data(n)) {
+			t.Fatalf("%s is not mounted", n)
+		}
+	}
+}
