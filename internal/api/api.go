@@ -81,6 +81,8 @@ type Config struct {
 	EgressCovers func(rule string) bool
 	// Tools lists registered tools for GET /v1/tools.
 	Tools ToolLister
+	// Volumes, if set, serves /v1/volumes (volumes.go).
+	Volumes Volumes
 	// Console, if set, is served at /ui/ (static files; data needs a token).
 	Console http.Handler
 	// Ceiling, if set, holds agents' creates to the operator's ceilings
@@ -216,6 +218,12 @@ func (s *Server) register() {
 	agent("POST /v1/sandboxes/{id}/exec", s.exec)
 	agent("PUT /v1/sandboxes/{id}/files", s.putFile)
 	agent("GET /v1/sandboxes/{id}/files", s.getFile)
+	if s.cfg.Volumes != nil {
+		agent("POST /v1/volumes", s.createVolume)
+		agent("GET /v1/volumes", s.listVolumes)
+		agent("GET /v1/volumes/{name}", s.getVolume)
+		agent("DELETE /v1/volumes/{name}", s.deleteVolume)
+	}
 	oper("GET /v1/audit", s.auditTail)
 	oper("GET /v1/audit/verify", s.auditVerify)
 	oper("GET /v1/audit/export", s.auditExport)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"go/ast"
 	"go/token"
 	"net/http"
@@ -22,11 +23,24 @@ func (stubModel) MintHost(string) (modelproxy.HostToken, error) {
 }
 func (stubModel) RevokeHost(string, string) error { return nil }
 
+// stubVolumes turns the volume routes on; their behaviour is tested
+// where the real volumes are (internal/volume, the daemon's tests).
+type stubVolumes struct{}
+
+func (stubVolumes) Create(_ context.Context, p, name string, size int64) (VolumeInfo, error) {
+	return VolumeInfo{Name: name, Principal: p, SizeBytes: size}, nil
+}
+func (stubVolumes) List(context.Context, string, bool) ([]VolumeInfo, error) { return nil, nil }
+func (stubVolumes) Get(_ context.Context, p, name string, _ bool) (VolumeInfo, error) {
+	return VolumeInfo{Name: name, Principal: p}, nil
+}
+func (stubVolumes) Delete(context.Context, string, string, bool) error { return nil }
+
 // The daemon serves exactly the routes the document describes, each with
 // the role the document names: a route cannot be added, dropped or
 // opened up on one side only.
 func TestRoutesMatchTheDocument(t *testing.T) {
-	e := newEnv(t, envOpts{gateway: true, cfg: Config{Model: stubModel{}, Console: http.NotFoundHandler()}})
+	e := newEnv(t, envOpts{gateway: true, cfg: Config{Model: stubModel{}, Console: http.NotFoundHandler(), Volumes: stubVolumes{}}})
 	doc, err := apiDoc()
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +147,7 @@ func TestErrorCodesAreWireConstants(t *testing.T) {
 // a member it does not name, on every route that takes it, whatever the
 // member claims to be (an approval's decider, a sandbox's owner).
 func TestHostileUndocumentedMembersAreRefused(t *testing.T) {
-	e := newEnv(t, envOpts{gateway: true})
+	e := newEnv(t, envOpts{gateway: true, cfg: Config{Volumes: stubVolumes{}}})
 	doc, err := apiDoc()
 	if err != nil {
 		t.Fatal(err)

@@ -52,9 +52,9 @@ else the agent.token file in the default data directory.`,
 
 func newSandboxCreateCmd(e *env) *cobra.Command {
 	var (
-		labels, envs []string
-		timeout      time.Duration
-		req          client.CreateRequest
+		labels, envs, vols []string
+		timeout            time.Duration
+		req                client.CreateRequest
 	)
 	c := &cobra.Command{
 		Use:   "create [flags]",
@@ -69,7 +69,8 @@ daemon's --image-dir directories. Anything else is a registry reference
 when its --image-registry allows the registry.`,
 		Example: `  id=$(ironclaw sandbox create --label team=a --memory 256M --idle 10m)
   ironclaw sandbox create --image ghcr.io/org/app:1
-  ironclaw sandbox create --image ./rootfs`,
+  ironclaw sandbox create --image ./rootfs
+  ironclaw sandbox create --volume notes:/workspace/notes`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			var err error
@@ -80,6 +81,9 @@ when its --image-registry allows the registry.`,
 				return err
 			}
 			if req.Image, err = imageArg(req.Image); err != nil {
+				return err
+			}
+			if req.Volumes, err = parseVolumes(vols); err != nil {
 				return err
 			}
 			if timeout > 0 {
@@ -96,6 +100,7 @@ when its --image-registry allows the registry.`,
 	f := c.Flags()
 	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "environment KEY=VALUE of every command (repeatable)")
+	f.StringArrayVar(&vols, "volume", nil, "mount a volume of yours, NAME:/PATH (under /workspace or a new top-level directory; repeatable; see 'ironclaw volume')")
 	f.StringArrayVar(&req.EgressAllow, "allow-host", nil, "host the sandbox may reach through its egress broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
 	f.StringVar(&req.Image, "image", "", "root filesystem (default: the host-toolchain view): a local image on the daemon's host (a path: /, . or ~ first, or an existing path) or a registry reference such as ghcr.io/org/app:1")
 	durationVar(f, &req.TTL, "ttl", "", 0, "lifetime (default: the daemon's)")

@@ -324,6 +324,8 @@ type CreateRequest struct {
 	Labels map[string]string
 	// EgressAllow adds hosts to the sandbox's egress allowlist.
 	EgressAllow []string
+	// Volumes are named volumes of the caller's to mount.
+	Volumes []VolumeMount
 }
 
 // Wire is r as the API's create body.
@@ -333,6 +335,7 @@ func (r CreateRequest) Wire() (wire.CreateSandboxRequest, error) {
 	if len(r.EgressAllow) > 0 {
 		w.Egress = &wire.EgressAllow{Allow: r.EgressAllow}
 	}
+	w.Volumes = r.Volumes
 	l, err := r.Limits.wire()
 	if err != nil {
 		return w, err

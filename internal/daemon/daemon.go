@@ -390,6 +390,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		eg, egAccess = e, e
 		poolPorts = append(poolPorts, e.Port())
 	}
+	// Opened before the runtime, so closed after it: no sandbox holds a
+	// volume when its filesystem is unmounted.
+	vols, err := openVolumes(ctx, st, filepath.Join(dir, "volumes"), logf)
+	if err != nil {
+		return err
+	}
+	var sessionVolumes session.Volumes
+	var apiVolumes api.Volumes
+	if vols != nil {
+		closers = append(closers, func(c context.Context) error { return vols.m.Close(c) })
+		sessionVolumes, apiVolumes = vols, vols
+	}
 	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
@@ -425,6 +437,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Egress:       eg,
 		Inside:       cfg.Inside,
 		Images:       images,
+		Volumes:      sessionVolumes,
 		Capacity:     capacity,
 		Quotas: session.Quotas{SandboxesPerPrincipal: lim.PerAgent.Sandboxes, ExecsPerPrincipal: lim.PerAgent.Execs,
 			ExecsPerSandbox: lim.PerSandbox.Execs},
@@ -498,6 +511,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Policy:          &pol.Exec,
 		EgressCovers:    covers,
 		Tools:           toolReg,
+		Volumes:         apiVolumes,
 		Console:         ui,
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		MaxUploadBytes:  cfg.MaxUploadBytes,

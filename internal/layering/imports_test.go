@@ -114,13 +114,17 @@ var rules = []rule{
 		why:   "the audit log and the tool registry sit on the store and nothing else",
 	},
 	{
+		pkgs: []string{"internal/volume"}, only: join(vocabulary, []string{"internal/sandbox", "internal/store"}, testKits), tests: true,
+		why: "volumes sit on the store and hand out sandbox mounts; the session and the API reach them through interfaces they declare",
+	},
+	{
 		pkgs: []string{"internal/session"},
 		only: join(vocabulary, []string{"internal/sandbox", "internal/store", "internal/audit", "internal/netlimit"}),
 		why:  "api -> session -> sandbox: session calls only down, and reaches the egress broker, model proxy and gateway through interfaces it declares",
 	},
 	{
 		pkgs: []string{"internal/session", "internal/gateway/...", "internal/modelproxy/...", "internal/egress", "internal/audit",
-			"internal/store", "internal/tools", "internal/policy", "internal/netlimit", "internal/image"},
+			"internal/store", "internal/tools", "internal/policy", "internal/netlimit", "internal/image", "internal/volume"},
 		never: []string{"internal/api/...", "internal/daemon", "internal/cli", "internal/client"}, tests: true,
 		why: "only the API speaks HTTP to callers and only the daemon wires the services: nothing below them imports either",
 	},

@@ -82,6 +82,9 @@ type Options struct {
 	// Inside bounds the servers on every sandbox's loopback (connections
 	// per sandbox, timeouts; see package netlimit); zero takes the defaults.
 	Inside netlimit.Config
+	// Volumes, if set, mounts CreateRequest.Volumes; without it a create
+	// that asks for volumes is refused.
+	Volumes Volumes
 	// Images, if set, resolves CreateRequest.Image; without it a create
 	// naming an image is refused.
 	Images ImageResolver
@@ -168,6 +171,25 @@ type CreateRequest struct {
 	// EgressAllow adds hosts ("api.github.com", "*.pypi.org:443") to the
 	// sandbox's egress allowlist; it needs Options.Egress.
 	EgressAllow []string
+	// Volumes are named volumes of the creator's to mount; they need
+	// Options.Volumes.
+	Volumes []VolumeMount
+}
+
+// VolumeMount asks for a named volume at a path inside the sandbox.
+type VolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// Volumes hands out the bind mounts of named volumes (package volume),
+// each to one sandbox at a time. holder is any unique key: a create
+// reserves under its own and, once the sandbox exists, Rehold moves the
+// reservation to the sandbox's id.
+type Volumes interface {
+	Attach(ctx context.Context, principal, holder string, reqs []VolumeMount) ([]sandbox.Mount, error)
+	Rehold(holder, sandboxID string)
+	Release(holder string)
 }
 
 // Info describes a sandbox, running or ended.
@@ -388,6 +410,21 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		}
 	}()
 
+	var volumeHolder string // the create's reservation of its volumes
+	if len(req.Volumes) > 0 {
+		if m.opts.Volumes == nil {
+			return Info{}, fmt.Errorf("%w: this daemon keeps no volumes", sandbox.ErrInvalidSpec)
+		}
+		var key [8]byte
+		_, _ = rand.Read(key[:])
+		volumeHolder = fmt.Sprintf("create-%x", key)
+		mounts, aerr := m.opts.Volumes.Attach(ctx, actor, volumeHolder, req.Volumes)
+		if aerr != nil {
+			return Info{}, aerr
+		}
+		undo = append(undo, func(context.Context) { m.opts.Volumes.Release(volumeHolder) })
+		req.Spec.Mounts = append(slices.Clone(req.Spec.Mounts), mounts...)
+	}
 	req.Spec.Gate = slices.Clone(m.opts.Gate)
 	req.Spec.Network.ExposedTCP = slices.Clone(req.Spec.Network.ExposedTCP)
 	if m.opts.Model != nil {
@@ -462,6 +499,11 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: map[string]any{
 		"labels": info.Labels, "ttl_ms": ttl.Milliseconds(), "idle_ms": idle.Milliseconds(), "spec": json.RawMessage(spec)}}); err != nil {
 		return Info{}, fmt.Errorf("session: audit: %w", err)
+	}
+	if volumeHolder != "" {
+		// Before the sandbox is live, so that its end (watch, finish)
+		// releases them under its id.
+		m.opts.Volumes.Rehold(volumeHolder, info.ID)
 	}
 	e := &entry{sb: sb, limits: limits, commit: commit, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker}
 	m.mu.Lock()
@@ -960,6 +1002,11 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 		_ = e.broker.Close()
 	}
 	derr := m.teardown(ctx, id, e)
+	if m.opts.Volumes != nil && derr == nil {
+		// Only once nothing of the sandbox runs: a volume is never in two
+		// sandboxes at once. A failed teardown keeps its volumes held.
+		m.opts.Volumes.Release(id)
+	}
 	m.mu.Lock()
 	lastUsed := e.lastUsed
 	m.mu.Unlock()

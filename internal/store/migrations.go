@@ -233,6 +233,22 @@ CREATE INDEX webhook_deliveries_due ON webhook_deliveries (url, next_at);
 ALTER TABLE audit_log ADD COLUMN mac TEXT NOT NULL DEFAULT '';
 `,
 		},
+		{
+			Version: 8,
+			Name:    "volumes",
+			SQL: `
+-- Named persistent volumes (package volume): each is an ext4 filesystem in
+-- a file of size_bytes under the data directory's volumes/, owned by the
+-- principal that created it. Which sandbox holds one is the daemon's
+-- memory, not the store's: a restart frees every volume.
+CREATE TABLE volumes (
+	name       TEXT PRIMARY KEY,
+	principal  TEXT NOT NULL,
+	size_bytes INTEGER NOT NULL CHECK (size_bytes > 0),
+	created_at TEXT NOT NULL
+) STRICT;
+`,
+		},
 	}
 }
 

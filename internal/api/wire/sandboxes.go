@@ -51,6 +51,9 @@ type CreateSandboxRequest struct {
 	// Egress adds hosts to the sandbox's allowlist; those the policy does
 	// not cover are filed as a sandbox.widen request.
 	Egress *EgressAllow `json:"egress,omitempty"`
+	// Volumes are the caller's named volumes to mount (each in one running
+	// sandbox at a time).
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // Limits are a sandbox's resource limits; zero fields take the daemon's

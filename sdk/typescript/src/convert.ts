@@ -150,6 +150,7 @@ export function createRequest(o: SandboxOptions): wire.CreateSandboxRequest {
       env: o.env,
       labels: o.labels,
       egress: o.egress === undefined ? undefined : { allow: o.egress.allow },
+      volumes: o.volumes?.map((v) => ({ name: v.name, path: v.path })),
       ttl: durationOption('ttlMs', o.ttlMs, o.ttl),
       idle: durationOption('idleMs', o.idleMs, o.idle),
       limits: o.limits === undefined ? undefined : limits(o.limits),

@@ -1,5 +1,6 @@
 export { Sandbox, Sandbox as IronClawSandbox } from './sandbox.js';
 export { ExecResult } from './result.js';
+export { Volumes } from './volumes.js';
 export { REQUEST_TIMEOUT_MS } from './client.js';
 export {
   AbortError,
@@ -42,6 +43,8 @@ export type {
   SandboxLimits,
   SandboxOptions,
   SandboxState,
+  VolumeInfo,
+  VolumeMount,
   WaitForApprovalOptions,
   WriteFileOptions,
 } from './types.js';

@@ -68,6 +68,11 @@ export interface SandboxOptions extends ConnectionOptions {
   limits?: SandboxLimits;
   /** Hosts to reach through the egress broker; those the policy does not already allow are filed as a `sandbox.widen` approval. */
   egress?: { allow: string[] };
+  /**
+   * Named volumes of yours to mount (`Volumes.create`), each at a path under `/workspace` or a new top-level
+   * directory; a volume is in one running sandbox at a time (`ConflictError` otherwise).
+   */
+  volumes?: VolumeMount[];
   labels?: Record<string, string>;
   /** Lifetime of the sandbox, in milliseconds (E2B's `timeoutMs`). @default the daemon's */
   ttlMs?: number;
@@ -225,4 +230,21 @@ export interface ModelAccess {
   /** Names the token. */
   session: string;
   expiresAt: Date;
+}
+
+/** A named volume at a path inside a sandbox. */
+export interface VolumeMount {
+  name: string;
+  path: string;
+}
+
+/** A named persistent volume. */
+export interface VolumeInfo {
+  name: string;
+  /** Who owns it. */
+  principal: string;
+  sizeBytes: number;
+  createdAt: Date;
+  /** The running sandbox it is mounted in, when it is. */
+  sandbox?: string;
 }

@@ -109,6 +109,8 @@ export interface CreateSandboxRequest {
    */
   labels?: Record<string, string>;
   egress?: EgressAllow;
+  /** the caller's volumes to mount (at most 8); each is in one running sandbox at a time (else 409) */
+  volumes?: VolumeMount[];
 }
 
 /** A sandbox's limits; absent members take the daemon's defaults. */
@@ -374,6 +376,36 @@ export interface Tool {
 
 export interface ToolList {
   tools: Tool[];
+}
+
+export interface CreateVolumeRequest {
+  /** unique on the daemon */
+  name: string;
+  /**
+   * the quota, at least 16 MiB and at most the daemon's maximum (default 10 GiB); a principal holds
+   * at most 20 volumes and 50 GiB in all
+   */
+  size: ByteSize;
+}
+
+export interface Volume {
+  name: string;
+  /** who owns it */
+  principal: string;
+  size_bytes: number;
+  created_at: string;
+  /** the running sandbox it is mounted in; absent when free */
+  sandbox?: string;
+}
+
+export interface VolumeList {
+  volumes: Volume[];
+}
+
+export interface VolumeMount {
+  name: string;
+  /** a clean absolute path under /workspace, or a new top-level directory */
+  path: string;
 }
 
 /**
