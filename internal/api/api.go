@@ -83,6 +83,9 @@ type Config struct {
 	Tools ToolLister
 	// Volumes, if set, serves /v1/volumes (volumes.go).
 	Volumes Volumes
+	// Ports, if set, issues port URLs and tunnels (ports.go); nil answers
+	// 403 (policy ports.inbound is off).
+	Ports *Ports
 	// Console, if set, is served at /ui/ (static files; data needs a token).
 	Console http.Handler
 	// Ceiling, if set, holds agents' creates to the operator's ceilings
@@ -114,6 +117,7 @@ type Server struct {
 	log     *audit.Log
 	tokens  []principalHash // hashes of every token, compared in constant time
 	limiter *limiter
+	inbound inbound // open inbound connections (ports.go)
 	metrics *metrics
 	gather  prometheus.Gatherer
 	mux     *http.ServeMux
@@ -218,6 +222,8 @@ func (s *Server) register() {
 	agent("POST /v1/sandboxes/{id}/exec", s.exec)
 	agent("PUT /v1/sandboxes/{id}/files", s.putFile)
 	agent("GET /v1/sandboxes/{id}/files", s.getFile)
+	agent("POST /v1/sandboxes/{id}/ports", s.openPort)
+	agent("GET /v1/sandboxes/{id}/ports/{port}/connect", s.connectPort)
 	if s.cfg.Volumes != nil {
 		agent("POST /v1/volumes", s.createVolume)
 		agent("GET /v1/volumes", s.listVolumes)

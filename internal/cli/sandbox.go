@@ -46,7 +46,7 @@ func newSandboxCmd(e *env) *cobra.Command {
 IRONCLAW_ADDR (default http://127.0.0.1:8787), the token from IRONCLAW_API_TOKEN,
 else the agent.token file in the default data directory.`,
 	}
-	c.AddCommand(newSandboxCreateCmd(e), newSandboxLsCmd(e), newSandboxRmCmd(e), newSandboxExecCmd(e), newSandboxCpCmd(e))
+	c.AddCommand(newSandboxCreateCmd(e), newSandboxLsCmd(e), newSandboxRmCmd(e), newSandboxExecCmd(e), newSandboxCpCmd(e), newSandboxPortURLCmd(e), newSandboxPortForwardCmd(e))
 	return c
 }
 
@@ -100,6 +100,7 @@ when its --image-registry allows the registry.`,
 	f := c.Flags()
 	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "environment KEY=VALUE of every command (repeatable)")
+	f.Var(portsFlag{&req.Ports}, "port", "a loopback TCP port (1024-65535) the sandbox's servers may listen on, reachable inbound with port-url and port-forward when the policy allows (repeatable)")
 	f.StringArrayVar(&vols, "volume", nil, "mount a volume of yours, NAME:/PATH (under /workspace or a new top-level directory; repeatable; see 'ironclaw volume')")
 	f.StringArrayVar(&req.EgressAllow, "allow-host", nil, "host the sandbox may reach through its egress broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
 	f.StringVar(&req.Image, "image", "", "root filesystem (default: the host-toolchain view): a local image on the daemon's host (a path: /, . or ~ first, or an existing path) or a registry reference such as ghcr.io/org/app:1")

@@ -326,6 +326,8 @@ type CreateRequest struct {
 	EgressAllow []string
 	// Volumes are named volumes of the caller's to mount.
 	Volumes []VolumeMount
+	// Ports are loopback ports the sandbox's servers may listen on.
+	Ports []uint16
 }
 
 // Wire is r as the API's create body.
@@ -335,7 +337,7 @@ func (r CreateRequest) Wire() (wire.CreateSandboxRequest, error) {
 	if len(r.EgressAllow) > 0 {
 		w.Egress = &wire.EgressAllow{Allow: r.EgressAllow}
 	}
-	w.Volumes = r.Volumes
+	w.Volumes, w.Ports = r.Volumes, r.Ports
 	l, err := r.Limits.wire()
 	if err != nil {
 		return w, err

@@ -69,6 +69,11 @@ type Config struct {
 	// Listen is the TCP address to serve on ("" means defaults.Listen,
 	// 127.0.0.1:8787; port 0 picks a free one, see Ready).
 	Listen string
+	// PortsListen is where port URLs are served when the policy turns
+	// inbound ports on (ports.inbound): a listener of its own, so that a
+	// sandbox's pages are another origin than the API and the console.
+	// "" means defaults.PortsListen.
+	PortsListen string
 	// DataDir holds the lock, the token files and the database ("" means
 	// defaults.DataDir(): $XDG_DATA_HOME/ironclaw or
 	// ~/.local/share/ironclaw). It is created with mode 0700.
@@ -502,6 +507,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ui = console.Handler()
 	}
 
+	ports, err := portsConfig(cfg, dir, pol, mgr)
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(api.Config{
 		AgentToken:      agentTok,
 		OperatorToken:   operTok,
@@ -512,6 +521,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		EgressCovers:    covers,
 		Tools:           toolReg,
 		Volumes:         apiVolumes,
+		Ports:           ports.config(),
 		Console:         ui,
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		MaxUploadBytes:  cfg.MaxUploadBytes,
@@ -536,6 +546,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		srv.OnEnd(id, state, reason)
 		gw.SandboxEnded(id, state, reason)
 	})
+
+	if ports != nil {
+		ps, err := servePorts(ports, srv.PortsHandler(), logf)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, func(context.Context) error { return ps.Close() })
+	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

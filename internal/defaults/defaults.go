@@ -25,6 +25,9 @@ const (
 	Listen = "127.0.0.1:8787"
 	// Addr is where clients find the daemon unless told otherwise.
 	Addr = "http://" + Listen
+	// PortsListen is where port URLs are served when the policy turns
+	// inbound ports on: another origin than the API's.
+	PortsListen = "127.0.0.1:8788"
 	// PoolSize is how many sealed idle sandboxes are kept ready.
 	PoolSize = 2
 	// MaxSandboxes bounds running sandboxes.

@@ -58,6 +58,7 @@ type Policy struct {
 	Approvals Approvals `yaml:"approvals"`
 	Exec      Exec      `yaml:"exec"`
 	Limits    Limits    `yaml:"limits"`
+	Ports     Ports     `yaml:"ports"`
 }
 
 // Egress is the egress section.
@@ -169,6 +170,9 @@ func (p *Policy) validate() error {
 		}
 	}
 	if err := p.Limits.validate(); err != nil {
+		return err
+	}
+	if err := p.Ports.validate(); err != nil {
 		return err
 	}
 	return p.Exec.validate()

@@ -103,3 +103,14 @@ func TestExecGate(t *testing.T) {
 		"exec:\n  gates: [curl]\n",
 	)
 }
+
+func TestPortsSection(t *testing.T) {
+	p, err := Parse(strings.NewReader("ports:\n  inbound: true\n  url_ttl: 2h\n"))
+	if err != nil || !p.Ports.Inbound || time.Duration(p.Ports.URLTTL) != 2*time.Hour {
+		t.Fatalf("ports: %+v %v", p.Ports, err)
+	}
+	if d := Default(); d.Ports.Inbound || time.Duration(d.Ports.URLTTL) != DefaultPortURLTTL {
+		t.Fatalf("default ports: %+v", d.Ports)
+	}
+	wantInvalid(t, "ports:\n  url_ttl: 48h\n", "ports:\n  url_ttl: 1ms\n", "ports:\n  outbound: true\n")
+}

@@ -174,6 +174,10 @@ type CreateRequest struct {
 	// Volumes are named volumes of the creator's to mount; they need
 	// Options.Volumes.
 	Volumes []VolumeMount
+	// Ports are loopback TCP ports the sandbox's own servers may listen on
+	// (Spec.Network.LoopbackTCP); only these can be reached inbound
+	// (DialPort).
+	Ports []uint16
 }
 
 // VolumeMount asks for a named volume at a path inside the sandbox.
@@ -239,6 +243,7 @@ type Manager struct {
 type entry struct {
 	sb       sandbox.Sandbox
 	limits   sandbox.Limits // in force (defaults applied; widened by UpdateLimits)
+	ports    []uint16       // the create's Ports: what DialPort may reach
 	commit   commitment     // what it holds of Options.Capacity
 	env      []string       // added to every exec: the model proxy's address and token
 	serving  *http.Server   // the model proxy on the sandbox's loopback, or nil
@@ -425,6 +430,10 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		undo = append(undo, func(context.Context) { m.opts.Volumes.Release(volumeHolder) })
 		req.Spec.Mounts = append(slices.Clone(req.Spec.Mounts), mounts...)
 	}
+	if err := checkPorts(req.Ports, m.reservedPorts()); err != nil {
+		return Info{}, err
+	}
+	req.Spec.Network.LoopbackTCP = append(slices.Clone(req.Spec.Network.LoopbackTCP), req.Ports...)
 	req.Spec.Gate = slices.Clone(m.opts.Gate)
 	req.Spec.Network.ExposedTCP = slices.Clone(req.Spec.Network.ExposedTCP)
 	if m.opts.Model != nil {
@@ -505,7 +514,8 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		// releases them under its id.
 		m.opts.Volumes.Rehold(volumeHolder, info.ID)
 	}
-	e := &entry{sb: sb, limits: limits, commit: commit, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker}
+	e := &entry{sb: sb, limits: limits, commit: commit, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker,
+		ports: slices.Clone(req.Ports)}
 	m.mu.Lock()
 	m.live[info.ID] = e
 	running = true

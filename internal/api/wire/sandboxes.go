@@ -54,6 +54,9 @@ type CreateSandboxRequest struct {
 	// Volumes are the caller's named volumes to mount (each in one running
 	// sandbox at a time).
 	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// Ports are loopback TCP ports (1024-65535) the sandbox's own servers
+	// may listen on; only these can be reached inbound.
+	Ports []uint16 `json:"ports,omitempty"`
 }
 
 // Limits are a sandbox's resource limits; zero fields take the daemon's

@@ -50,6 +50,8 @@ var goTypes = []struct {
 	{"Volume", reflect.TypeFor[wire.Volume]()},
 	{"VolumeList", reflect.TypeFor[wire.VolumeList]()},
 	{"VolumeMount", reflect.TypeFor[wire.VolumeMount]()},
+	{"OpenPortRequest", reflect.TypeFor[wire.OpenPortRequest]()},
+	{"PortURL", reflect.TypeFor[wire.PortURL]()},
 	{"AuditRecord", reflect.TypeFor[wire.AuditRecord]()},
 	{"AuditPage", reflect.TypeFor[wire.AuditPage]()},
 	{"AuditVerification", reflect.TypeFor[wire.AuditVerification]()},

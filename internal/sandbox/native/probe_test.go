@@ -1,6 +1,7 @@
 package native_test
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -35,6 +36,24 @@ func runProbe(name string, args []string) int {
 		}
 		l.Close()
 		fmt.Println("listening")
+	case "serve": // serve tcp ADDRESS: print "serving", then answer each connection "inside:" + its first line
+		l, err := net.Listen(args[0], args[1])
+		if err != nil {
+			fmt.Println("error:", err)
+			return 0
+		}
+		fmt.Println("serving")
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return 0
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				fmt.Fprintf(c, "inside:%s", line)
+			}()
+		}
 	case "syscalls":
 		for _, c := range deniedCalls() {
 			r, _, e := unix.RawSyscall6(c.nr, c.a[0], c.a[1], c.a[2], c.a[3], c.a[4], c.a[5])

@@ -109,6 +109,11 @@ export interface CreateSandboxRequest {
    */
   labels?: Record<string, string>;
   egress?: EgressAllow;
+  /**
+   * loopback TCP ports (at most 16, 1024-65535, not the daemon's own 4000 and 4001) the sandbox's
+   * servers may listen on; only these can be reached inbound
+   */
+  ports?: number[];
   /** the caller's volumes to mount (at most 8); each is in one running sandbox at a time (else 409) */
   volumes?: VolumeMount[];
 }
@@ -376,6 +381,20 @@ export interface Tool {
 
 export interface ToolList {
   tools: Tool[];
+}
+
+export interface OpenPortRequest {
+  /** one of the ports the sandbox was created with */
+  port: number;
+  /** how long the URL works; at most, and by default, the policy's ports.url_ttl (1h) */
+  ttl?: Duration;
+}
+
+export interface PortURL {
+  port: number;
+  /** http://<ports listener>/p/<ticket>/ */
+  url: string;
+  expires_at: string;
 }
 
 export interface CreateVolumeRequest {
