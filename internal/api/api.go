@@ -216,6 +216,7 @@ func (s *Server) register() {
 	agent("POST /v1/sandboxes/{id}/exec", s.exec)
 	agent("PUT /v1/sandboxes/{id}/files", s.putFile)
 	agent("GET /v1/sandboxes/{id}/files", s.getFile)
+	s.processRoutes(agent)
 	oper("GET /v1/audit", s.auditTail)
 	oper("GET /v1/audit/verify", s.auditVerify)
 	oper("GET /v1/audit/export", s.auditExport)
