@@ -1,5 +1,7 @@
 export { Sandbox, Sandbox as IronClawSandbox } from './sandbox.js';
 export { ExecResult } from './result.js';
+export { Processes } from './processes.js';
+export type { OutputOptions, ProcessHandle, ProcessInfo, ProcessOutput, ProcessSignal, SpawnOptions } from './processes.js';
 export { REQUEST_TIMEOUT_MS } from './client.js';
 export {
   AbortError,
