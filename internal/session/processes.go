@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -33,6 +34,7 @@ const (
 	DefaultProcessRing      = 1 << 20 // output ring per process, bytes
 	DefaultProcessRetained  = 32 << 20
 	DefaultStdinBuffer      = 1 << 20 // stdin not yet read by the process, bytes
+	DefaultProcessesTotal   = 1024    // running processes in the whole daemon
 	// frameOverhead is what each frame costs in a ring besides its text,
 	// so that many one-byte writes cannot hold more memory than the ring.
 	frameOverhead = 64
@@ -74,6 +76,7 @@ type ProcessLimits struct {
 	Ring     int64 // output ring per process, bytes
 	Retained int64 // output rings of one sandbox's processes together, bytes
 	Stdin    int64 // stdin buffered per process, bytes
+	Total    int   // running processes of all sandboxes together
 }
 
 func (l ProcessLimits) withDefaults() ProcessLimits {
@@ -91,6 +94,9 @@ func (l ProcessLimits) withDefaults() ProcessLimits {
 	}
 	if l.Stdin <= 0 {
 		l.Stdin = DefaultStdinBuffer
+	}
+	if l.Total <= 0 {
+		l.Total = DefaultProcessesTotal
 	}
 	return l
 }
@@ -127,8 +133,9 @@ type ProcessInfo struct {
 
 // procTables holds each sandbox's process table; the zero value is ready.
 type procTables struct {
-	mu     sync.Mutex
-	tables map[string]*procTable
+	mu      sync.Mutex
+	tables  map[string]*procTable
+	running atomic.Int64 // running processes of all sandboxes
 }
 
 // procTable is one sandbox's processes.
@@ -274,6 +281,11 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 		t.mu.Unlock()
 		return ProcessInfo{}, fmt.Errorf("%w: sandbox %s runs %d processes, the most it may; wait for one to exit or kill one", ErrLimit, id, t.limits.Running)
 	}
+	if n := m.procs.running.Add(1); n > int64(t.limits.Total) {
+		m.procs.running.Add(-1)
+		t.mu.Unlock()
+		return ProcessInfo{}, fmt.Errorf("%w: the daemon runs %d background processes, the most it may; wait for one to exit or kill one", ErrLimit, t.limits.Total)
+	}
 	t.running++ // held from here; released when it exited or did not start
 	t.next++
 	pid := t.next
@@ -284,6 +296,7 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 			t.mu.Lock()
 			t.running--
 			t.mu.Unlock()
+			m.procs.running.Add(-1)
 		}
 	}()
 
@@ -349,7 +362,7 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 func (p *process) run(ctx context.Context, er sandbox.ExecRequest, intent *audit.Intent, once *sync.Once) {
 	t, m := p.t, p.t.m
 	res, err := t.sb.Exec(ctx, er)
-	p.stdin.close()
+	p.stdin.release()
 	p.mu.Lock()
 	code := res.ExitCode
 	switch {
@@ -370,6 +383,7 @@ func (p *process) run(ctx context.Context, er sandbox.ExecRequest, intent *audit
 	p.mu.Unlock()
 	p.out.finish() // after the exit is known: a reader at the end sees it
 	once.Do(func() { close(p.start) })
+	t.exitedOne(p) // its slot is free before anyone learns it exited
 	close(p.done)
 	p.cancel()
 	data := map[string]any{"handle": p.pid, "exit": code, "duration_ms": res.Duration.Milliseconds(),
@@ -381,12 +395,12 @@ func (p *process) run(ctx context.Context, er sandbox.ExecRequest, intent *audit
 	if err := intent.EndQueued(data, logEnd); err != nil {
 		logEnd(err)
 	}
-	t.exitedOne(p)
 }
 
 // exitedOne releases a process's running slot and keeps it among the
 // exited ones, dropping the oldest beyond the bounds.
 func (t *procTable) exitedOne(p *process) {
+	t.m.procs.running.Add(-1)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.running--
@@ -961,6 +975,17 @@ func (s *stdinBuffer) Read(p []byte) (int, error) {
 		s.mu.Unlock()
 		<-more
 	}
+}
+
+// release closes s and drops what the process did not read (it exited).
+func (s *stdinBuffer) release() {
+	if s == nil {
+		return
+	}
+	s.close()
+	s.mu.Lock()
+	s.buf = nil
+	s.mu.Unlock()
 }
 
 func (s *stdinBuffer) close() {

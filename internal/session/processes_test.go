@@ -138,3 +138,30 @@ func TestProcessesSlowReaderAndSandboxEnd(t *testing.T) {
 	}
 	f.verify(t)
 }
+
+func TestProcessesDaemonWideCap(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, Options{Processes: ProcessLimits{Total: 2}})
+	a, b := create(t, m, "agent", CreateRequest{}), create(t, m, "agent", CreateRequest{})
+	ctx := context.Background()
+	sleep := SpawnRequest{Argv: []string{"sleep", "30"}}
+	pa, err := m.Spawn(ctx, "agent", a.ID, sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Spawn(ctx, "agent", b.ID, sleep); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Spawn(ctx, "agent", b.ID, sleep); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "daemon runs 2") {
+		t.Fatalf("a third: %v", err)
+	}
+	if _, err := m.KillProcess(ctx, "agent", a.ID, pa.PID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Spawn(ctx, "agent", b.ID, sleep); err != nil {
+		t.Fatalf("after a kill: %v", err)
+	}
+	if _, err := m.Spawn(ctx, "agent", a.ID, SpawnRequest{Argv: []string{"true"}, Tag: strings.Repeat("t", MaxTag+1)}); err == nil {
+		t.Error("a long tag was taken")
+	}
+}
