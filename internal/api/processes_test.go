@@ -336,3 +336,42 @@ func TestProcessesOfAnotherAgent(t *testing.T) {
 	// The operator may.
 	e.must(200, "DELETE", pp, operTok, nil, &got)
 }
+
+// markPolicy marks command lines containing "danger" (the advisory) and
+// gates nothing.
+type markPolicy struct{}
+
+func (markPolicy) NeedsApproval(line string) (bool, string) {
+	return strings.Contains(line, "danger"), "danger"
+}
+func (markPolicy) Gated(string) string { return "" }
+
+func TestSpawnNeedsTheApprovalAnExecWould(t *testing.T) {
+	e := newEnv(t, envOpts{gateway: true, cfg: Config{Policy: markPolicy{}}})
+	id := e.create(nil).ID
+	base := "/v1/sandboxes/" + id + "/processes"
+	body := map[string]any{"cmd": "echo danger"}
+	var held wire.ExecPending
+	e.must(http.StatusAccepted, "POST", base, agentTok, body, &held)
+	a := held.Approval
+	if a.Kind != "exec.command" || !strings.Contains(string(a.Data), `"mode":"spawn"`) {
+		t.Fatalf("filed %+v %s", a, a.Data)
+	}
+	var l wire.ProcessList
+	e.must(200, "GET", base, agentTok, nil, &l)
+	if len(l.Processes) != 0 {
+		t.Fatalf("something ran before the approval: %+v", l)
+	}
+	e.must(200, "POST", "/v1/approvals/"+a.ID+"/approve", operTok, map[string]any{}, nil)
+	// The approval is for a spawn: an exec cannot spend it.
+	e.wantError(409, wire.CodeConflict, "POST", "/v1/sandboxes/"+id+"/exec", agentTok, map[string]any{"cmd": "echo danger", "approval": a.ID})
+	p := e.spawn(agentTok, id, map[string]any{"cmd": "echo danger", "approval": a.ID})
+	if got := e.waitProc(agentTok, id, p.PID); got.Exit == nil || *got.Exit != 0 {
+		t.Errorf("approved spawn: %+v", got)
+	}
+	if _, text := e.output(context.Background(), agentTok, id, p.PID, "", nil); text != "danger\n" {
+		t.Errorf("output %q", text)
+	}
+	// Spent: once only.
+	e.wantError(409, wire.CodeConflict, "POST", base, agentTok, map[string]any{"cmd": "echo danger", "approval": a.ID})
+}

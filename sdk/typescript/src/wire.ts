@@ -428,9 +428,9 @@ export interface AgentSpawnRequest {
 }
 
 /**
- * exec.command: argv as it will run, mode (stream or wait), command for a human; pattern is the
- * daemon's (the policy pattern a command line matched) and cannot be filed. At least one of argv
- * and command.
+ * exec.command: argv as it will run, mode (stream, wait or spawn), command for a human; pattern is
+ * the daemon's (the policy pattern a command line matched) and cannot be filed. At least one of
+ * argv and command.
  */
 export interface ExecCommandData {
   argv?: string[];
