@@ -285,8 +285,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, who princ
 	}
 	st := &frameStream{w: w, rc: http.NewResponseController(w)}
 	_ = st.rc.SetWriteDeadline(time.Time{})
-	st.begin()
-	next, p, rerr := s.m.ReadOutput(r.Context(), id, pid, offset, follow, func(f session.Frame) error {
+	next, p, rerr := s.m.ReadOutput(r.Context(), id, pid, offset, follow, st.begin, func(f session.Frame) error {
 		fr := wire.ProcessOutputFrame{Offset: f.Offset, Dropped: f.Dropped}
 		text := f.Text
 		switch {
@@ -301,6 +300,9 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, who princ
 	end := wire.ProcessEndFrame{End: true, Offset: next, State: p.State, Exit: p.Exit, Error: p.Error}
 	if p.State == "" {
 		end.State = session.ProcessRunning
+	}
+	if rerr != nil && !st.started() {
+		return s.notRunning(r, id, rerr) // refused: a plain error answer
 	}
 	if rerr != nil {
 		if r.Context().Err() != nil {

@@ -375,3 +375,29 @@ func TestSpawnNeedsTheApprovalAnExecWould(t *testing.T) {
 	// Spent: once only.
 	e.wantError(409, wire.CodeConflict, "POST", base, agentTok, map[string]any{"cmd": "echo danger", "approval": a.ID})
 }
+
+func TestProcessWaitersAreBounded(t *testing.T) {
+	e := newEnv(t, envOpts{sess: session.Options{Processes: session.ProcessLimits{Waiters: 2}}})
+	id := e.create(nil).ID
+	p := e.spawn(agentTok, id, map[string]any{"cmd": "sleep 30"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pp := fmt.Sprintf("/v1/sandboxes/%s/processes/%d", id, p.PID)
+	for range 2 {
+		resp, err := e.send(ctx, "GET", pp+"/output?follow=1", agentTok, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("follow: %v %v", resp, err)
+		}
+		defer resp.Body.Close()
+	}
+	msg := e.wantError(429, wire.CodeLimitExceeded, "GET", pp+"/wait", agentTok, nil)
+	if !strings.Contains(msg, "in flight") {
+		t.Errorf("message %q", msg)
+	}
+	e.wantError(429, wire.CodeLimitExceeded, "GET", pp+"/output", agentTok, nil)
+	cancel()
+	eventually(t, "the followers' release", func() bool {
+		resp, b := e.req("GET", pp+"/output", agentTok, nil)
+		return resp.StatusCode == 200 && strings.Contains(string(b), `"end":true`)
+	})
+}

@@ -35,6 +35,7 @@ const (
 	DefaultProcessRetained  = 32 << 20
 	DefaultStdinBuffer      = 1 << 20 // stdin not yet read by the process, bytes
 	DefaultProcessesTotal   = 1024    // running processes in the whole daemon
+	DefaultProcessWaiters   = 64      // output reads, waits and stdin writes in flight per sandbox
 	// frameOverhead is what each frame costs in a ring besides its text,
 	// so that many one-byte writes cannot hold more memory than the ring.
 	frameOverhead = 64
@@ -77,6 +78,7 @@ type ProcessLimits struct {
 	Retained int64 // output rings of one sandbox's processes together, bytes
 	Stdin    int64 // stdin buffered per process, bytes
 	Total    int   // running processes of all sandboxes together
+	Waiters  int   // output reads, waits and stdin writes in flight per sandbox
 }
 
 func (l ProcessLimits) withDefaults() ProcessLimits {
@@ -97,6 +99,9 @@ func (l ProcessLimits) withDefaults() ProcessLimits {
 	}
 	if l.Total <= 0 {
 		l.Total = DefaultProcessesTotal
+	}
+	if l.Waiters <= 0 {
+		l.Waiters = DefaultProcessWaiters
 	}
 	return l
 }
@@ -152,7 +157,25 @@ type procTable struct {
 	procs   map[int]*process
 	exited  []int // handles of exited processes, oldest first
 	running int
+	waiters int // requests in flight that may wait: output reads, waits, stdin writes
 	closed  bool
+}
+
+// waiter admits one request that may wait on a process (a follow, a
+// wait, a stdin write into a full buffer), within Waiters per sandbox;
+// the returned func ends it.
+func (t *procTable) waiter() (func(), error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.waiters >= t.limits.Waiters {
+		return nil, fmt.Errorf("%w: sandbox %s has %d output reads, waits and stdin writes in flight, the most it may", ErrLimit, t.id, t.limits.Waiters)
+	}
+	t.waiters++
+	return func() {
+		t.mu.Lock()
+		t.waiters--
+		t.mu.Unlock()
+	}, nil
 }
 
 // table returns sandbox id's process table, making it on first use.
@@ -476,6 +499,11 @@ func (m *Manager) WaitProcess(ctx context.Context, id string, pid int) (ProcessI
 	if err != nil {
 		return ProcessInfo{}, err
 	}
+	release, err := p.t.waiter()
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	defer release()
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -507,13 +535,25 @@ func (f Frame) IsStderr() bool { return f.Stream == streamStderr }
 // behind the ring gets a frame with Dropped first; a slow reader never
 // holds the process up. It returns the offset where reading stopped and
 // the process as it was then.
-func (m *Manager) ReadOutput(ctx context.Context, id string, pid int, offset int64, follow bool, emit func(Frame) error) (int64, ProcessInfo, error) {
+//
+// begin, if set, is called once the read is admitted, before any frame:
+// a caller that streams sends its status line then, and answers a plain
+// error when the read is refused.
+func (m *Manager) ReadOutput(ctx context.Context, id string, pid int, offset int64, follow bool, begin func(), emit func(Frame) error) (int64, ProcessInfo, error) {
 	p, err := m.proc(id, pid)
 	if err != nil {
 		return offset, ProcessInfo{}, err
 	}
 	if offset < 0 {
 		return offset, ProcessInfo{}, fmt.Errorf("%w: offset must not be negative", sandbox.ErrInvalidRequest)
+	}
+	release, err := p.t.waiter()
+	if err != nil {
+		return offset, ProcessInfo{}, err
+	}
+	defer release()
+	if begin != nil {
+		begin()
 	}
 	for {
 		frames, next, wake, ended := p.out.read(offset, 256<<10)
@@ -547,6 +587,11 @@ func (m *Manager) WriteStdin(ctx context.Context, id string, pid int, b []byte) 
 	if p.stdin == nil {
 		return errdefs.New(errdefs.ErrConflict, fmt.Sprintf("process %d was started without stdin", pid))
 	}
+	release, err := p.t.waiter()
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := p.stdin.write(ctx, b); err != nil {
 		return err
 	}

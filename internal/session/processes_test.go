@@ -87,7 +87,7 @@ func TestProcessesSlowReaderAndSandboxEnd(t *testing.T) {
 	}
 	stuck := make(chan struct{})
 	defer close(stuck)
-	go m.ReadOutput(ctx, info.ID, p.PID, 0, true, func(Frame) error { <-stuck; return nil })
+	go m.ReadOutput(ctx, info.ID, p.PID, 0, true, nil, func(Frame) error { <-stuck; return nil })
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	done, err := m.WaitProcess(wctx, info.ID, p.PID)
