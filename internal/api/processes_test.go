@@ -157,19 +157,33 @@ func TestProcesses(t *testing.T) {
 		if got.State != "running" {
 			t.Fatalf("after the first follower left: %+v", got)
 		}
-		// A second one follows until the kill.
+		// A second one follows until the kill. Its answer has begun (the
+		// read is admitted) before the kill.
+		resp, err := e.send(context.Background(), "GET", pp+"/output?offset=2&follow=1", agentTok, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("follow: %v %v", resp, err)
+		}
 		done := make(chan []pframe)
 		go func() {
-			frames, _ := e.output(context.Background(), agentTok, id, p.PID, "offset=2&follow=1", nil)
+			defer resp.Body.Close()
+			var frames []pframe
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				var f pframe
+				json.Unmarshal(sc.Bytes(), &f)
+				frames = append(frames, f)
+			}
 			done <- frames
 		}()
-		time.Sleep(200 * time.Millisecond)
 		e.must(200, "DELETE", pp, agentTok, nil, &got)
 		if got.State != "exited" || got.Exit == nil || *got.Exit != 137 {
 			t.Errorf("killed: %+v", got)
 		}
 		select {
 		case frames := <-done:
+			if len(frames) == 0 {
+				t.Fatal("the follower got no frame")
+			}
 			end := frames[len(frames)-1]
 			if end.State != "exited" || end.Exit == nil || *end.Exit != 137 || end.Offset != 2 {
 				t.Errorf("the follower's end: %+v", end)

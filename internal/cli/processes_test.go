@@ -3,6 +3,7 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestProcessCommands(t *testing.T) {
@@ -33,6 +34,7 @@ func TestProcessCommands(t *testing.T) {
 		if code == 0 && out == "out\n" && stderr == "err\n" || i == 100 {
 			break
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if code != 0 || out != "out\n" || stderr != "err\n" {
 		t.Errorf("logs: %d %q %q", code, out, stderr)

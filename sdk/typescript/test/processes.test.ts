@@ -52,15 +52,17 @@ describe('processes', () => {
     const again = await IronClawSandbox.connect(sbx.id!, { addr: d.addr, token: d.agentToken });
     const seen: string[] = [];
     const follow = again.processes.output(h.pid, { offset: first.offset, follow: true, onStdout: (t) => seen.push(t) });
-    await new Promise((r) => setTimeout(r, 200));
-    const killed = await sbx.processes.kill(h.pid);
-    assert.equal(killed.exitCode, 137);
+    await new Promise((r) => setTimeout(r, 100));
+    // KILL keeps it listed (exited), so the follower ends with its exit however late it attached.
+    await sbx.processes.signal(h.pid, 'KILL');
     const end = await follow;
     assert.equal(end.state, 'exited');
     assert.equal(end.exitCode, 137);
     assert.equal(end.offset, 4);
     assert.equal(end.stdout, '');
     assert.deepEqual(seen, []);
+    const killed = await sbx.processes.kill(h.pid);
+    assert.equal(killed.exitCode, 137);
     await assert.rejects(sbx.processes.get(h.pid), NotFoundError);
   });
 
