@@ -230,6 +230,7 @@ func (s *Server) register() {
 		agent("GET /v1/volumes/{name}", s.getVolume)
 		agent("DELETE /v1/volumes/{name}", s.deleteVolume)
 	}
+	s.processRoutes(agent)
 	oper("GET /v1/audit", s.auditTail)
 	oper("GET /v1/audit/verify", s.auditVerify)
 	oper("GET /v1/audit/export", s.auditExport)

@@ -97,6 +97,9 @@ type Options struct {
 	// Gate lists the gated programs (policy exec.gate) every sandbox is
 	// created with (sandbox.Spec.Gate).
 	Gate []string
+	// Processes bound every sandbox's background processes (processes.go);
+	// zero fields take the defaults.
+	Processes ProcessLimits
 }
 
 // ImageResolver turns an image reference into a root, under the operator's
@@ -234,6 +237,8 @@ type Manager struct {
 	// answers from here, and the reaper retries the row's update, so an
 	// ended sandbox never shows as running.
 	unrecorded map[string]Info
+	// procs holds the sandboxes' background processes (processes.go).
+	procs procTables
 
 	stop chan struct{}
 	done chan struct{}

@@ -57,6 +57,13 @@ var goTypes = []struct {
 	{"AuditVerification", reflect.TypeFor[wire.AuditVerification]()},
 	{"AuditCheckpoints", reflect.TypeFor[wire.AuditCheckpoints]()},
 	{"ModelToken", reflect.TypeFor[wire.ModelToken]()},
+	{"SpawnProcessRequest", reflect.TypeFor[wire.SpawnProcessRequest]()},
+	{"Process", reflect.TypeFor[wire.Process]()},
+	{"ProcessList", reflect.TypeFor[wire.ProcessList]()},
+	{"ProcessOutputFrame", reflect.TypeFor[wire.ProcessOutputFrame]()},
+	{"ProcessEndFrame", reflect.TypeFor[wire.ProcessEndFrame]()},
+	{"ProcessSignalRequest", reflect.TypeFor[wire.ProcessSignalRequest]()},
+	{"StdinWritten", reflect.TypeFor[wire.StdinWritten]()},
 
 	{"EgressHostData", reflect.TypeFor[kinds.EgressHost]()},
 	{"SandboxWidenData", reflect.TypeFor[kinds.SandboxWiden]()},
@@ -76,7 +83,7 @@ var forms = openapi.Forms{
 // notGo are the document's schemas no Go type stands for: enums and
 // unions (Go has strings and several structs), and the model proxy's
 // provider-shaped errors (written by package modelproxy as maps).
-var notGo = []string{"ErrorCode", "Duration", "ByteSize", "SandboxState", "ExecFrame", "FileType", "ApprovalState",
+var notGo = []string{"ErrorCode", "Duration", "ByteSize", "SandboxState", "ExecFrame", "ProcessFrame", "ProcessState", "FileType", "ApprovalState",
 	"ApprovalKind", "OpenAIError", "AnthropicError"}
 
 func loadDoc(t *testing.T) *openapi.Document {

@@ -1,6 +1,8 @@
 export { Sandbox, Sandbox as IronClawSandbox } from './sandbox.js';
 export { ExecResult } from './result.js';
 export { Volumes } from './volumes.js';
+export { Processes } from './processes.js';
+export type { OutputOptions, ProcessHandle, ProcessInfo, ProcessOutput, ProcessSignal, SpawnOptions } from './processes.js';
 export { REQUEST_TIMEOUT_MS } from './client.js';
 export {
   AbortError,

@@ -10,6 +10,7 @@ import {
   ProtocolError,
   UnavailableError,
 } from './errors.js';
+import { Processes } from './processes.js';
 import { ExecResult } from './result.js';
 import type {
   Approval,
@@ -63,11 +64,14 @@ export class Sandbox {
   approvals: Approval[] = [];
   /** Why those could not be filed, if they could not (the sandbox exists either way). */
   approvalError: string | undefined;
+  /** The sandbox's background processes: spawn, list, output from an offset, stdin, signals, kill, wait. */
+  readonly processes: Processes;
 
   constructor(opts: SandboxOptions = {}) {
     this.opts = opts;
     this.http = new Http(opts);
     this._id = opts.id;
+    this.processes = new Processes(this.http, (o) => this.sid(o));
   }
 
   /** Creates a sandbox and returns it running. */

@@ -191,6 +191,91 @@ export interface ExecPending {
   approval: Approval;
 }
 
+/** Exactly one of cmd and argv. */
+export interface SpawnProcessRequest {
+  /** a shell line, run as /bin/sh -c cmd */
+  cmd?: string;
+  argv?: string[];
+  /** a clean absolute path (default /workspace) */
+  cwd?: string;
+  env?: Record<string, string>;
+  /** a name for ?tag= lookups: letters, digits and . _ - : / */
+  tag?: string;
+  /** open the process's stdin (POST .../stdin); without it the process reads end of file */
+  stdin?: boolean;
+  /** an approved exec.command request (mode spawn) to spend */
+  approval?: string;
+}
+
+export type ProcessState = 'running' | 'exited';
+
+/** Every value of {@link ProcessState}. */
+export const processStateValues: readonly ProcessState[] = ['running', 'exited'];
+
+/**
+ * A background process. pid is the daemon's handle, unique in its sandbox; os_pid its pid inside
+ * the sandbox (0 until known).
+ */
+export interface Process {
+  pid: number;
+  os_pid: number;
+  tag: string;
+  argv: string[];
+  state: ProcessState;
+  /**
+   * once exited: its exit code; 128+N for signal N, 126/127 when it could not start, -1 when its
+   * end is unknown
+   */
+  exit?: number;
+  /** why it could not start, or how it ended (killed) */
+  error?: string;
+  started_at: string;
+  ended_at?: string;
+  /** the end of its output log (bytes) */
+  offset: number;
+  /** where the part of the log still held begins */
+  dropped: number;
+  /** its stdin is open */
+  stdin: boolean;
+}
+
+export interface ProcessList {
+  processes: Process[];
+}
+
+/** One line of a process's output stream; the last is always the end frame. */
+export type ProcessFrame = ProcessOutputFrame | ProcessEndFrame;
+
+/**
+ * Output from byte offset on (exactly one of stdout and stderr, UTF-8, at most 32 KiB), or with
+ * dropped a note that the dropped bytes before offset are no longer held.
+ */
+export interface ProcessOutputFrame {
+  offset: number;
+  stdout?: string;
+  stderr?: string;
+  dropped?: number;
+}
+
+/** Where a later read continues (offset), and whether the process still runs. */
+export interface ProcessEndFrame {
+  end: true;
+  offset: number;
+  state: ProcessState;
+  exit?: number;
+  error?: string;
+}
+
+export interface ProcessSignalRequest {
+  /** HUP, INT, QUIT, KILL, USR1, USR2 or TERM (a SIG prefix is allowed) */
+  signal: string;
+}
+
+export interface StdinWritten {
+  written: number;
+  closed: boolean;
+}
+
 export type FileType = 'file' | 'dir' | 'symlink' | 'other';
 
 /** Every value of {@link FileType}. */
@@ -350,9 +435,9 @@ export interface AgentSpawnRequest {
 }
 
 /**
- * exec.command: argv as it will run, mode (stream or wait), command for a human; pattern is the
- * daemon's (the policy pattern a command line matched) and cannot be filed. At least one of argv
- * and command.
+ * exec.command: argv as it will run, mode (stream, wait or spawn), command for a human; pattern is
+ * the daemon's (the policy pattern a command line matched) and cannot be filed. At least one of
+ * argv and command.
  */
 export interface ExecCommandData {
   argv?: string[];
