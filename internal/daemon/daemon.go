@@ -112,8 +112,8 @@ type Config struct {
 	// RatePerSecond and RateBurst shape each principal's (token's)
 	// request rate, SandboxRatePerSecond and SandboxRateBurst each running
 	// sandbox's, and RateBuckets bounds the sandbox buckets held at once
-	// (0: defaults.RatePerSecond and RateBurst, 2000/s with a burst of
-	// 4000, SandboxRatePerSecond and SandboxRateBurst, 1000/s and 2000,
+	// (0: defaults.RatePerSecond and RateBurst, 4000/s with a burst of
+	// 8000, SandboxRatePerSecond and SandboxRateBurst, 2000/s and 4000,
 	// RateBuckets, 4096; negative, NaN or infinite: refused).
 	RatePerSecond        float64
 	RateBurst            int

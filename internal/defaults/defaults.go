@@ -57,10 +57,10 @@ const (
 	// measurement); they are there to stop a runaway loop, not to pace
 	// work. RateBuckets bounds the sandbox buckets held at once (idle ones
 	// are dropped; past the bound the least recently used).
-	RatePerSecond        float64 = 2000
-	RateBurst            int     = 4000
-	SandboxRatePerSecond float64 = 1000
-	SandboxRateBurst     int     = 2000
+	RatePerSecond        float64 = 4000
+	RateBurst            int     = 8000
+	SandboxRatePerSecond float64 = 2000
+	SandboxRateBurst     int     = 4000
 	RateBuckets          int     = 4096
 	// The API server's own bounds on a request's head and on an idle
 	// keep-alive connection.

@@ -1,6 +1,6 @@
 export { Sandbox, Sandbox as IronClawSandbox } from './sandbox.js';
 export { ExecResult } from './result.js';
-export { REQUEST_TIMEOUT_MS } from './client.js';
+export { REQUEST_TIMEOUT_MS, RETRIES, RETRY_MAX_MS } from './client.js';
 export {
   AbortError,
   ApprovalDeniedError,
