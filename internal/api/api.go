@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,10 +53,16 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxUploadBytes bounds file uploads; 0 means 256 MiB.
 	MaxUploadBytes int64
-	// RatePerSecond and RateBurst shape the token bucket each token gets;
-	// 0 means 50 per second with a burst of 100.
-	RatePerSecond float64
-	RateBurst     int
+	// RatePerSecond and RateBurst shape the token bucket each principal
+	// (token) gets; SandboxRatePerSecond and SandboxRateBurst the one each
+	// running sandbox gets, which its routes (/v1/sandboxes/{id}/...) take
+	// from as well. RateBuckets bounds the sandbox buckets held at once.
+	// 0 means the defaults package's value.
+	RatePerSecond        float64
+	RateBurst            int
+	SandboxRatePerSecond float64
+	SandboxRateBurst     int
+	RateBuckets          int
 	// Logf receives diagnostics (never a token); nil discards them.
 	Logf func(format string, args ...any)
 	// Model, if set, is the model proxy: mounted at /v1/model/ (prefix
@@ -166,6 +173,15 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 	if cfg.RateBurst <= 0 {
 		cfg.RateBurst = defaults.RateBurst
 	}
+	if cfg.SandboxRatePerSecond <= 0 {
+		cfg.SandboxRatePerSecond = defaults.SandboxRatePerSecond
+	}
+	if cfg.SandboxRateBurst <= 0 {
+		cfg.SandboxRateBurst = defaults.SandboxRateBurst
+	}
+	if cfg.RateBuckets <= 0 {
+		cfg.RateBuckets = defaults.RateBuckets
+	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
@@ -182,8 +198,9 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 	}
 	s := &Server{
 		cfg: cfg, m: m, log: log,
-		tokens:  tokens,
-		limiter: newLimiter(cfg.RatePerSecond, cfg.RateBurst),
+		tokens: tokens,
+		limiter: newLimiter(rateShape{cfg.RatePerSecond, cfg.RateBurst},
+			rateShape{cfg.SandboxRatePerSecond, cfg.SandboxRateBurst}, cfg.RateBuckets),
 		metrics: met,
 		gather:  gather,
 		mux:     http.NewServeMux(),
@@ -315,8 +332,8 @@ func (s *Server) unmatched(w http.ResponseWriter, r *http.Request, h http.Handle
 	}
 }
 
-// authed checks the bearer token and the role, applies the token's rate
-// limit, runs h and renders its error.
+// authed checks the bearer token and the role, applies the rate limits
+// (limit), runs h and renders its error.
 func (s *Server) authed(need string, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who, ok := s.principal(r)
@@ -329,10 +346,9 @@ func (s *Server) authed(need string, h handlerFunc) http.Handler {
 			writeError(w, &apiError{http.StatusForbidden, wire.CodeForbidden, "this route needs the operator token"})
 			return
 		}
-		if ok, wait := s.limiter.allow(who.Name); !ok {
-			secs := int((wait + 999_999_999) / 1_000_000_000)
-			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-			writeError(w, &apiError{http.StatusTooManyRequests, wire.CodeRateLimited, "too many requests for this token; retry later"})
+		if err, wait := s.limit(r, who); err != nil {
+			setRetryAfter(w, wait)
+			writeError(w, err)
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, who))
@@ -340,6 +356,29 @@ func (s *Server) authed(need string, h handlerFunc) http.Handler {
 			s.fail(w, r, err)
 		}
 	})
+}
+
+// limit takes the request's tokens from its principal's bucket and, on a
+// route of one sandbox, from that sandbox's bucket, or returns the 429 to
+// answer. A sandbox has a bucket only while it runs and only for a caller
+// that may use it: an unknown, ended or foreign id makes none (its request
+// is charged to the principal alone, and the handler answers 404 or 409).
+func (s *Server) limit(r *http.Request, who principal) (*apiError, time.Duration) {
+	sandbox := ""
+	if id := r.PathValue("id"); id != "" && strings.Contains(r.Pattern, " /v1/sandboxes/{id}") {
+		if info, err := s.sandboxOf(r.Context(), who, id); err == nil && info.State == session.StateRunning {
+			sandbox = id
+		}
+	}
+	ok, wait, which := s.limiter.allow(who.Name, sandbox)
+	if ok {
+		return nil, 0
+	}
+	msg := "too many requests for this token; retry later"
+	if which == limitSandbox {
+		msg = "too many requests for sandbox " + sandbox + "; retry later"
+	}
+	return &apiError{http.StatusTooManyRequests, wire.CodeRateLimited, msg}, wait
 }
 
 // fail renders err unless the response has begun (a stream), in which

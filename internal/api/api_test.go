@@ -522,51 +522,6 @@ func TestNewValidatesConfig(t *testing.T) {
 	}
 }
 
-func TestRateLimit(t *testing.T) {
-	e := newEnv(t, envOpts{cfg: Config{RatePerSecond: 0.5, RateBurst: 3}})
-	for i := 0; i < 3; i++ {
-		e.must(200, "GET", "/v1/sandboxes", agentTok, nil, nil)
-	}
-	resp, _ := e.req("GET", "/v1/sandboxes", agentTok, nil)
-	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("4th request: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-	if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || n < 1 || n > 2 {
-		t.Fatalf("Retry-After %q", resp.Header.Get("Retry-After"))
-	}
-	e.wantError(429, "rate_limited", "GET", "/v1/sandboxes", agentTok, nil)
-	e.must(200, "GET", "/v1/audit", operTok, nil, nil) // the other token has its own bucket
-	e.must(200, "GET", "/healthz", "", nil, nil)       // no token, no limit
-}
-
-func TestLimiterRefills(t *testing.T) {
-	l := newLimiter(10, 2)
-	now := time.Unix(1000, 0)
-	l.now = func() time.Time { return now }
-	for i := 0; i < 2; i++ {
-		if ok, _ := l.allow("k"); !ok {
-			t.Fatal("burst refused")
-		}
-	}
-	ok, wait := l.allow("k")
-	if ok || wait <= 0 || wait > 100*time.Millisecond {
-		t.Fatalf("empty bucket: %v %v", ok, wait)
-	}
-	now = now.Add(100 * time.Millisecond)
-	if ok, _ := l.allow("k"); !ok {
-		t.Fatal("no refill after 100ms at 10/s")
-	}
-	now = now.Add(time.Hour)
-	for i := 0; i < 2; i++ {
-		if ok, _ := l.allow("k"); !ok {
-			t.Fatal("refill above the burst is capped, but the burst itself must pass")
-		}
-	}
-	if ok, _ := l.allow("k"); ok {
-		t.Fatal("bucket overfilled past the burst")
-	}
-}
-
 func TestPanicRecovered(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	e.srv.mux.Handle("GET /v1/panic", e.srv.authed(roleAgent, func(http.ResponseWriter, *http.Request, principal) error { panic("boom") }))

@@ -2,10 +2,17 @@ package api
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
+	"os"
+	"runtime"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ironclaw/ironclaw/internal/defaults"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 )
@@ -103,4 +110,56 @@ func BenchmarkManagerExecRoundTrip(b *testing.B) {
 	}
 	b.StopTimer()
 	reportPercentiles(b, times)
+}
+
+// BenchmarkHTTPFileReadRate: as many small file reads (GET files of a
+// 1 KiB file) as one client can push at one sandbox, 32 at a time over
+// loopback with keep-alive, under the default rate limits. It reports the
+// rate reached and how many reads met a 429: the defaults are meant to be
+// out of reach of one client on one sandbox (docs/http-api.md).
+func BenchmarkHTTPFileReadRate(b *testing.B) {
+	e := newEnv(b, envOpts{cfg: Config{
+		RatePerSecond: rateOr(defaults.RatePerSecond), RateBurst: defaults.RateBurst,
+		SandboxRatePerSecond: rateOr(defaults.SandboxRatePerSecond), SandboxRateBurst: defaults.SandboxRateBurst,
+	}})
+	s := e.create(nil)
+	e.must(http.StatusNoContent, "PUT", "/v1/sandboxes/"+s.ID+"/files?path=/workspace/a", agentTok, strings.Repeat("x", 1024), nil)
+	url := e.ts.URL + "/v1/sandboxes/" + s.ID + "/files?path=/workspace/a"
+	var limited atomic.Int64
+	b.SetParallelism(32 / max(1, runtime.GOMAXPROCS(0)))
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Header.Set("Authorization", "Bearer "+agentTok)
+			resp, err := e.client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch {
+			case resp.StatusCode == http.StatusTooManyRequests:
+				limited.Add(1)
+			case resp.StatusCode != http.StatusOK || len(out) != 1024:
+				b.Errorf("read: %d %d bytes", resp.StatusCode, len(out))
+				return
+			}
+		}
+	})
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/el.Seconds(), "req/s")
+	b.ReportMetric(float64(limited.Load()), "429s")
+}
+
+// rateOr is def, or with IRONCLAW_BENCH_UNLIMITED=1 a rate nothing meets
+// (to measure what the route does without a limit).
+func rateOr(def float64) float64 {
+	if os.Getenv("IRONCLAW_BENCH_UNLIMITED") == "1" {
+		return 1e9
+	}
+	return def
 }

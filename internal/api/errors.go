@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/errdefs"
@@ -74,8 +76,21 @@ func classify(err error) *apiError {
 	return errInternal
 }
 
+// writeError renders e. Every 429 carries Retry-After: what the rate
+// limit set (setRetryAfter), else one second (a quota: commands in flight
+// end, sandboxes are destroyed; the message says which quota).
 func writeError(w http.ResponseWriter, e *apiError) {
+	if e.status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+		setRetryAfter(w, time.Second)
+	}
 	writeJSON(w, e.status, wire.ErrorResponse{Error: wire.ErrorDetail{Code: e.code, Message: e.message}})
+}
+
+// setRetryAfter sets Retry-After to wait in whole seconds, rounded up, at
+// least 1.
+func setRetryAfter(w http.ResponseWriter, wait time.Duration) {
+	secs := (wait + time.Second - 1) / time.Second
+	w.Header().Set("Retry-After", strconv.FormatInt(max(int64(secs), 1), 10))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

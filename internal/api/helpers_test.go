@@ -99,6 +99,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if cfg.RatePerSecond == 0 {
 		cfg.RatePerSecond, cfg.RateBurst = 1e6, 1e6
 	}
+	if cfg.SandboxRatePerSecond == 0 {
+		cfg.SandboxRatePerSecond, cfg.SandboxRateBurst = 1e6, 1e6
+	}
 	cfg.Logf = e.logs.logf
 	if o.gateway {
 		gw, err := gateway.New(context.Background(), gateway.Options{Store: db, Audit: log})

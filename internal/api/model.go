@@ -22,9 +22,38 @@ type ModelProxy interface {
 func (s *Server) modelRoutes(agent func(pattern string, h handlerFunc)) {
 	agent("POST /v1/model/tokens", s.mintModelToken)
 	agent("DELETE /v1/model/tokens/{session}", s.revokeModelToken)
-	s.handle("/v1/model/openai/", "model", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
-	s.handle("/v1/model/anthropic/", "model", http.StripPrefix("/v1/model", s.cfg.Model.Handler()))
+	s.handle("/v1/model/openai/", "model", retryAfter429(http.StripPrefix("/v1/model", s.cfg.Model.Handler())))
+	s.handle("/v1/model/anthropic/", "model", retryAfter429(http.StripPrefix("/v1/model", s.cfg.Model.Handler())))
 }
+
+// retryAfter429 gives every 429 of h a Retry-After (one second unless h
+// set one): the model proxy's budget refusals say none of their own.
+func retryAfter429(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&retryAfterWriter{ResponseWriter: w}, r)
+	})
+}
+
+type retryAfterWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *retryAfterWriter) WriteHeader(code int) {
+	if !w.wrote && code == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+		setRetryAfter(w, time.Second)
+	}
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *retryAfterWriter) Write(p []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach Flush.
+func (w *retryAfterWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // mintModelToken gives a program on the host a model-proxy token of the
 // caller's own: the provider key stays in the daemon, the program holds a

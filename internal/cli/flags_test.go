@@ -99,6 +99,8 @@ func TestNumberFlags(t *testing.T) {
 		{"pool", "off", true}, {"pool", "-1", true}, {"pool", "0", true}, {"pool", "3", true}, {"pool", "2.5", false}, {"pool", "many", false},
 		{"max-sandboxes", "-1", false}, {"max-sandboxes", "off", false}, {"max-sandboxes", "0", true},
 		{"rate", "-1", false}, {"rate", "NaN", false}, {"rate", "+Inf", false}, {"rate", "12.5", true},
+		{"sandbox-rate", "-1", false}, {"sandbox-rate", "NaN", false}, {"sandbox-rate", "7.5", true},
+		{"sandbox-rate-burst", "-1", false}, {"sandbox-rate-burst", "9", true}, {"rate-buckets", "off", false}, {"rate-buckets", "64", true},
 		{"max-body", "-1M", false}, {"max-body", "off", false}, {"max-body", "2M", true}, {"max-body", "0", true},
 		{"store-size-warn", "off", true}, {"store-size-warn", "-1", true}, {"store-size-warn", "-x", false}, {"store-size-warn", "2G", true},
 		{"model-budget-agent", "off", true}, {"model-budget-agent", "99999999999", true},
@@ -110,7 +112,8 @@ func TestNumberFlags(t *testing.T) {
 			t.Errorf("--%s %q: %v, want ok=%v", tc.flag, tc.in, err, tc.ok)
 		}
 	}
-	if s.cfg.StoreSizeWarn != 2<<30 || s.cfg.RatePerSecond != 12.5 || s.cfg.PoolSize != 3 || s.cfg.MaxBodyBytes != 0 {
+	if s.cfg.StoreSizeWarn != 2<<30 || s.cfg.RatePerSecond != 12.5 || s.cfg.PoolSize != 3 || s.cfg.MaxBodyBytes != 0 ||
+		s.cfg.SandboxRatePerSecond != 7.5 || s.cfg.SandboxRateBurst != 9 || s.cfg.RateBuckets != 64 {
 		t.Errorf("parsed %+v", s.cfg)
 	}
 }

@@ -114,11 +114,17 @@ type Config struct {
 	// DefaultIdle applies to sandboxes created without an idle timeout (0:
 	// defaults.Idle, 30m; negative: none).
 	DefaultIdle time.Duration
-	// RatePerSecond and RateBurst shape each token's request rate (0:
-	// defaults.RatePerSecond and RateBurst, 50/s with a burst of 100;
-	// negative, NaN or infinite: refused).
-	RatePerSecond float64
-	RateBurst     int
+	// RatePerSecond and RateBurst shape each principal's (token's)
+	// request rate, SandboxRatePerSecond and SandboxRateBurst each running
+	// sandbox's, and RateBuckets bounds the sandbox buckets held at once
+	// (0: defaults.RatePerSecond and RateBurst, 4000/s with a burst of
+	// 8000, SandboxRatePerSecond and SandboxRateBurst, 2000/s and 4000,
+	// RateBuckets, 4096; negative, NaN or infinite: refused).
+	RatePerSecond        float64
+	RateBurst            int
+	SandboxRatePerSecond float64
+	SandboxRateBurst     int
+	RateBuckets          int
 	// MaxBodyBytes bounds JSON request bodies and MaxUploadBytes file
 	// uploads (0: defaults.MaxBodyBytes, 1 MiB, and MaxUploadBytes, 256
 	// MiB; negative: refused).
@@ -189,13 +195,11 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxSandboxes = bound(&errs, "MaxSandboxes", c.MaxSandboxes, defaults.MaxSandboxes)
 	c.DefaultTTL = orNone(c.DefaultTTL, defaults.TTL, 0)
 	c.DefaultIdle = orNone(c.DefaultIdle, defaults.Idle, 0)
-	switch r := c.RatePerSecond; {
-	case math.IsNaN(r) || math.IsInf(r, 0) || r < 0:
-		errs = append(errs, fmt.Errorf("%w: RatePerSecond is %v: want a number, not negative (0 means the default)", ErrInvalidConfig, r))
-	case r == 0:
-		c.RatePerSecond = defaults.RatePerSecond
-	}
+	c.RatePerSecond = rate(&errs, "RatePerSecond", c.RatePerSecond, defaults.RatePerSecond)
 	c.RateBurst = bound(&errs, "RateBurst", c.RateBurst, defaults.RateBurst)
+	c.SandboxRatePerSecond = rate(&errs, "SandboxRatePerSecond", c.SandboxRatePerSecond, defaults.SandboxRatePerSecond)
+	c.SandboxRateBurst = bound(&errs, "SandboxRateBurst", c.SandboxRateBurst, defaults.SandboxRateBurst)
+	c.RateBuckets = bound(&errs, "RateBuckets", c.RateBuckets, defaults.RateBuckets)
 	c.MaxBodyBytes = bound(&errs, "MaxBodyBytes", c.MaxBodyBytes, defaults.MaxBodyBytes)
 	c.MaxUploadBytes = bound(&errs, "MaxUploadBytes", c.MaxUploadBytes, defaults.MaxUploadBytes)
 	c.WaitOutputBytes = bound(&errs, "WaitOutputBytes", c.WaitOutputBytes, defaults.WaitOutputBytes)
@@ -245,6 +249,18 @@ func bound[T number](errs *[]error, name string, v, def T) T {
 		*errs = append(*errs, fmt.Errorf("%w: %s is %v: must not be negative (0 means the default)", ErrInvalidConfig, name, v))
 	}
 	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// rate applies Config's rule to a rate, which cannot be off: 0 is def; a
+// negative value, NaN or an infinity is refused.
+func rate(errs *[]error, name string, v, def float64) float64 {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0) || v < 0:
+		*errs = append(*errs, fmt.Errorf("%w: %s is %v: want a number, not negative (0 means the default)", ErrInvalidConfig, name, v))
+	case v == 0:
 		return def
 	}
 	return v
@@ -532,10 +548,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			TTL:    ceilingOr(time.Duration(lim.Max.TTL), cfg.DefaultTTL), Idle: ceilingOr(time.Duration(lim.Max.Idle), cfg.DefaultIdle),
 			DefaultTTL: cfg.DefaultTTL, DefaultIdle: cfg.DefaultIdle,
 		},
-		RatePerSecond: cfg.RatePerSecond,
-		RateBurst:     cfg.RateBurst,
-		Logf:          logf,
-		Model:         proxy,
+		RatePerSecond:        cfg.RatePerSecond,
+		RateBurst:            cfg.RateBurst,
+		SandboxRatePerSecond: cfg.SandboxRatePerSecond,
+		SandboxRateBurst:     cfg.SandboxRateBurst,
+		RateBuckets:          cfg.RateBuckets,
+		Logf:                 logf,
+		Model:                proxy,
 	}, mgr, alog, reg)
 	if err != nil {
 		return err

@@ -52,9 +52,19 @@ const (
 	// BodyMinRate is the rate (bytes per second) a request body must
 	// average beyond its first BodyTimeout of waiting.
 	BodyMinRate int64 = 4 << 10
-	// RatePerSecond and RateBurst shape each token's request rate.
-	RatePerSecond float64 = 50
-	RateBurst     int     = 100
+	// RatePerSecond and RateBurst shape each principal's (token's)
+	// request rate, SandboxRatePerSecond and SandboxRateBurst each running
+	// sandbox's (its routes take from both). A Mastra workspace at full
+	// speed, hundreds of small file reads and commands a second on one
+	// sandbox, stays well below them (docs/http-api.md has the
+	// measurement); they are there to stop a runaway loop, not to pace
+	// work. RateBuckets bounds the sandbox buckets held at once (idle ones
+	// are dropped; past the bound the least recently used).
+	RatePerSecond        float64 = 4000
+	RateBurst            int     = 8000
+	SandboxRatePerSecond float64 = 2000
+	SandboxRateBurst     int     = 4000
+	RateBuckets          int     = 4096
 	// The API server's own bounds on a request's head and on an idle
 	// keep-alive connection.
 	APIHeaderTimeout  = 10 * time.Second

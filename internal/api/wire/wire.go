@@ -44,7 +44,7 @@ const (
 	CodeRequestTimeout      = "request_timeout"      // 408: the request body did not arrive in time
 	CodeConflict            = "conflict"             // 409: the object's state does not allow it
 	CodeTooLarge            = "too_large"            // 413
-	CodeRateLimited         = "rate_limited"         // 429 with Retry-After: the token's request rate
+	CodeRateLimited         = "rate_limited"         // 429 with Retry-After: the token's or the sandbox's request rate
 	CodeLimitExceeded       = "limit_exceeded"       // 429: a quota or capacity is used up
 	CodeInternal            = "internal"             // 500: a bug; see the daemon's log
 	CodeUnavailable         = "unavailable"          // 503: cannot now (shutting down, out of resources); a retry may work

@@ -9,6 +9,7 @@ import {
   UnauthorizedError,
   UnavailableError,
   errorFromResponse,
+  retryAfterMs,
 } from './errors.js';
 import type { CallOptions, ConnectionOptions } from './types.js';
 
@@ -16,6 +17,30 @@ export const DEFAULT_ADDR = 'http://127.0.0.1:8787';
 
 /** The default `requestTimeoutMs`: how long a call waits for the daemon's answer. */
 export const REQUEST_TIMEOUT_MS = 60_000;
+
+/** The default `retries`: how many times an idempotent call is retried (5 attempts in all). */
+export const RETRIES = 4;
+
+/** The default `retryMaxMs`: the longest an idempotent call spends retrying, waits included. */
+export const RETRY_MAX_MS = 30_000;
+
+/** Methods whose calls may be sent again: the API's GET, HEAD, PUT (of files) and DELETE are idempotent. */
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE']);
+
+/** Statuses worth another attempt: the rate limit or a quota (429, with `Retry-After`), a proxy or daemon that cannot now. */
+const RETRY_STATUS = new Set([429, 502, 503, 504]);
+
+/** The first backoff and its bound; each retry doubles it, with jitter (half to all of it). */
+const BACKOFF_MS = 100;
+const BACKOFF_MAX_MS = 5_000;
+
+/** How long to wait before the retry after `attempt` (1-based), honouring the daemon's `Retry-After`. */
+export function retryDelayMs(attempt: number, retryAfter: number | undefined, random: () => number = Math.random): number {
+  const exp = Math.min(BACKOFF_MAX_MS, BACKOFF_MS * 2 ** (attempt - 1));
+  const backoff = exp / 2 + (random() * exp) / 2;
+  // Retry-After is a floor; a little jitter above it keeps clients that were refused together apart.
+  return retryAfter === undefined ? backoff : Math.max(backoff, retryAfter + random() * Math.min(250, retryAfter / 10));
+}
 
 /** `host:port` -> `http://host:port`; no trailing slash. */
 export function normalizeAddr(addr: string): string {
@@ -64,6 +89,8 @@ export interface RequestOptions extends CallOptions {
   accept?: number[];
   /** Added to the request timeout: how long the daemon holds this request by design (a long-poll). */
   holdMs?: number;
+  /** A POST the API documents as idempotent: retried like a GET. (None of the SDK's calls so far.) */
+  idempotent?: boolean;
 }
 
 /**
@@ -78,10 +105,19 @@ export interface Call {
   fail(err: unknown): SandboxError;
 }
 
-/** The HTTP transport: address, token, fetch, timeouts and cancellation, error mapping. */
+/**
+ * The HTTP transport: address, token, fetch, timeouts and cancellation, retries, error mapping.
+ *
+ * Retries: an idempotent call (GET, HEAD, PUT, DELETE, or one marked `idempotent`) whose body can be sent again
+ * (none, a string or bytes) is retried on 429, 502, 503, 504 and network errors, at most `retries` times, waiting
+ * with exponential backoff and jitter, and at least what `Retry-After` says; never past `retryMaxMs` of retrying,
+ * the call's `requestTimeoutMs` or its signal. Anything else (a POST such as exec or create) is sent once.
+ */
 export class Http {
   readonly addr: string;
   readonly requestTimeoutMs: number;
+  readonly retries: number;
+  readonly retryMaxMs: number;
   private readonly explicitToken: string | undefined;
   private cachedToken: string | undefined;
   private readonly fetchImpl: typeof globalThis.fetch;
@@ -91,6 +127,11 @@ export class Http {
     this.explicitToken = opts.token;
     this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.requestTimeoutMs = checkMs('requestTimeoutMs', opts.requestTimeoutMs) ?? REQUEST_TIMEOUT_MS;
+    if (opts.retries !== undefined && !(Number.isInteger(opts.retries) && opts.retries >= 0)) {
+      throw new InvalidArgumentError(`retries must be a whole number, not negative, not ${String(opts.retries)}`);
+    }
+    this.retries = opts.retries ?? RETRIES;
+    this.retryMaxMs = checkMs('retryMaxMs', opts.retryMaxMs) ?? RETRY_MAX_MS;
   }
 
   private token(): string {
@@ -166,13 +207,37 @@ export class Http {
 
     const init: RequestInit = { method, headers, signal: ctl.signal };
     if (body !== undefined) init.body = body as NonNullable<RequestInit['body']>;
-    try {
-      res = await this.fetchImpl(url, init);
-    } catch (err) {
-      done();
-      throw fail(err);
-    }
-    if (!res.ok && !(opts.accept ?? []).includes(res.status)) {
+    const replayable = body === undefined || typeof body === 'string' || body instanceof Uint8Array;
+    const retries = (IDEMPOTENT.has(method) || opts.idempotent) && replayable ? this.retries : 0;
+    const started = Date.now();
+    for (let attempt = 1; ; attempt++) {
+      let netErr: unknown;
+      res = undefined;
+      try {
+        res = await this.fetchImpl(url, init);
+      } catch (err) {
+        netErr = err;
+      }
+      if (res && (res.ok || (opts.accept ?? []).includes(res.status))) break;
+      // Another attempt? Not once the call is aborted or timed out, nor past its bounds.
+      if (attempt <= retries && !ctl.signal.aborted && (res === undefined || RETRY_STATUS.has(res.status))) {
+        const wait = retryDelayMs(attempt, res ? retryAfterMs(res.headers.get('retry-after')) : undefined);
+        const spent = Date.now() - started + wait;
+        if (spent <= this.retryMaxMs && (limit <= 0 || spent < limit)) {
+          await res?.body?.cancel().catch(() => undefined);
+          try {
+            await sleep(wait, ctl.signal);
+          } catch (err) {
+            done();
+            throw fail(ctl.signal.reason ?? err);
+          }
+          continue;
+        }
+      }
+      if (res === undefined) {
+        done();
+        throw fail(netErr);
+      }
       try {
         throw await errorFromResponse(res);
       } catch (err) {

@@ -3,7 +3,7 @@ export { ExecResult } from './result.js';
 export { Volumes } from './volumes.js';
 export { Processes } from './processes.js';
 export type { OutputOptions, ProcessHandle, ProcessInfo, ProcessOutput, ProcessSignal, SpawnOptions } from './processes.js';
-export { REQUEST_TIMEOUT_MS } from './client.js';
+export { REQUEST_TIMEOUT_MS, RETRIES, RETRY_MAX_MS } from './client.js';
 export {
   AbortError,
   ApprovalDeniedError,

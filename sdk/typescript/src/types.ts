@@ -27,6 +27,19 @@ export interface ConnectionOptions {
    * @default 60_000
    */
   requestTimeoutMs?: number;
+  /**
+   * How many times an idempotent call (a GET, a file write, a DELETE) is retried on 429 (rate limit, quota),
+   * 502, 503, 504 and network errors, with exponential backoff and jitter and at least the daemon's
+   * `Retry-After`; `0`: never. Commands and creates (POSTs) are never retried.
+   * @default 4 (5 attempts in all)
+   */
+  retries?: number;
+  /**
+   * The longest an idempotent call spends retrying, waits included, in milliseconds; a retry never runs past
+   * the call's `requestTimeoutMs` or its signal either.
+   * @default 30_000
+   */
+  retryMaxMs?: number;
 }
 
 /** What every call takes. */

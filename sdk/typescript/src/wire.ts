@@ -23,10 +23,10 @@ export interface ErrorDetail {
  * another principal's), file, approval or route. 405 method_not_allowed. 408 request_timeout: the
  * body did not arrive in time. 409 conflict: the sandbox is not running; an approval decided
  * otherwise, expired or used for another command. 413 too_large: a body or download over its limit.
- * 429 rate_limited: the token's request rate (Retry-After). 429 limit_exceeded: a quota or capacity
- * is used up. 500 internal: a bug. 503 unavailable: the host cannot now (out of resources, shutting
- * down, a deadline passed). 507 insufficient_storage: the daemon's disk is full; nothing was
- * changed, reads still work.
+ * 429 rate_limited: the token's or the sandbox's request rate. 429 limit_exceeded: a quota or
+ * capacity is used up (every 429 has Retry-After). 500 internal: a bug. 503 unavailable: the host
+ * cannot now (out of resources, shutting down, a deadline passed). 507 insufficient_storage: the
+ * daemon's disk is full; nothing was changed, reads still work.
  */
 export type ErrorCode = 'invalid_argument' | 'unauthorized' | 'forbidden' | 'not_found' | 'method_not_allowed' | 'request_timeout' | 'conflict' | 'too_large' | 'rate_limited' | 'limit_exceeded' | 'internal' | 'unavailable' | 'insufficient_storage';
 

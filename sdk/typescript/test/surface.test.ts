@@ -20,6 +20,8 @@ import {
   ProtocolError,
   RateLimitError,
   REQUEST_TIMEOUT_MS,
+  RETRIES,
+  RETRY_MAX_MS,
   Sandbox,
   SandboxError,
   TimeoutError,
@@ -86,6 +88,8 @@ describe('factories', () => {
 describe('request timeout and cancellation', () => {
   test('the default is 60 s', () => {
     assert.equal(REQUEST_TIMEOUT_MS, 60_000);
+    assert.equal(RETRIES, 4);
+    assert.equal(RETRY_MAX_MS, 30_000);
   });
 
   test('a daemon that does not answer is a TimeoutError after requestTimeoutMs', async () => {
@@ -193,7 +197,8 @@ describe('errors', () => {
   test('the rate limit is a RateLimitError with retryAfterMs', async () => {
     const slow = await startDaemon({ args: ['--rate', '0.1', '--rate-burst', '1'] });
     try {
-      const s = new Sandbox({ addr: slow.addr, token: slow.agentToken });
+      // retries: 0, to see the error itself (retry.test.ts has the retries).
+      const s = new Sandbox({ addr: slow.addr, token: slow.agentToken, retries: 0 });
       await assert.rejects(s.getApproval('apr-0000000000000000'), NotFoundError); // the burst
       await assert.rejects(s.getApproval('apr-0000000000000000'), (err: unknown) => {
         assert.ok(err instanceof RateLimitError, String(err));
