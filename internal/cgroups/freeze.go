@@ -95,4 +95,3 @@ func (c *Cgroup) freezer() (freezerFile, error) {
 	}
 	return freezerFile{}, fmt.Errorf("%w: no freezer (cgroup v1 without the freezer controller mounted)", ErrNotSupported)
 }
-
