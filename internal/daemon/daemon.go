@@ -426,6 +426,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Inside:       cfg.Inside,
 		Images:       images,
 		Capacity:     capacity,
+		IdleAction:   lim.IdleAction,
 		Quotas: session.Quotas{SandboxesPerPrincipal: lim.PerAgent.Sandboxes, ExecsPerPrincipal: lim.PerAgent.Execs,
 			ExecsPerSandbox: lim.PerSandbox.Execs},
 		Gate: pol.Exec.Gate,

@@ -91,6 +91,10 @@ type Options struct {
 	// Quotas bound what one principal and one sandbox may hold at once;
 	// the zero value checks nothing.
 	Quotas Quotas
+	// IdleAction is what happens to a sandbox idle past its idle timeout
+	// (policy limits.idle_action): IdleDestroy ("" too) ends it, IdlePause
+	// pauses it until the next request.
+	IdleAction string
 	// Gate lists the gated programs (policy exec.gate) every sandbox is
 	// created with (sandbox.Spec.Gate).
 	Gate []string
@@ -225,11 +229,15 @@ type entry struct {
 	info     Info
 	lastUsed time.Time // guarded by Manager.mu
 	busy     int       // execs and file copies in flight; an entry is never idle while busy
+	pause    pauseState
 }
 
 // New marks the running sandboxes of earlier daemon runs as lost (auditing
 // each) and starts the reaper.
 func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Log, opts Options) (*Manager, error) {
+	if err := CheckIdleAction(opts.IdleAction); err != nil {
+		return nil, err
+	}
 	if opts.Owner == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -277,7 +285,7 @@ func parseTime(s string) time.Time {
 
 // markLost ends every row another run left running.
 func (m *Manager) markLost(ctx context.Context) error {
-	rows, err := m.db.ReadDB().QueryContext(ctx, `SELECT id, owner FROM sandboxes WHERE state = ? AND owner != ?`, StateRunning, m.opts.Owner)
+	rows, err := m.db.ReadDB().QueryContext(ctx, `SELECT id, owner FROM sandboxes WHERE state IN (?, ?) AND owner != ?`, StateRunning, StatePaused, m.opts.Owner)
 	if err != nil {
 		return fmt.Errorf("session: find lost sandboxes: %w", err)
 	}
@@ -311,8 +319,8 @@ func (m *Manager) markLost(ctx context.Context) error {
 }
 
 func (m *Manager) end(ctx context.Context, id, state, reason string) error {
-	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state = ?`,
-		state, fmtTime(m.opts.Now()), reason, id, StateRunning)
+	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state IN (?, ?)`,
+		state, fmtTime(m.opts.Now()), reason, id, StateRunning, StatePaused)
 	if err != nil {
 		return fmt.Errorf("session: end %s: %w", id, err)
 	}
@@ -684,11 +692,11 @@ type ListPage struct {
 	Limit int
 }
 
-// List returns running sandboxes, oldest first, a page at a time; more
+// List returns running and paused sandboxes, oldest first, a page at a time; more
 // reports that another page follows.
 func (m *Manager) List(ctx context.Context, p ListPage) (infos []Info, more bool, err error) {
-	where := []string{"state = ?"}
-	args := []any{StateRunning}
+	where := []string{"state IN (?, ?)"}
+	args := []any{StateRunning, StatePaused}
 	if p.Principal != "" {
 		where, args = append(where, "principal = ?"), append(args, p.Principal)
 	}
@@ -743,15 +751,14 @@ func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info,
 	return out, rows.Err()
 }
 
-// use marks a sandbox busy for one operation, within the quotas; the
-// returned func ends it.
+// use marks a sandbox busy for one operation, within the quotas, resuming
+// it first if it is paused; the returned func ends it.
 func (m *Manager) use(id string) (sandbox.Sandbox, func(), error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, err := m.liveLocked(id)
-	if err != nil {
-		return nil, nil, err
-	}
+	return m.useResuming(id)
+}
+
+// useLocked is use of the running entry e; m.mu is held.
+func (m *Manager) useLocked(id string, e *entry) (sandbox.Sandbox, func(), error) {
 	if err := m.startUseLocked(id, e); err != nil {
 		return nil, nil, err
 	}
@@ -959,7 +966,12 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 		_ = e.egress.Close()
 		_ = e.broker.Close()
 	}
+	// Not while a pause or resume is under way: a freeze landing after
+	// the kill would hold the sandbox's processes (cgroup v1). The
+	// backends destroy a paused sandbox as they do a running one.
+	e.pause.mu.Lock()
 	derr := m.teardown(ctx, id, e)
+	e.pause.mu.Unlock()
 	m.mu.Lock()
 	lastUsed := e.lastUsed
 	m.mu.Unlock()
@@ -1011,8 +1023,8 @@ func (m *Manager) recordEnd(ctx context.Context, in Info) error {
 	if _, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(in.LastUsedAt), in.ID); err != nil {
 		return fmt.Errorf("session: end %s: %w", in.ID, err)
 	}
-	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state = ?`,
-		in.State, fmtTime(in.EndedAt), in.EndReason, in.ID, StateRunning)
+	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state IN (?, ?)`,
+		in.State, fmtTime(in.EndedAt), in.EndReason, in.ID, StateRunning, StatePaused)
 	if err != nil {
 		return fmt.Errorf("session: end %s: %w", in.ID, err)
 	}
@@ -1058,16 +1070,27 @@ func (m *Manager) reap() {
 		now := m.opts.Now()
 		type due struct{ id, why string }
 		var dues []due
+		var toPause []string
 		m.mu.Lock()
 		for id, e := range m.live {
 			switch {
 			case !e.info.ExpiresAt.IsZero() && now.After(e.info.ExpiresAt):
-				dues = append(dues, due{id, "ttl"})
+				dues = append(dues, due{id, "ttl"}) // paused or not
+			case e.pause.paused:
+				// Idle already, and frozen: only its TTL ends it.
 			case e.info.Idle > 0 && e.busy == 0 && now.Sub(e.lastUsed) > e.info.Idle:
-				dues = append(dues, due{id, "idle"})
+				if m.opts.IdleAction == IdlePause {
+					toPause = append(toPause, id)
+				} else {
+					dues = append(dues, due{id, "idle"})
+				}
 			}
 		}
 		m.mu.Unlock()
+		slices.Sort(toPause)
+		for _, id := range m.idlePause(toPause) {
+			dues = append(dues, due{id, "idle"})
+		}
 		sort.Slice(dues, func(i, j int) bool { return dues[i].id < dues[j].id })
 		for _, d := range dues {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
