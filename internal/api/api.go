@@ -213,6 +213,8 @@ func (s *Server) register() {
 	agent("GET /v1/sandboxes", s.listSandboxes)
 	agent("GET /v1/sandboxes/{id}", s.getSandbox)
 	agent("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
+	agent("POST /v1/sandboxes/{id}/pause", s.pauseSandbox)
+	agent("POST /v1/sandboxes/{id}/resume", s.resumeSandbox)
 	agent("POST /v1/sandboxes/{id}/exec", s.exec)
 	agent("PUT /v1/sandboxes/{id}/files", s.putFile)
 	agent("GET /v1/sandboxes/{id}/files", s.getFile)

@@ -172,7 +172,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, who princ
 		return err
 	}
 	if derr != nil {
-		if info.State == session.StateRunning {
+		if session.Active(info.State) {
 			return derr
 		}
 		// Recorded as ended although its teardown failed: the failure is
@@ -205,7 +205,7 @@ func (s *Server) notRunning(r *http.Request, id string, err error) error {
 		return err
 	}
 	info, gerr := s.m.Get(r.Context(), id)
-	if gerr != nil || info.State == session.StateRunning {
+	if gerr != nil || session.Active(info.State) {
 		return err
 	}
 	return &apiError{http.StatusConflict, wire.CodeConflict, "sandbox " + id + " is " + info.State + ", not running"}

@@ -47,6 +47,7 @@ IRONCLAW_ADDR (default http://127.0.0.1:8787), the token from IRONCLAW_API_TOKEN
 else the agent.token file in the default data directory.`,
 	}
 	c.AddCommand(newSandboxCreateCmd(e), newSandboxLsCmd(e), newSandboxRmCmd(e), newSandboxExecCmd(e), newSandboxCpCmd(e))
+	c.AddCommand(newSandboxPauseCmd(e, true), newSandboxPauseCmd(e, false))
 	return c
 }
 

@@ -403,6 +403,23 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return sb, err
 }
 
+// PauseSandbox freezes a sandbox (no CPU; memory, files and processes
+// kept); the next request to it resumes it. Pausing a paused one is no
+// error.
+func (c *Client) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	err := c.doJSON(ctx, agent, http.MethodPost, sandboxPath(id)+"/pause", nil, nil, &sb)
+	return sb, err
+}
+
+// ResumeSandbox thaws a paused sandbox; resuming a running one is no
+// error.
+func (c *Client) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	err := c.doJSON(ctx, agent, http.MethodPost, sandboxPath(id)+"/resume", nil, nil, &sb)
+	return sb, err
+}
+
 // DeleteSandbox destroys a sandbox (deleting an ended one is no error).
 func (c *Client) DeleteSandbox(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox

@@ -3,7 +3,7 @@ package wire
 import "time"
 
 // Sandbox is the API's sandbox object (GET /v1/sandboxes/{id}). Times are
-// UTC. State is running, destroyed, reaped, lost or crashed.
+// UTC. State is running, paused, destroyed, reaped, lost or crashed.
 type Sandbox struct {
 	ID     string            `json:"id"`
 	State  string            `json:"state"`

@@ -50,13 +50,14 @@ export type Duration = string;
 export type ByteSize = number | string;
 
 /**
- * running; destroyed; reaped (TTL or idle timeout); lost (its daemon run died); crashed (its pid 1
- * died, e.g. the OOM killer).
+ * running; paused (frozen by a pause or its idle timeout under policy idle_action pause; the next
+ * request resumes it); destroyed; reaped (TTL or idle timeout); lost (its daemon run died); crashed
+ * (its pid 1 died, e.g. the OOM killer).
  */
-export type SandboxState = 'running' | 'destroyed' | 'reaped' | 'lost' | 'crashed';
+export type SandboxState = 'running' | 'paused' | 'destroyed' | 'reaped' | 'lost' | 'crashed';
 
 /** Every value of {@link SandboxState}. */
-export const sandboxStateValues: readonly SandboxState[] = ['running', 'destroyed', 'reaped', 'lost', 'crashed'];
+export const sandboxStateValues: readonly SandboxState[] = ['running', 'paused', 'destroyed', 'reaped', 'lost', 'crashed'];
 
 /** A sandbox. Times are UTC, RFC 3339. */
 export interface Sandbox {
