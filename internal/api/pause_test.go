@@ -51,6 +51,11 @@ func TestPauseResumeRoutes(t *testing.T) {
 	if got.State != "running" {
 		t.Fatalf("state after the exec: %+v", got)
 	}
+	// A streamed exec resumes it too.
+	e.must(200, "POST", "/v1/sandboxes/"+a.ID+"/pause", aTok, nil, &got)
+	if body := string(e.must(200, "POST", "/v1/sandboxes/"+a.ID+"/exec", aTok, map[string]any{"cmd": "cat /workspace/f"}, nil)); !strings.Contains(body, `"exit_code":0`) && !strings.Contains(body, `"exit":0`) {
+		t.Fatalf("streamed exec on a paused sandbox: %s", body)
+	}
 	e.must(200, "DELETE", "/v1/sandboxes/"+a.ID, aTok, nil, nil)
 	e.wantError(409, "conflict", "POST", "/v1/sandboxes/"+a.ID+"/pause", aTok, nil)
 	e.wantError(409, "conflict", "POST", "/v1/sandboxes/"+a.ID+"/resume", aTok, nil)

@@ -55,8 +55,12 @@ type pauseState struct {
 	paused bool
 }
 
-// transitionTimeout bounds one freeze or thaw, whoever asked.
-const transitionTimeout = 30 * time.Second
+// transitionTimeout bounds one freeze or thaw, whoever asked;
+// idlePauseTimeout the reaper's, which holds up the reaping of the others.
+const (
+	transitionTimeout = 30 * time.Second
+	idlePauseTimeout  = 5 * time.Second
+)
 
 // CheckIdleAction validates a policy's idle action ("" is destroy).
 func CheckIdleAction(a string) error {
@@ -131,6 +135,10 @@ func (m *Manager) pause(ctx context.Context, actor, id, reason string) error {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), transitionTimeout)
 	defer cancel()
+	if dl, ok := ctx.Deadline(); ok {
+		pctx, cancel = context.WithDeadline(pctx, dl) // the reaper's shorter bound
+		defer cancel()
+	}
 	start := time.Now()
 	perr := p.Pause(pctx)
 	data := map[string]any{"reason": reason, "duration_ms": time.Since(start).Milliseconds()}
@@ -224,7 +232,7 @@ func (m *Manager) useResuming(id string) (sandbox.Sandbox, func(), error) {
 // reports those it could not (the reaper then ends them as idle).
 func (m *Manager) idlePause(ids []string) (failed []string) {
 	for _, id := range ids {
-		ctx, cancel := context.WithTimeout(context.Background(), transitionTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), idlePauseTimeout)
 		err := m.pause(ctx, "reaper", id, "idle")
 		cancel()
 		switch {

@@ -26,9 +26,11 @@ func TestIdlePauseResumesOnNextRequest(t *testing.T) {
 	if l, _, err := m.List(ctx, ListPage{}); err != nil || len(l) != 1 || l[0].State != StatePaused {
 		t.Fatalf("List while paused = %+v, %v", l, err)
 	}
-	row := storedState(t, f, in.ID)
-	if row != StatePaused {
-		t.Errorf("stored state %q, want paused", row)
+	// The row follows once the freeze is done.
+	for deadline := time.Now().Add(2 * time.Second); storedState(t, f, in.ID) != StatePaused; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stored state %q, want paused", storedState(t, f, in.ID))
+		}
 	}
 	// Still counts: it holds its slot and commitment.
 	if m.Running() != 1 {
@@ -111,6 +113,15 @@ func TestPauseResume(t *testing.T) {
 	}
 	if err := m.Pause(ctx, "agent", in.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("pause of an ended sandbox: %v", err)
+	}
+	// A paused sandbox keeps its slot in its principal's quota.
+	q := f.manager(t, Options{Quotas: Quotas{SandboxesPerPrincipal: 1}})
+	held := create(t, q, "agent:q", CreateRequest{})
+	if err := q.Pause(ctx, "agent:q", held.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Create(ctx, "agent:q", CreateRequest{}); !errors.Is(err, ErrLimit) {
+		t.Errorf("a second sandbox while the first is paused: %v, want ErrLimit", err)
 	}
 	if _, err := New(ctx, f.rt, f.db, f.log, Options{IdleAction: "hibernate"}); !errors.Is(err, sandbox.ErrInvalidSpec) {
 		t.Errorf("idle action hibernate: %v", err)

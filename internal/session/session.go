@@ -739,11 +739,11 @@ func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info,
 		_ = json.Unmarshal([]byte(labels), &in.Labels)
 		in.CreatedAt, in.ExpiresAt, in.LastUsedAt, in.EndedAt = parseTime(created), parseTime(expires), parseTime(lastUsed), parseTime(ended)
 		in.Idle = time.Duration(idleMS) * time.Millisecond
-		// The store's last-used time is written at exec ends; the live one
-		// is fresher.
+		// The store's last-used time is written at exec ends, its state
+		// once a pause or resume is done; the live ones are fresher.
 		m.mu.Lock()
 		if e := m.live[in.ID]; e != nil {
-			in.LastUsedAt = e.lastUsed
+			in.LastUsedAt, in.State = e.lastUsed, e.info.State
 		}
 		m.mu.Unlock()
 		out = append(out, in)
