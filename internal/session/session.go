@@ -91,6 +91,9 @@ type Options struct {
 	// Quotas bound what one principal and one sandbox may hold at once;
 	// the zero value checks nothing.
 	Quotas Quotas
+	// SnapshotDir holds the snapshots of /workspace (emptied at start and
+	// at Close: they last one daemon run); "" keeps none.
+	SnapshotDir string
 	// IdleAction is what happens to a sandbox idle past its idle timeout
 	// (policy limits.idle_action): IdleDestroy ("" too) ends it, IdlePause
 	// pauses it until the next request.
@@ -172,6 +175,9 @@ type CreateRequest struct {
 	// EgressAllow adds hosts ("api.github.com", "*.pypi.org:443") to the
 	// sandbox's egress allowlist; it needs Options.Egress.
 	EgressAllow []string
+	// Snapshot, if set, fills the new sandbox's /workspace from that
+	// snapshot (a fork); the caller checks it may use it.
+	Snapshot string
 }
 
 // Info describes a sandbox, running or ended.
@@ -212,6 +218,8 @@ type Manager struct {
 	// answers from here, and the reaper retries the row's update, so an
 	// ended sandbox never shows as running.
 	unrecorded map[string]Info
+
+	snaps *snapshots // nil without Options.SnapshotDir
 
 	stop chan struct{}
 	done chan struct{}
@@ -265,6 +273,11 @@ func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Lo
 	if err := m.markLost(ctx); err != nil {
 		return nil, err
 	}
+	snaps, err := openSnapshots(opts.SnapshotDir)
+	if err != nil {
+		return nil, err
+	}
+	m.snaps = snaps
 	go m.reap()
 	return m, nil
 }
@@ -367,6 +380,12 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if err := limits.Validate(); err != nil {
 		return Info{}, err
 	}
+	var snap *snapshot
+	if req.Snapshot != "" {
+		if snap, err = m.snapshotFor(req.Snapshot); err != nil {
+			return Info{}, err
+		}
+	}
 	commit := commitmentOf(limits)
 	m.mu.Lock()
 	if err := m.admitLocked(actor, commit); err != nil {
@@ -467,9 +486,20 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 			m.opts.Logf("session: undoing the create of %s: %v", info.ID, err)
 		}
 	})
-	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: map[string]any{
-		"labels": info.Labels, "ttl_ms": ttl.Milliseconds(), "idle_ms": idle.Milliseconds(), "spec": json.RawMessage(spec)}}); err != nil {
+	created := map[string]any{"labels": info.Labels, "ttl_ms": ttl.Milliseconds(), "idle_ms": idle.Milliseconds(), "spec": json.RawMessage(spec)}
+	if snap != nil {
+		created["snapshot"] = snap.info.ID
+	}
+	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}); err != nil {
 		return Info{}, fmt.Errorf("session: audit: %w", err)
+	}
+	if snap != nil {
+		rctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+		err := snap.restore(rctx, sb)
+		cancel()
+		if err != nil {
+			return Info{}, err
+		}
 	}
 	e := &entry{sb: sb, limits: limits, commit: commit, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker}
 	m.mu.Lock()
@@ -1117,6 +1147,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		}
 	}
 	m.retry()
+	m.closeSnapshots()
 	m.mu.Lock()
 	for id := range m.tearingDown {
 		errs = append(errs, fmt.Errorf("session: sandbox %s could not be torn down", id))
