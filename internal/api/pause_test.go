@@ -1,8 +1,12 @@
 package api
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ironclaw/ironclaw/internal/api/wire"
+	"github.com/ironclaw/ironclaw/internal/session"
 )
 
 // Pause and resume over HTTP: the state shows; the next exec resumes a
@@ -59,4 +63,42 @@ func TestPauseResumeRoutes(t *testing.T) {
 	e.must(200, "DELETE", "/v1/sandboxes/"+a.ID, aTok, nil, nil)
 	e.wantError(409, "conflict", "POST", "/v1/sandboxes/"+a.ID+"/pause", aTok, nil)
 	e.wantError(409, "conflict", "POST", "/v1/sandboxes/"+a.ID+"/resume", aTok, nil)
+}
+
+// Snapshots over HTTP: taken, listed, forked into a new sandbox, deleted;
+// another agent's are not found and cannot be forked.
+func TestSnapshotRoutes(t *testing.T) {
+	const aTok, bTok = "agent-a-token-0123456789", "agent-b-token-0123456789"
+	e := newEnv(t, envOpts{cfg: Config{Agents: []Agent{{Name: "a", Token: aTok}, {Name: "b", Token: bTok}}},
+		sess: session.Options{SnapshotDir: filepath.Join(t.TempDir(), "snaps")}})
+	var a sbx
+	e.must(201, "POST", "/v1/sandboxes", aTok, nil, &a)
+	e.must(204, "PUT", "/v1/sandboxes/"+a.ID+"/files?path=/workspace/d/f", aTok, "in the snapshot", nil)
+	e.wantError(404, "not_found", "POST", "/v1/sandboxes/"+a.ID+"/snapshots", bTok, nil)
+	var snap wire.Snapshot
+	e.must(201, "POST", "/v1/sandboxes/"+a.ID+"/snapshots", aTok, nil, &snap)
+	if !strings.HasPrefix(snap.ID, "snap-") || snap.Sandbox != a.ID || snap.Files != 1 || snap.Dirs != 1 || snap.Bytes != int64(len("in the snapshot")) {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+	var list wire.SnapshotList
+	e.must(200, "GET", "/v1/snapshots", aTok, nil, &list)
+	if len(list.Snapshots) != 1 || list.Snapshots[0].ID != snap.ID {
+		t.Fatalf("list = %+v", list)
+	}
+	e.must(200, "GET", "/v1/snapshots", bTok, nil, &list)
+	if len(list.Snapshots) != 0 {
+		t.Fatalf("b lists %+v", list)
+	}
+	for _, m := range []string{"GET", "DELETE"} {
+		e.wantError(404, "not_found", m, "/v1/snapshots/"+snap.ID, bTok, nil)
+	}
+	e.wantError(404, "not_found", "POST", "/v1/sandboxes", bTok, map[string]any{"snapshot": snap.ID})
+	var fork sbx
+	e.must(201, "POST", "/v1/sandboxes", aTok, map[string]any{"snapshot": snap.ID}, &fork)
+	if body := string(e.must(200, "GET", "/v1/sandboxes/"+fork.ID+"/files?path=/workspace/d/f", aTok, nil, nil)); body != "in the snapshot" {
+		t.Fatalf("fork's file: %q", body)
+	}
+	e.must(204, "DELETE", "/v1/snapshots/"+snap.ID, aTok, nil, nil)
+	e.wantError(404, "not_found", "GET", "/v1/snapshots/"+snap.ID, aTok, nil)
+	e.wantError(404, "not_found", "POST", "/v1/sandboxes", aTok, map[string]any{"snapshot": snap.ID})
 }

@@ -37,6 +37,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who princ
 	if err != nil {
 		return err
 	}
+	if req.Snapshot != "" {
+		if _, err := s.snapshotOf(who, req.Snapshot); err != nil {
+			return err
+		}
+	}
 	// What an agent asks beyond the operator's ceilings and allowlist is a
 	// widening: the sandbox starts within them and the rest waits for an
 	// operator, as one sandbox.widen request.

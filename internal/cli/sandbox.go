@@ -47,7 +47,7 @@ IRONCLAW_ADDR (default http://127.0.0.1:8787), the token from IRONCLAW_API_TOKEN
 else the agent.token file in the default data directory.`,
 	}
 	c.AddCommand(newSandboxCreateCmd(e), newSandboxLsCmd(e), newSandboxRmCmd(e), newSandboxExecCmd(e), newSandboxCpCmd(e))
-	c.AddCommand(newSandboxPauseCmd(e, true), newSandboxPauseCmd(e, false))
+	c.AddCommand(newSandboxPauseCmd(e, true), newSandboxPauseCmd(e, false), newSandboxSnapshotCmd(e))
 	return c
 }
 
@@ -98,6 +98,7 @@ when its --image-registry allows the registry.`,
 	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "environment KEY=VALUE of every command (repeatable)")
 	f.StringArrayVar(&req.EgressAllow, "allow-host", nil, "host the sandbox may reach through its egress broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
+	f.StringVar(&req.Snapshot, "from-snapshot", "", "start /workspace as this snapshot (snap-..., from 'sandbox snapshot')")
 	f.StringVar(&req.Image, "image", "", "root filesystem (default: the host-toolchain view): a local image on the daemon's host (a path: /, . or ~ first, or an existing path) or a registry reference such as ghcr.io/org/app:1")
 	durationVar(f, &req.TTL, "ttl", "", 0, "lifetime (default: the daemon's)")
 	durationVar(f, &req.Idle, "idle", "", 0, "idle timeout (default: the daemon's)")

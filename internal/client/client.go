@@ -324,12 +324,14 @@ type CreateRequest struct {
 	Labels map[string]string
 	// EgressAllow adds hosts to the sandbox's egress allowlist.
 	EgressAllow []string
+	// Snapshot, if set, starts /workspace as that snapshot (a fork).
+	Snapshot string
 }
 
 // Wire is r as the API's create body.
 func (r CreateRequest) Wire() (wire.CreateSandboxRequest, error) {
 	w := wire.CreateSandboxRequest{Image: r.Image, Env: r.Env, Labels: r.Labels,
-		TTL: wire.Duration(r.TTL), Idle: wire.Duration(r.Idle)}
+		TTL: wire.Duration(r.TTL), Idle: wire.Duration(r.Idle), Snapshot: r.Snapshot}
 	if len(r.EgressAllow) > 0 {
 		w.Egress = &wire.EgressAllow{Allow: r.EgressAllow}
 	}
@@ -418,6 +420,25 @@ func (c *Client) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) 
 	var sb Sandbox
 	err := c.doJSON(ctx, agent, http.MethodPost, sandboxPath(id)+"/resume", nil, nil, &sb)
 	return sb, err
+}
+
+// SnapshotSandbox copies a sandbox's /workspace into a new snapshot.
+func (c *Client) SnapshotSandbox(ctx context.Context, id string) (wire.Snapshot, error) {
+	var s wire.Snapshot
+	err := c.doJSON(ctx, agent, http.MethodPost, sandboxPath(id)+"/snapshots", nil, nil, &s)
+	return s, err
+}
+
+// ListSnapshots lists the caller's snapshots (an operator's: all).
+func (c *Client) ListSnapshots(ctx context.Context) ([]wire.Snapshot, error) {
+	var out wire.SnapshotList
+	err := c.doJSON(ctx, agent, http.MethodGet, "/v1/snapshots", nil, nil, &out)
+	return out.Snapshots, err
+}
+
+// DeleteSnapshot deletes a snapshot.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.doJSON(ctx, agent, http.MethodDelete, "/v1/snapshots/"+url.PathEscape(id), nil, nil, nil)
 }
 
 // DeleteSandbox destroys a sandbox (deleting an ended one is no error).

@@ -51,6 +51,8 @@ type CreateSandboxRequest struct {
 	// Egress adds hosts to the sandbox's allowlist; those the policy does
 	// not cover are filed as a sandbox.widen request.
 	Egress *EgressAllow `json:"egress,omitempty"`
+	// Snapshot, if set, fills /workspace from that snapshot (a fork).
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Limits are a sandbox's resource limits; zero fields take the daemon's

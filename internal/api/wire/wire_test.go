@@ -51,6 +51,8 @@ var goTypes = []struct {
 	{"AuditVerification", reflect.TypeFor[wire.AuditVerification]()},
 	{"AuditCheckpoints", reflect.TypeFor[wire.AuditCheckpoints]()},
 	{"ModelToken", reflect.TypeFor[wire.ModelToken]()},
+	{"Snapshot", reflect.TypeFor[wire.Snapshot]()},
+	{"SnapshotList", reflect.TypeFor[wire.SnapshotList]()},
 
 	{"EgressHostData", reflect.TypeFor[kinds.EgressHost]()},
 	{"SandboxWidenData", reflect.TypeFor[kinds.SandboxWiden]()},

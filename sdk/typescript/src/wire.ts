@@ -110,6 +110,34 @@ export interface CreateSandboxRequest {
    */
   labels?: Record<string, string>;
   egress?: EgressAllow;
+  /**
+   * a snapshot id (snap-...) of the caller's; the new sandbox's /workspace starts as that snapshot
+   * (a fork)
+   */
+  snapshot?: string;
+}
+
+/**
+ * A copy of a sandbox's /workspace (directories and regular files with their permission bits;
+ * symlinks and other entries are counted in skipped, not copied). Snapshots last as long as the
+ * daemon run.
+ */
+export interface Snapshot {
+  /** snap- and 16 hex digits */
+  id: string;
+  /** the sandbox it was taken of */
+  sandbox: string;
+  created_at: string;
+  /** file bytes held */
+  bytes: number;
+  files: number;
+  dirs: number;
+  /** symlinks, devices, sockets and fifos not copied */
+  skipped: number;
+}
+
+export interface SnapshotList {
+  snapshots: Snapshot[];
 }
 
 /** A sandbox's limits; absent members take the daemon's defaults. */
