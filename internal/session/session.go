@@ -1,8 +1,10 @@
 // Package session runs sandboxes on behalf of API callers: it creates them
 // on a sandbox.Runtime, records them in the store, audits every lifecycle
 // step and every exec, enforces a maximum count, reaps them when their TTL or
-// idle timeout passes, and, at start-up, marks the sandboxes of a dead
-// daemon run as lost.
+// idle timeout passes (or pauses them at the idle timeout, policy
+// idle_action pause; the next request resumes them), snapshots /workspace
+// and forks sandboxes from snapshots, and, at start-up, marks the
+// sandboxes of a dead daemon run as lost.
 //
 // Re-adoption after a restart is deliberately not attempted: a sandbox's
 // pid 1 dies with the daemon thread that started it (parent-death signal),

@@ -332,6 +332,15 @@ export class Sandbox {
     return this._info;
   }
 
+  /**
+   * Copies `/workspace` (directories and regular files with their permission bits; symlinks are counted in `skipped`)
+   * into a snapshot the daemon keeps for its run; `new IronClawSandbox({ snapshot: s.id })` forks it.
+   */
+  async snapshot(opts: CallOptions = {}): Promise<wire.Snapshot> {
+    const id = await this.sid(opts);
+    return this.http.json<wire.Snapshot>('POST', `/v1/sandboxes/${id}/snapshots`, call(opts));
+  }
+
   /** Resumes a paused sandbox (`POST /v1/sandboxes/{id}/resume`); returns it, now `running`. */
   async resume(opts: CallOptions = {}): Promise<SandboxInfo> {
     const id = await this.sid(opts);

@@ -26,3 +26,17 @@ test('pause freezes, the next command resumes, resume thaws', async () => {
   assert.equal((await sbx.pause()).state, 'paused');
   assert.equal((await sbx.resume()).state, 'running');
 });
+
+test('snapshot and fork', async () => {
+  await sbx.writeFile('dir/forked.txt', 'from the snapshot');
+  const snap = await sbx.snapshot();
+  assert.match(snap.id, /^snap-[0-9a-f]+$/);
+  assert.equal(snap.sandbox, sbx.id);
+  assert.ok(snap.files >= 2);
+  const fork = new IronClawSandbox({ addr: d.addr, token: d.agentToken, snapshot: snap.id });
+  try {
+    assert.equal(await fork.readTextFile('/workspace/dir/forked.txt'), 'from the snapshot');
+  } finally {
+    await fork.destroy();
+  }
+});
