@@ -75,8 +75,8 @@ type snapshots struct {
 	mu     sync.Mutex
 	dir    string
 	byID   map[string]*snapshot
-	bytes  int64 // held, plus reserved by snapshots being taken
-	taking int
+	bytes  int64          // held, plus reserved by snapshots being taken
+	taking map[string]int // snapshots being taken, per principal
 }
 
 // openSnapshots empties dir (what an earlier run left) and uses it.
@@ -90,7 +90,7 @@ func openSnapshots(dir string) (*snapshots, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("session: snapshots: %w", err)
 	}
-	return &snapshots{dir: dir, byID: map[string]*snapshot{}}, nil
+	return &snapshots{dir: dir, byID: map[string]*snapshot{}, taking: map[string]int{}}, nil
 }
 
 func (m *Manager) snapStore() (*snapshots, error) {
@@ -123,33 +123,37 @@ func (m *Manager) Snapshot(ctx context.Context, actor, id string) (SnapshotInfo,
 		return SnapshotInfo{}, err
 	}
 	st.mu.Lock()
-	held := 0
+	held, taking := st.taking[principal], 0
 	for _, s := range st.byID {
 		if s.info.Principal == principal {
 			held++
 		}
 	}
+	for _, n := range st.taking {
+		taking += n
+	}
 	switch {
 	case held >= SnapshotsPerPrincipal:
 		st.mu.Unlock()
 		return SnapshotInfo{}, fmt.Errorf("%w: %s holds %d snapshots, its quota; delete one first", ErrLimit, principal, held)
-	case len(st.byID)+st.taking >= SnapshotsTotal:
+	case len(st.byID)+taking >= SnapshotsTotal:
 		st.mu.Unlock()
 		return SnapshotInfo{}, fmt.Errorf("%w: the daemon holds %d snapshots, its total", ErrLimit, SnapshotsTotal)
 	}
-	st.taking++
 	budget := min(int64(SnapshotMaxBytes), SnapshotTotalBytes-st.bytes)
 	if budget <= 0 {
-		st.taking--
 		st.mu.Unlock()
 		return SnapshotInfo{}, fmt.Errorf("%w: the daemon's snapshots hold %s, their total", ErrLimit, sandbox.FormatBytes(st.bytes))
 	}
+	st.taking[principal]++
 	st.bytes += budget // reserved; the unused part is given back
 	st.mu.Unlock()
 	var used int64
 	defer func() {
 		st.mu.Lock()
-		st.taking--
+		if st.taking[principal]--; st.taking[principal] <= 0 {
+			delete(st.taking, principal)
+		}
 		st.bytes -= budget - used
 		st.mu.Unlock()
 	}()
@@ -287,13 +291,8 @@ func (s *snapshot) restore(ctx context.Context, sb sandbox.Sandbox) error {
 		}
 	}
 	for chunk := range slices.Chunk(dirs, snapshotMkdirBatch) {
-		var out strings.Builder
-		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: append([]string{"mkdir", "-p", "--"}, chunk...), Stderr: &limited{b: &out, left: 4096}})
-		if err == nil && res.ExitCode != 0 {
-			err = fmt.Errorf("mkdir exited %d: %s", res.ExitCode, strings.TrimSpace(out.String()))
-		}
-		if err != nil {
-			return fmt.Errorf("session: restoring snapshot %s: %w", s.info.ID, err)
+		if err := s.run(ctx, sb, append([]string{"mkdir", "-p", "--"}, chunk...)); err != nil {
+			return err
 		}
 	}
 	for _, e := range s.entries {
@@ -309,6 +308,45 @@ func (s *snapshot) restore(ctx context.Context, sb sandbox.Sandbox) error {
 		if err != nil {
 			return fmt.Errorf("session: restoring snapshot %s: %s: %w", s.info.ID, e.rel, err)
 		}
+	}
+	// Directory modes last, once their files are in (a read-only one
+	// would refuse them), deepest first (a parent without search
+	// permission would hide its children), runs of one mode together.
+	var batch []string
+	var batchMode fs.FileMode
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.run(ctx, sb, append([]string{"chmod", fmt.Sprintf("%04o", batchMode), "--"}, batch...))
+		batch = batch[:0]
+		return err
+	}
+	for i := len(s.entries) - 1; i >= 0; i-- {
+		e := s.entries[i]
+		if !e.dir || e.mode == 0o755 {
+			continue
+		}
+		if e.mode != batchMode || len(batch) >= snapshotMkdirBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+			batchMode = e.mode
+		}
+		batch = append(batch, path.Join(snapshotWorkspace, e.rel))
+	}
+	return flush()
+}
+
+// run runs a helper command of a restore inside the sandbox.
+func (s *snapshot) run(ctx context.Context, sb sandbox.Sandbox, argv []string) error {
+	var out strings.Builder
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: argv, Stderr: &limited{b: &out, left: 4096}})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("%s exited %d: %s", argv[0], res.ExitCode, strings.TrimSpace(out.String()))
+	}
+	if err != nil {
+		return fmt.Errorf("session: restoring snapshot %s: %w", s.info.ID, err)
 	}
 	return nil
 }

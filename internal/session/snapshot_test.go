@@ -29,7 +29,7 @@ func TestSnapshotAndFork(t *testing.T) {
 		}
 		return out.String()
 	}
-	sh(src.ID, "cd /workspace && mkdir -p d/e empty && echo one > a && echo deep > d/e/f && printf '#!/bin/sh\\necho ran\\n' > run.sh && chmod 755 run.sh && ln -s a link")
+	sh(src.ID, "cd /workspace && mkdir -p d/e empty && echo one > a && echo deep > d/e/f && printf '#!/bin/sh\\necho ran\\n' > run.sh && chmod 755 run.sh && ln -s a link && chmod 0500 d/e")
 	// Paused: the snapshot resumes it.
 	if err := m.Pause(ctx, "agent", src.ID); err != nil {
 		t.Fatal(err)
@@ -46,8 +46,8 @@ func TestSnapshotAndFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := sh(fork.ID, "cd /workspace && cat a d/e/f && ./run.sh && test -d empty && test ! -e link && echo ok")
-	if got != "one\ndeep\nran\nok\n" {
+	got := sh(fork.ID, "cd /workspace && cat a d/e/f && ./run.sh && test -d empty && test ! -e link && stat -c %a d/e && echo ok")
+	if got != "one\ndeep\nran\n500\nok\n" {
 		t.Errorf("fork's /workspace: %q", got)
 	}
 	if _, err := m.Create(ctx, "agent", CreateRequest{Snapshot: "snap-nope"}); !errors.Is(err, ErrSnapshotNotFound) {
