@@ -151,3 +151,23 @@ func storedState(t *testing.T, f *fixture, id string) string {
 	}
 	return s
 }
+
+// On a backend that cannot pause, Pause is unsupported and idle_action
+// pause ends an idle sandbox as destroy would: never left running idle.
+func TestHostileIdlePauseWithoutPauserDestroys(t *testing.T) {
+	f := newFixture(t)
+	m, err := New(context.Background(), &flakyRuntime{Runtime: f.rt}, f.db, f.log, Options{ReapEvery: 20 * time.Millisecond, IdleAction: IdlePause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	in := create(t, m, "agent", CreateRequest{})
+	if err := m.Pause(context.Background(), "agent", in.ID); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("Pause on a backend without it: %v", err)
+	}
+	idle := create(t, m, "agent", CreateRequest{Idle: 100 * time.Millisecond})
+	waitState(t, m, idle.ID, StateReaped, 3*time.Second)
+	if got, _ := m.Get(context.Background(), idle.ID); got.EndReason != "idle" {
+		t.Errorf("end reason %q", got.EndReason)
+	}
+}

@@ -4,7 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 )
+
+// paused holds the boxes ever paused, so that only their teardown pays
+// for a resume.
+var paused sync.Map // *box -> struct{}
+
+// pausedOnce reports whether x was ever paused, and forgets it.
+func (x *box) pausedOnce() bool {
+	_, ok := paused.LoadAndDelete(x)
+	return ok
+}
 
 // Pause freezes the container (`runc pause`, `crun pause`: the cgroup
 // freezer; `runsc pause`: gVisor stops every task of the sandbox's
@@ -12,6 +23,7 @@ import (
 // paused sandbox is not an error.
 func (b *Sandbox) Pause(ctx context.Context) error {
 	x := b.box
+	paused.Store(x, struct{}{})
 	if _, err := x.rt.run(ctx, nil, "pause", x.id); err != nil && !b.alreadyIn(ctx, "paused") {
 		return fmt.Errorf("sandbox %s: pause: %w", x.id, err)
 	}

@@ -253,7 +253,9 @@ func (x *box) Teardown(ctx context.Context) error {
 		_, _ = r.run(ctx, nil, "kill", x.id, "KILL")
 		// A paused container takes no signal until resumed (cgroup v1's
 		// freezer), and delete refuses it: resume so the kill lands.
-		_, _ = r.run(ctx, nil, "resume", x.id)
+		if x.pausedOnce() {
+			_, _ = r.run(ctx, nil, "resume", x.id)
+		}
 		if _, err := r.run(ctx, nil, "delete", "--force", x.id); err != nil && !notExist(err) {
 			errs = append(errs, err)
 		}
