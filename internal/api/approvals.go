@@ -64,7 +64,7 @@ func (s *Server) runningSandbox(ctx context.Context, who principal, id string) e
 	if err != nil {
 		return err
 	}
-	if info.State != session.StateRunning {
+	if !session.Active(info.State) {
 		return &apiError{http.StatusConflict, wire.CodeConflict, fmt.Sprintf("sandbox %s is %s", id, info.State)}
 	}
 	return nil

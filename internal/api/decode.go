@@ -104,6 +104,10 @@ func createRequest(b wire.CreateSandboxRequest) (session.CreateRequest, error) {
 		return req, err
 	}
 	req.Labels = b.Labels
+	if len(b.Snapshot) > 64 {
+		return req, badRequest("snapshot: not a snapshot id")
+	}
+	req.Snapshot = b.Snapshot
 	req.TTL, req.Idle = time.Duration(b.TTL), time.Duration(b.Idle)
 	if err := req.Spec.WithDefaults().Validate(); err != nil {
 		return req, badRequest(strings.TrimPrefix(err.Error(), sandbox.ErrInvalidSpec.Error()+": "))

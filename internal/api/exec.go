@@ -42,7 +42,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, who principal) err
 	if wait == "1" || wait == "true" {
 		return s.execWait(w, r, who, id, req)
 	}
-	if info.State != session.StateRunning {
+	if !session.Active(info.State) { // a paused one resumes for the command
 		return s.notRunning(r, id, fmt.Errorf("%w: %s", session.ErrNotFound, id))
 	}
 	st := &frameStream{w: w, rc: http.NewResponseController(w)}

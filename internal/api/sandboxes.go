@@ -37,6 +37,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who princ
 	if err != nil {
 		return err
 	}
+	if req.Snapshot != "" {
+		if _, err := s.snapshotOf(who, req.Snapshot); err != nil {
+			return err
+		}
+	}
 	// What an agent asks beyond the operator's ceilings and allowlist is a
 	// widening: the sandbox starts within them and the rest waits for an
 	// operator, as one sandbox.widen request.
@@ -172,7 +177,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, who princ
 		return err
 	}
 	if derr != nil {
-		if info.State == session.StateRunning {
+		if session.Active(info.State) {
 			return derr
 		}
 		// Recorded as ended although its teardown failed: the failure is
@@ -205,7 +210,7 @@ func (s *Server) notRunning(r *http.Request, id string, err error) error {
 		return err
 	}
 	info, gerr := s.m.Get(r.Context(), id)
-	if gerr != nil || info.State == session.StateRunning {
+	if gerr != nil || session.Active(info.State) {
 		return err
 	}
 	return &apiError{http.StatusConflict, wire.CodeConflict, "sandbox " + id + " is " + info.State + ", not running"}

@@ -56,6 +56,11 @@
 // signalled), the cgroup is thawed so the signals take effect, and the
 // listing is repeated until it is empty.
 //
+// Freeze and Thaw pause a sandbox: every task of the cgroup stops (no CPU
+// time) with its memory and files kept, until thawed. Freeze waits until
+// the kernel reports the cgroup frozen. v1 needs the freezer controller
+// mounted (CanFreeze says); v2 uses cgroup.freeze.
+//
 // Caveat on v1: every controller hierarchy has its own tree and the caller
 // may sit at a different place in each (here, for example, memory is under
 // /process_api/<id> but pids is at the root). The ironclaw folder of a

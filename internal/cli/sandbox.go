@@ -48,6 +48,7 @@ else the agent.token file in the default data directory.`,
 	}
 	c.AddCommand(newSandboxCreateCmd(e), newSandboxLsCmd(e), newSandboxRmCmd(e), newSandboxExecCmd(e), newSandboxCpCmd(e), newSandboxPortURLCmd(e), newSandboxPortForwardCmd(e))
 	c.AddCommand(processCmds(e)...)
+	c.AddCommand(newSandboxPauseCmd(e, true), newSandboxPauseCmd(e, false), newSandboxSnapshotCmd(e))
 	return c
 }
 
@@ -104,6 +105,7 @@ when its --image-registry allows the registry.`,
 	f.Var(portsFlag{&req.Ports}, "port", "a loopback TCP port (1024-65535) the sandbox's servers may listen on, reachable inbound with port-url and port-forward when the policy allows (repeatable)")
 	f.StringArrayVar(&vols, "volume", nil, "mount a volume of yours, NAME:/PATH (under /workspace or a new top-level directory; repeatable; see 'ironclaw volume')")
 	f.StringArrayVar(&req.EgressAllow, "allow-host", nil, "host the sandbox may reach through its egress broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
+	f.StringVar(&req.Snapshot, "from-snapshot", "", "start /workspace as this snapshot (snap-..., from 'sandbox snapshot')")
 	f.StringVar(&req.Image, "image", "", "root filesystem (default: the host-toolchain view): a local image on the daemon's host (a path: /, . or ~ first, or an existing path) or a registry reference such as ghcr.io/org/app:1")
 	durationVar(f, &req.TTL, "ttl", "", 0, "lifetime (default: the daemon's)")
 	durationVar(f, &req.Idle, "idle", "", 0, "idle timeout (default: the daemon's)")

@@ -328,12 +328,14 @@ type CreateRequest struct {
 	Volumes []VolumeMount
 	// Ports are loopback ports the sandbox's servers may listen on.
 	Ports []uint16
+	// Snapshot, if set, starts /workspace as that snapshot (a fork).
+	Snapshot string
 }
 
 // Wire is r as the API's create body.
 func (r CreateRequest) Wire() (wire.CreateSandboxRequest, error) {
 	w := wire.CreateSandboxRequest{Image: r.Image, Env: r.Env, Labels: r.Labels,
-		TTL: wire.Duration(r.TTL), Idle: wire.Duration(r.Idle)}
+		TTL: wire.Duration(r.TTL), Idle: wire.Duration(r.Idle), Snapshot: r.Snapshot}
 	if len(r.EgressAllow) > 0 {
 		w.Egress = &wire.EgressAllow{Allow: r.EgressAllow}
 	}
@@ -406,6 +408,42 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox
 	err := c.doJSON(ctx, agent, http.MethodGet, sandboxPath(id), nil, nil, &sb)
 	return sb, err
+}
+
+// PauseSandbox freezes a sandbox (no CPU; memory, files and processes
+// kept); the next request to it resumes it. Pausing a paused one is no
+// error.
+func (c *Client) PauseSandbox(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	err := c.doJSON(ctx, agent, http.MethodPost, sandboxPath(id)+"/pause", nil, nil, &sb)
+	return sb, err
+}
+
+// ResumeSandbox thaws a paused sandbox; resuming a running one is no
+// error.
+func (c *Client) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	err := c.doJSON(ctx, agent, http.MethodPost, sandboxPath(id)+"/resume", nil, nil, &sb)
+	return sb, err
+}
+
+// SnapshotSandbox copies a sandbox's /workspace into a new snapshot.
+func (c *Client) SnapshotSandbox(ctx context.Context, id string) (wire.Snapshot, error) {
+	var s wire.Snapshot
+	err := c.doJSON(ctx, agent, http.MethodPost, sandboxPath(id)+"/snapshots", nil, nil, &s)
+	return s, err
+}
+
+// ListSnapshots lists the caller's snapshots (an operator's: all).
+func (c *Client) ListSnapshots(ctx context.Context) ([]wire.Snapshot, error) {
+	var out wire.SnapshotList
+	err := c.doJSON(ctx, agent, http.MethodGet, "/v1/snapshots", nil, nil, &out)
+	return out.Snapshots, err
+}
+
+// DeleteSnapshot deletes a snapshot.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.doJSON(ctx, agent, http.MethodDelete, "/v1/snapshots/"+url.PathEscape(id), nil, nil, nil)
 }
 
 // DeleteSandbox destroys a sandbox (deleting an ended one is no error).

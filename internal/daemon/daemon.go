@@ -460,6 +460,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Images:       images,
 		Volumes:      sessionVolumes,
 		Capacity:     capacity,
+		IdleAction:   lim.IdleAction,
+		SnapshotDir:  filepath.Join(dir, "snapshots"),
 		Quotas: session.Quotas{SandboxesPerPrincipal: lim.PerAgent.Sandboxes, ExecsPerPrincipal: lim.PerAgent.Execs,
 			ExecsPerSandbox: lim.PerSandbox.Execs},
 		Gate: pol.Exec.Gate,

@@ -26,6 +26,7 @@ import (
 //	    open_files: 4096    # fixed, as workspace
 //	    ttl: 24h            # left out: the daemon's default TTL (none unless --ttl)
 //	    idle: 2h            # left out: the daemon's default idle timeout
+//	  idle_action: destroy  # destroy | pause: what an idle sandbox's idle timeout does
 //	  overcommit:           # committed limits of all sandboxes <= host x factor
 //	    memory: 1           # default 1: no more memory promised than the host has
 //	    cpus: 16            # default 16: CPU limits are shares of time, not reservations
@@ -37,6 +38,7 @@ import (
 //	    execs: 32           # in flight in one sandbox; default 32
 type Limits struct {
 	Max        Ceiling    `yaml:"max"`
+	IdleAction string     `yaml:"idle_action"`
 	Overcommit Overcommit `yaml:"overcommit"`
 	PerAgent   AgentQuota `yaml:"per_agent"`
 	PerSandbox struct {
@@ -71,6 +73,14 @@ type AgentQuota struct {
 	Sandboxes int `yaml:"sandboxes"`
 	Execs     int `yaml:"execs"`
 }
+
+// Idle actions (limits.idle_action): an idle sandbox ends (destroy, the
+// default) or pauses until its next request (pause); its TTL ends it
+// either way.
+const (
+	IdleDestroy = "destroy"
+	IdlePause   = "pause"
+)
 
 // Defaults of the limits section.
 const (
@@ -125,6 +135,13 @@ func (l *Limits) validate() error {
 	if c.Memory < 0 || c.Pids < 0 || c.CPUs < 0 || math.IsNaN(c.CPUs) || c.Timeout < 0 || c.Output < 0 ||
 		c.Workspace < 0 || c.Tmp < 0 || c.OpenFiles < 0 || c.TTL < 0 || c.Idle < 0 {
 		return fmt.Errorf("%w: limits.max: no ceiling may be negative", ErrInvalid)
+	}
+	switch l.IdleAction {
+	case "":
+		l.IdleAction = IdleDestroy
+	case IdleDestroy, IdlePause:
+	default:
+		return fmt.Errorf("%w: limits.idle_action %q: want destroy or pause", ErrInvalid, l.IdleAction)
 	}
 	// Each ceiling must itself be a valid limit: check a full set in which
 	// the ceiling's unset fields take the defaults.

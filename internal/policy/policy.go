@@ -20,6 +20,7 @@
 //	  require_approval: ["^curl ", "rm -rf /"]   # advisory: regexps over the command line
 //	limits:                   # see Limits
 //	  max: {memory: 1G, pids: 512, cpus: 2, timeout: 5m, ttl: 24h, idle: 2h}
+//	  idle_action: pause      # destroy (default) | pause
 //	  overcommit: {memory: 1, cpus: 16, pids: 1}
 //	  per_agent: {sandboxes: 50, execs: 64}
 //	  per_sandbox: {execs: 32}

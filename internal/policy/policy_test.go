@@ -114,3 +114,15 @@ func TestPortsSection(t *testing.T) {
 	}
 	wantInvalid(t, "ports:\n  url_ttl: 48h\n", "ports:\n  url_ttl: 1ms\n", "ports:\n  outbound: true\n")
 }
+
+func TestIdleAction(t *testing.T) {
+	if got := mustParse(t, "").Limits.IdleAction; got != IdleDestroy {
+		t.Errorf("default idle_action %q, want destroy", got)
+	}
+	if got := mustParse(t, "limits: {idle_action: pause}").Limits.IdleAction; got != IdlePause {
+		t.Errorf("idle_action %q, want pause", got)
+	}
+	if _, err := Parse(strings.NewReader("limits: {idle_action: hibernate}")); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "idle_action") {
+		t.Errorf("idle_action hibernate: %v", err)
+	}
+}

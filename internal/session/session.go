@@ -1,8 +1,10 @@
 // Package session runs sandboxes on behalf of API callers: it creates them
 // on a sandbox.Runtime, records them in the store, audits every lifecycle
 // step and every exec, enforces a maximum count, reaps them when their TTL or
-// idle timeout passes, and, at start-up, marks the sandboxes of a dead
-// daemon run as lost.
+// idle timeout passes (or pauses them at the idle timeout, policy
+// idle_action pause; the next request resumes them), snapshots /workspace
+// and forks sandboxes from snapshots, and, at start-up, marks the
+// sandboxes of a dead daemon run as lost.
 //
 // Re-adoption after a restart is deliberately not attempted: a sandbox's
 // pid 1 dies with the daemon thread that started it (parent-death signal),
@@ -94,6 +96,13 @@ type Options struct {
 	// Quotas bound what one principal and one sandbox may hold at once;
 	// the zero value checks nothing.
 	Quotas Quotas
+	// SnapshotDir holds the snapshots of /workspace (emptied at start and
+	// at Close: they last one daemon run); "" keeps none.
+	SnapshotDir string
+	// IdleAction is what happens to a sandbox idle past its idle timeout
+	// (policy limits.idle_action): IdleDestroy ("" too) ends it, IdlePause
+	// pauses it until the next request.
+	IdleAction string
 	// Gate lists the gated programs (policy exec.gate) every sandbox is
 	// created with (sandbox.Spec.Gate).
 	Gate []string
@@ -181,6 +190,9 @@ type CreateRequest struct {
 	// (Spec.Network.LoopbackTCP); only these can be reached inbound
 	// (DialPort).
 	Ports []uint16
+	// Snapshot, if set, fills the new sandbox's /workspace from that
+	// snapshot (a fork); the caller checks it may use it.
+	Snapshot string
 }
 
 // VolumeMount asks for a named volume at a path inside the sandbox.
@@ -240,6 +252,8 @@ type Manager struct {
 	// procs holds the sandboxes' background processes (processes.go).
 	procs procTables
 
+	snaps *snapshots // nil without Options.SnapshotDir
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -257,11 +271,15 @@ type entry struct {
 	info     Info
 	lastUsed time.Time // guarded by Manager.mu
 	busy     int       // execs and file copies in flight; an entry is never idle while busy
+	pause    pauseState
 }
 
 // New marks the running sandboxes of earlier daemon runs as lost (auditing
 // each) and starts the reaper.
 func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Log, opts Options) (*Manager, error) {
+	if err := CheckIdleAction(opts.IdleAction); err != nil {
+		return nil, err
+	}
 	if opts.Owner == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -289,6 +307,11 @@ func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Lo
 	if err := m.markLost(ctx); err != nil {
 		return nil, err
 	}
+	snaps, err := openSnapshots(opts.SnapshotDir)
+	if err != nil {
+		return nil, err
+	}
+	m.snaps = snaps
 	go m.reap()
 	return m, nil
 }
@@ -309,7 +332,7 @@ func parseTime(s string) time.Time {
 
 // markLost ends every row another run left running.
 func (m *Manager) markLost(ctx context.Context) error {
-	rows, err := m.db.ReadDB().QueryContext(ctx, `SELECT id, owner FROM sandboxes WHERE state = ? AND owner != ?`, StateRunning, m.opts.Owner)
+	rows, err := m.db.ReadDB().QueryContext(ctx, `SELECT id, owner FROM sandboxes WHERE state IN (?, ?) AND owner != ?`, StateRunning, StatePaused, m.opts.Owner)
 	if err != nil {
 		return fmt.Errorf("session: find lost sandboxes: %w", err)
 	}
@@ -343,8 +366,8 @@ func (m *Manager) markLost(ctx context.Context) error {
 }
 
 func (m *Manager) end(ctx context.Context, id, state, reason string) error {
-	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state = ?`,
-		state, fmtTime(m.opts.Now()), reason, id, StateRunning)
+	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state IN (?, ?)`,
+		state, fmtTime(m.opts.Now()), reason, id, StateRunning, StatePaused)
 	if err != nil {
 		return fmt.Errorf("session: end %s: %w", id, err)
 	}
@@ -390,6 +413,12 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	limits := req.Spec.WithDefaults().Limits
 	if err := limits.Validate(); err != nil {
 		return Info{}, err
+	}
+	var snap *snapshot
+	if req.Snapshot != "" {
+		if snap, err = m.snapshotFor(req.Snapshot); err != nil {
+			return Info{}, err
+		}
 	}
 	commit := commitmentOf(limits)
 	m.mu.Lock()
@@ -510,9 +539,20 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 			m.opts.Logf("session: undoing the create of %s: %v", info.ID, err)
 		}
 	})
-	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: map[string]any{
-		"labels": info.Labels, "ttl_ms": ttl.Milliseconds(), "idle_ms": idle.Milliseconds(), "spec": json.RawMessage(spec)}}); err != nil {
+	created := map[string]any{"labels": info.Labels, "ttl_ms": ttl.Milliseconds(), "idle_ms": idle.Milliseconds(), "spec": json.RawMessage(spec)}
+	if snap != nil {
+		created["snapshot"] = snap.info.ID
+	}
+	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}); err != nil {
 		return Info{}, fmt.Errorf("session: audit: %w", err)
+	}
+	if snap != nil {
+		rctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+		err := snap.restore(rctx, sb)
+		cancel()
+		if err != nil {
+			return Info{}, err
+		}
 	}
 	if volumeHolder != "" {
 		// Before the sandbox is live, so that its end (watch, finish)
@@ -741,11 +781,11 @@ type ListPage struct {
 	Limit int
 }
 
-// List returns running sandboxes, oldest first, a page at a time; more
+// List returns running and paused sandboxes, oldest first, a page at a time; more
 // reports that another page follows.
 func (m *Manager) List(ctx context.Context, p ListPage) (infos []Info, more bool, err error) {
-	where := []string{"state = ?"}
-	args := []any{StateRunning}
+	where := []string{"state IN (?, ?)"}
+	args := []any{StateRunning, StatePaused}
 	if p.Principal != "" {
 		where, args = append(where, "principal = ?"), append(args, p.Principal)
 	}
@@ -788,11 +828,11 @@ func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info,
 		_ = json.Unmarshal([]byte(labels), &in.Labels)
 		in.CreatedAt, in.ExpiresAt, in.LastUsedAt, in.EndedAt = parseTime(created), parseTime(expires), parseTime(lastUsed), parseTime(ended)
 		in.Idle = time.Duration(idleMS) * time.Millisecond
-		// The store's last-used time is written at exec ends; the live one
-		// is fresher.
+		// The store's last-used time is written at exec ends, its state
+		// once a pause or resume is done; the live ones are fresher.
 		m.mu.Lock()
 		if e := m.live[in.ID]; e != nil {
-			in.LastUsedAt = e.lastUsed
+			in.LastUsedAt, in.State = e.lastUsed, e.info.State
 		}
 		m.mu.Unlock()
 		out = append(out, in)
@@ -800,15 +840,14 @@ func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info,
 	return out, rows.Err()
 }
 
-// use marks a sandbox busy for one operation, within the quotas; the
-// returned func ends it.
+// use marks a sandbox busy for one operation, within the quotas, resuming
+// it first if it is paused; the returned func ends it.
 func (m *Manager) use(id string) (sandbox.Sandbox, func(), error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, err := m.liveLocked(id)
-	if err != nil {
-		return nil, nil, err
-	}
+	return m.useResuming(id)
+}
+
+// useLocked is use of the running entry e; m.mu is held.
+func (m *Manager) useLocked(id string, e *entry) (sandbox.Sandbox, func(), error) {
 	if err := m.startUseLocked(id, e); err != nil {
 		return nil, nil, err
 	}
@@ -1016,7 +1055,12 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 		_ = e.egress.Close()
 		_ = e.broker.Close()
 	}
+	// Not while a pause or resume is under way: a freeze landing after
+	// the kill would hold the sandbox's processes (cgroup v1). The
+	// backends destroy a paused sandbox as they do a running one.
+	e.pause.mu.Lock()
 	derr := m.teardown(ctx, id, e)
+	e.pause.mu.Unlock()
 	if m.opts.Volumes != nil && derr == nil {
 		// Only once nothing of the sandbox runs: a volume is never in two
 		// sandboxes at once. A failed teardown keeps its volumes held.
@@ -1073,8 +1117,8 @@ func (m *Manager) recordEnd(ctx context.Context, in Info) error {
 	if _, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(in.LastUsedAt), in.ID); err != nil {
 		return fmt.Errorf("session: end %s: %w", in.ID, err)
 	}
-	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state = ?`,
-		in.State, fmtTime(in.EndedAt), in.EndReason, in.ID, StateRunning)
+	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state IN (?, ?)`,
+		in.State, fmtTime(in.EndedAt), in.EndReason, in.ID, StateRunning, StatePaused)
 	if err != nil {
 		return fmt.Errorf("session: end %s: %w", in.ID, err)
 	}
@@ -1120,16 +1164,27 @@ func (m *Manager) reap() {
 		now := m.opts.Now()
 		type due struct{ id, why string }
 		var dues []due
+		var toPause []string
 		m.mu.Lock()
 		for id, e := range m.live {
 			switch {
 			case !e.info.ExpiresAt.IsZero() && now.After(e.info.ExpiresAt):
-				dues = append(dues, due{id, "ttl"})
+				dues = append(dues, due{id, "ttl"}) // paused or not
+			case e.pause.paused:
+				// Idle already, and frozen: only its TTL ends it.
 			case e.info.Idle > 0 && e.busy == 0 && now.Sub(e.lastUsed) > e.info.Idle:
-				dues = append(dues, due{id, "idle"})
+				if m.opts.IdleAction == IdlePause {
+					toPause = append(toPause, id)
+				} else {
+					dues = append(dues, due{id, "idle"})
+				}
 			}
 		}
 		m.mu.Unlock()
+		slices.Sort(toPause)
+		for _, id := range m.idlePause(toPause) {
+			dues = append(dues, due{id, "idle"})
+		}
 		sort.Slice(dues, func(i, j int) bool { return dues[i].id < dues[j].id })
 		for _, d := range dues {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -1156,6 +1211,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		}
 	}
 	m.retry()
+	m.closeSnapshots()
 	m.mu.Lock()
 	for id := range m.tearingDown {
 		errs = append(errs, fmt.Errorf("session: sandbox %s could not be torn down", id))

@@ -3,7 +3,7 @@ package wire
 import "time"
 
 // Sandbox is the API's sandbox object (GET /v1/sandboxes/{id}). Times are
-// UTC. State is running, destroyed, reaped, lost or crashed.
+// UTC. State is running, paused, destroyed, reaped, lost or crashed.
 type Sandbox struct {
 	ID     string            `json:"id"`
 	State  string            `json:"state"`
@@ -57,6 +57,8 @@ type CreateSandboxRequest struct {
 	// Ports are loopback TCP ports (1024-65535) the sandbox's own servers
 	// may listen on; only these can be reached inbound.
 	Ports []uint16 `json:"ports,omitempty"`
+	// Snapshot, if set, fills /workspace from that snapshot (a fork).
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Limits are a sandbox's resource limits; zero fields take the daemon's

@@ -64,6 +64,8 @@ var goTypes = []struct {
 	{"ProcessEndFrame", reflect.TypeFor[wire.ProcessEndFrame]()},
 	{"ProcessSignalRequest", reflect.TypeFor[wire.ProcessSignalRequest]()},
 	{"StdinWritten", reflect.TypeFor[wire.StdinWritten]()},
+	{"Snapshot", reflect.TypeFor[wire.Snapshot]()},
+	{"SnapshotList", reflect.TypeFor[wire.SnapshotList]()},
 
 	{"EgressHostData", reflect.TypeFor[kinds.EgressHost]()},
 	{"SandboxWidenData", reflect.TypeFor[kinds.SandboxWiden]()},

@@ -553,6 +553,9 @@ func (b *Sandbox) Destroy(ctx context.Context) error {
 	b.destroyOnce.Do(func() {
 		b.closeListeners()
 		_ = b.proc.Kill()
+		// A paused sandbox's tasks take no signal until thawed (cgroup v1's
+		// freezer); the kill is pending, so thawing now lets it land.
+		_ = b.cg.Thaw()
 		b.conn.Close()
 		select {
 		case <-b.done:

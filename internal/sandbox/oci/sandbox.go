@@ -251,6 +251,11 @@ func (x *box) Teardown(ctx context.Context) error {
 	var errs []error
 	if x.started {
 		_, _ = r.run(ctx, nil, "kill", x.id, "KILL")
+		// A paused container takes no signal until resumed (cgroup v1's
+		// freezer), and delete refuses it: resume so the kill lands.
+		if x.pausedOnce() {
+			_, _ = r.run(ctx, nil, "resume", x.id)
+		}
 		if _, err := r.run(ctx, nil, "delete", "--force", x.id); err != nil && !notExist(err) {
 			errs = append(errs, err)
 		}

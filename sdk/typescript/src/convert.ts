@@ -154,6 +154,7 @@ export function createRequest(o: SandboxOptions): wire.CreateSandboxRequest {
       ttl: durationOption('ttlMs', o.ttlMs, o.ttl),
       idle: durationOption('idleMs', o.idleMs, o.idle),
       limits: o.limits === undefined ? undefined : limits(o.limits),
+      snapshot: o.snapshot,
     },
   );
 }

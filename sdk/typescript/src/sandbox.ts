@@ -138,7 +138,7 @@ export class Sandbox {
     if (this._id !== undefined) {
       const info = sandboxInfo(await this.http.json<wire.Sandbox>('GET', `/v1/sandboxes/${encodeURIComponent(this._id)}`, call(opts)));
       this._info = info;
-      if (info.state !== 'running') {
+      if (info.state !== 'running' && info.state !== 'paused') {
         throw new ConflictError(`sandbox ${info.id} is ${info.state}, not running`, { status: 409 });
       }
       return this;
@@ -323,6 +323,33 @@ export class Sandbox {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.destroy();
+  }
+
+  /**
+   * Pauses the sandbox (`POST /v1/sandboxes/{id}/pause`): its processes are frozen (no CPU; memory, files and
+   * processes kept) until `resume()` or the next request, which resumes it first. Returns it, now `paused`.
+   * Refused (409) while commands run; 503 on a backend that cannot pause.
+   */
+  async pause(opts: CallOptions = {}): Promise<SandboxInfo> {
+    const id = await this.sid(opts);
+    this._info = sandboxInfo(await this.http.json<wire.Sandbox>('POST', `/v1/sandboxes/${id}/pause`, call(opts)));
+    return this._info;
+  }
+
+  /**
+   * Copies `/workspace` (directories and regular files with their permission bits; symlinks are counted in `skipped`)
+   * into a snapshot the daemon keeps for its run; `new IronClawSandbox({ snapshot: s.id })` forks it.
+   */
+  async snapshot(opts: CallOptions = {}): Promise<wire.Snapshot> {
+    const id = await this.sid(opts);
+    return this.http.json<wire.Snapshot>('POST', `/v1/sandboxes/${id}/snapshots`, call(opts));
+  }
+
+  /** Resumes a paused sandbox (`POST /v1/sandboxes/{id}/resume`); returns it, now `running`. */
+  async resume(opts: CallOptions = {}): Promise<SandboxInfo> {
+    const id = await this.sid(opts);
+    this._info = sandboxInfo(await this.http.json<wire.Sandbox>('POST', `/v1/sandboxes/${id}/resume`, call(opts)));
+    return this._info;
   }
 }
 

@@ -87,6 +87,8 @@ export interface SandboxOptions extends ConnectionOptions {
    */
   volumes?: VolumeMount[];
   labels?: Record<string, string>;
+  /** A snapshot id (`snap-…`, from `sandbox.snapshot()`): `/workspace` starts as that snapshot (a fork). */
+  snapshot?: string;
   /** Lifetime of the sandbox, in milliseconds (E2B's `timeoutMs`). @default the daemon's */
   ttlMs?: number;
   /** Idle timeout of the sandbox, in milliseconds. @default the daemon's */

@@ -50,13 +50,14 @@ export type Duration = string;
 export type ByteSize = number | string;
 
 /**
- * running; destroyed; reaped (TTL or idle timeout); lost (its daemon run died); crashed (its pid 1
- * died, e.g. the OOM killer).
+ * running; paused (frozen by a pause or its idle timeout under policy idle_action pause; the next
+ * request resumes it); destroyed; reaped (TTL or idle timeout); lost (its daemon run died); crashed
+ * (its pid 1 died, e.g. the OOM killer).
  */
-export type SandboxState = 'running' | 'destroyed' | 'reaped' | 'lost' | 'crashed';
+export type SandboxState = 'running' | 'paused' | 'destroyed' | 'reaped' | 'lost' | 'crashed';
 
 /** Every value of {@link SandboxState}. */
-export const sandboxStateValues: readonly SandboxState[] = ['running', 'destroyed', 'reaped', 'lost', 'crashed'];
+export const sandboxStateValues: readonly SandboxState[] = ['running', 'paused', 'destroyed', 'reaped', 'lost', 'crashed'];
 
 /** A sandbox. Times are UTC, RFC 3339. */
 export interface Sandbox {
@@ -116,6 +117,34 @@ export interface CreateSandboxRequest {
   ports?: number[];
   /** the caller's volumes to mount (at most 8); each is in one running sandbox at a time (else 409) */
   volumes?: VolumeMount[];
+  /**
+   * a snapshot id (snap-...) of the caller's; the new sandbox's /workspace starts as that snapshot
+   * (a fork)
+   */
+  snapshot?: string;
+}
+
+/**
+ * A copy of a sandbox's /workspace (directories and regular files with their permission bits;
+ * symlinks and other entries are counted in skipped, not copied). Snapshots last as long as the
+ * daemon run.
+ */
+export interface Snapshot {
+  /** snap- and 16 hex digits */
+  id: string;
+  /** the sandbox it was taken of */
+  sandbox: string;
+  created_at: string;
+  /** file bytes held */
+  bytes: number;
+  files: number;
+  dirs: number;
+  /** symlinks, devices, sockets and fifos not copied */
+  skipped: number;
+}
+
+export interface SnapshotList {
+  snapshots: Snapshot[];
 }
 
 /** A sandbox's limits; absent members take the daemon's defaults. */
