@@ -1,0 +1,100 @@
+/**
+ * Approval waits in the agent's stream: a daemon whose policy holds `curl` commands for an operator; the Mastra
+ * tool announces each wait as a `data-ironclaw-approval` chunk carrying the approval id, and the workspace
+ * sandbox calls its `onApproval`.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { createOpenAI } from '@ai-sdk/openai';
+import { Agent } from '@mastra/core/agent';
+import type { MastraModelConfig } from '@mastra/core/llm';
+import { IronClawSandbox } from '../src/index.js';
+import type { Approval } from '../src/index.js';
+import { APPROVAL_CHUNK_TYPE, IronClawWorkspaceSandbox, makeSandboxTool } from '../src/mastra.js';
+import { startDaemon } from './helpers/daemon.js';
+import type { Daemon } from './helpers/daemon.js';
+
+process.env['MASTRA_TELEMETRY_DISABLED'] = '1';
+
+let d: Daemon;
+let sbx: IronClawSandbox;
+
+before(async () => {
+  d = await startDaemon({ policy: { exec: { require_approval: ['^curl '] } } });
+  sbx = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
+});
+after(async () => {
+  await sbx?.destroy().catch(() => undefined);
+  await d?.stop();
+});
+
+async function decide(id: string, how: 'approve' | 'deny', reason?: string) {
+  const r = await d.operator('POST', `/v1/approvals/${id}/${how}`, reason ? { reason } : {});
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+}
+
+const mockCall = (name: string, args: unknown) => JSON.stringify({ mock_tool_calls: [{ name, arguments: args }] });
+
+describe('approval waits as stream chunks', () => {
+  test('an Agent stream carries data-ironclaw-approval with the id while the command waits', async () => {
+    const access = await sbx.modelAccess();
+    const model = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token }).chat('gpt-4o-mini');
+    const agent = new Agent({
+      id: 'approval-agent',
+      name: 'Approval Agent',
+      instructions: 'Run commands.',
+      model: model as unknown as MastraModelConfig,
+      tools: { sandbox_shell: makeSandboxTool(sbx) },
+    });
+    const s = await agent.stream(mockCall('sandbox_shell', { command: 'curl http://example.com/x' }));
+    const chunks: any[] = [];
+    for await (const c of s.fullStream as AsyncIterable<any>) {
+      chunks.push(c);
+      if (c.type === APPROVAL_CHUNK_TYPE) {
+        assert.match(c.data.approvalId, /^apr-/);
+        assert.equal(c.data.kind, 'exec.command');
+        assert.equal(c.data.state, 'pending');
+        assert.equal(c.data.sandboxId, sbx.id);
+        assert.equal(typeof c.data.toolCallId, 'string');
+        await decide(c.data.approvalId, 'deny', 'not now');
+      }
+    }
+    const approvals = chunks.filter((c) => c.type === APPROVAL_CHUNK_TYPE);
+    assert.equal(approvals.length, 1, chunks.map((c) => c.type).join(','));
+    const result = chunks.find((c) => c.type === 'tool-result');
+    assert.equal(result.payload.result.denied, true);
+    assert.match(result.payload.result.output, /not now/);
+  });
+
+  test('requireApproval: the tool.call approval it files is announced too', async () => {
+    const seen: any[] = [];
+    const writer = {
+      custom: async (chunk: any) => {
+        seen.push(chunk);
+        if (chunk.type === APPROVAL_CHUNK_TYPE) await decide(chunk.data.approvalId, 'approve');
+      },
+    };
+    const tool = makeSandboxTool(sbx, { requireApproval: true });
+    const out = await tool.execute!({ command: 'echo gated' }, { writer, agent: { toolCallId: 'call-9' } } as any);
+    assert.deepEqual(out, { output: 'gated\n[exit 0]', exitCode: 0 });
+    const a = seen.filter((c) => c.type === APPROVAL_CHUNK_TYPE);
+    assert.equal(a.length, 1);
+    assert.equal(a[0].data.kind, 'tool.call');
+    assert.equal(a[0].data.toolCallId, 'call-9');
+  });
+
+  test('the workspace sandbox calls onApproval before it waits', async () => {
+    const filed: Approval[] = [];
+    const ws = new IronClawWorkspaceSandbox({
+      sandbox: sbx,
+      onApproval: (a) => {
+        filed.push(a);
+        void decide(a.id, 'deny');
+      },
+    });
+    const r = await ws.executeCommand('curl', ['http://example.com/']);
+    assert.equal(r.exitCode, -1);
+    assert.equal(filed.length, 1);
+    assert.match(filed[0]!.id, /^apr-/);
+  });
+});
