@@ -215,6 +215,9 @@ const TIMEOUT_EXIT = 124;
 /** LocalSandbox's exit code for a command killed by a signal (an abort). */
 const KILLED_EXIT = 128;
 
+/** How long `getInfo()` reuses the resource usage it read. */
+const RESOURCES_TTL_MS = 5_000;
+
 /** In-flight starts by daemon address and logical id: concurrent starts in one process share one get-or-create. */
 const acquiring = new Map<string, Promise<Sandbox>>();
 
@@ -254,6 +257,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
   private _client: Sandbox | undefined;
   private readonly shared: boolean;
   private recovering: Promise<void> | undefined;
+  private usage: { sandboxId: string; at: number; value: NonNullable<MastraSandboxInfo['resources']> } | undefined;
 
   constructor(opts: IronClawWorkspaceSandboxOptions = {}) {
     const base: ConstructorParameters<typeof MastraSandbox>[0] = {
@@ -459,9 +463,15 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     };
     if (info?.lastUsedAt) out.lastUsedAt = info.lastUsedAt;
     if (info?.expiresAt) out.timeoutAt = info.expiresAt;
-    if (c && info?.state === 'running') {
-      const resources = await this.resources(c).catch(() => undefined);
-      if (resources) out.resources = resources;
+    if (c?.id !== undefined && info?.state === 'running') {
+      // Mastra asks for the info around every tool call: the usage is read at most every few seconds.
+      const cached = this.usage;
+      let resources = cached && cached.sandboxId === c.id && Date.now() - cached.at < RESOURCES_TTL_MS ? cached.value : undefined;
+      if (!resources) {
+        resources = await this.resources(c).catch(() => undefined);
+        if (resources) this.usage = { sandboxId: c.id, at: Date.now(), value: resources };
+      }
+      if (resources) out.resources = { ...resources };
     }
     return out;
   }

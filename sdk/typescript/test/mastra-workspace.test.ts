@@ -186,7 +186,7 @@ describe('grep', () => {
     assert.throws(() => jsRegexToERE('é', false), UnsupportedGrepPatternError);
   });
 
-  test('grep over 500 files in one request; context, case, hidden, odd names; the JS regex decides', async () => {
+  test('grep over 500 files in one request; context, case, hidden, odd names; the JS regex decides', async (t) => {
     const c = counting();
     const { sandbox, fs, ws } = await workspace({ fetch: c.fetch });
     const mk = await sandbox.executeCommand(
@@ -200,6 +200,7 @@ describe('grep', () => {
     assert.equal(mk.exitCode, 0, mk.stderr);
     c.calls.length = 0;
     const res = await fs.grep({ pattern: 'NEEDLE_\\d+', path: '/', caseSensitive: true, includeHidden: false });
+    t.diagnostic(`fs.grep over 500 files: ${c.calls.length} request(s)`);
     assert.ok(c.calls.length <= 2, c.calls.join('\n'));
     const hits = res.flatMap((r) => r.matches.map((m) => ({ path: r.path, ...m })));
     assert.equal(hits.length, 25);
@@ -232,12 +233,14 @@ describe('grep', () => {
     const out = String(g.toolResults.map((r: any) => r.payload.result));
     assert.equal((out.match(/NEEDLE_\d+/g) ?? []).length, 25, out);
     assert.match(out, /src\/deep\/f20\.ts:2:7: const NEEDLE_20/);
+    t.diagnostic(`the Agent's grep tool: ${c.calls.length} request(s): ${c.calls.join(', ')}`);
     assert.ok(c.calls.length <= 10, `requests for the agent's grep: ${c.calls.length}\n${c.calls.join('\n')}`);
 
     c.calls.length = 0;
     const l = await agent.generate(mockCall('mastra_workspace_list_files', { path: 'src', maxDepth: 3 }));
     const listing = String(l.toolResults.map((r: any) => r.payload.result));
     assert.match(listing, /f500\.ts/);
+    t.diagnostic(`the Agent's list_files tool: ${c.calls.length} request(s): ${c.calls.join(', ')}`);
     assert.ok(c.calls.length <= 10, `requests for the agent's list_files: ${c.calls.length}\n${c.calls.join('\n')}`);
   });
 });
