@@ -758,7 +758,8 @@ export class IronClawFilesystem extends MastraFilesystem {
 
   /** The sandbox path of a workspace path; `PermissionError` if it leaves `/workspace`. */
   resolve(path: string, op = 'access'): string {
-    const p = path.trim() === '' ? '.' : path;
+    // '~' is HOME, which is /workspace in an IronClaw sandbox
+    const p = path.trim() === '' || path === '~' ? '.' : path.startsWith('~/') ? path.slice(2) : path;
     const abs = p === ROOT || p.startsWith(`${ROOT}/`) ? p : posix.join(ROOT, p);
     const clean = posix.normalize(abs).replace(/\/+$/, '') || '/';
     if (clean !== ROOT && !clean.startsWith(`${ROOT}/`)) {
@@ -984,6 +985,7 @@ export class IronClawFilesystem extends MastraFilesystem {
       String(BULK_OUTPUT_BYTES),
     );
     if (r.exitCode === ENOENT || r.exitCode === ENOTDIR) this.check(r, path, 'dir');
+    if (r.stdout === '' && /printf|unknown|unrecognized|invalid/i.test(r.stderr)) throw new NoFindPrintf(r.stderr);
     if (r.exitCode !== 0 && r.stdout === '') this.check(r, path, 'dir');
     if (r.truncated || Buffer.byteLength(r.stdout) >= BULK_OUTPUT_BYTES) {
       throw new FilesystemError(`listing ${path} is larger than ${BULK_OUTPUT_BYTES} bytes`, 'EFBIG', path);
@@ -1010,12 +1012,45 @@ export class IronClawFilesystem extends MastraFilesystem {
     return out;
   }
 
+  /** `list` through the daemon's file API, one request per directory: for images whose `find` lacks `-printf`. */
+  private async listByApi(abs: string, path: string, maxDepth: number): Promise<Listed[]> {
+    const walk = async (dir: string, prefix: string, depth: number): Promise<Listed[]> => {
+      let entries;
+      try {
+        entries = await this.withClient((c) => c.list(dir));
+      } catch (err) {
+        if (err instanceof SandboxError && !isGone(err)) {
+          const r = await this.sh('[ -d "$1" ] && exit 0; [ -e "$1" ] && exit 20; exit 2', dir);
+          this.check(r, path, 'dir');
+        }
+        throw err;
+      }
+      const out: Listed[] = [];
+      for (const e of entries) {
+        const rel = prefix + e.name;
+        const entry: Listed = { path: rel, name: e.name, type: e.type === 'dir' ? 'directory' : 'file', depth };
+        if (e.type === 'file') entry.size = e.size;
+        if (e.type === 'symlink') entry.isSymlink = true;
+        out.push(entry);
+        if (e.type === 'dir' && depth < maxDepth) out.push(...(await walk(`${dir}/${e.name}`, `${rel}/`, depth + 1)));
+      }
+      return out;
+    };
+    return walk(abs, '', 1);
+  }
+
   async readdir(path: string, options: ListOptions = {}): Promise<MastraFileEntry[]> {
     await this.ensureReady();
     const abs = this.resolve(path, 'readdir');
     const exts = options.extension === undefined ? undefined : [options.extension].flat();
     const depth = options.recursive ? (options.maxDepth ?? 100) + 1 : 1;
-    const listed = await this.list(abs, path, depth, true);
+    let listed: Listed[];
+    try {
+      listed = await this.list(abs, path, depth, true);
+    } catch (err) {
+      if (!(err instanceof NoFindPrintf)) throw err;
+      listed = await this.listByApi(abs, path, depth);
+    }
     const out: MastraFileEntry[] = [];
     for (const e of listed) {
       if (exts && e.type === 'file') {
@@ -1166,6 +1201,9 @@ export class IronClawFilesystem extends MastraFilesystem {
     return st;
   }
 }
+
+/** The sandbox's `find` has no `-printf` (e.g. BusyBox): listings fall back to the daemon's file API. */
+class NoFindPrintf extends Error {}
 
 interface Listed {
   path: string;

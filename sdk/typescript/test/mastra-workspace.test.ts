@@ -173,6 +173,23 @@ describe('IronClawFilesystem paths and errors', () => {
   });
 });
 
+describe('IronClawFilesystem on an image whose find lacks -printf', () => {
+  test('readdir falls back to the daemon file API; ~ is the workspace', async () => {
+    const sandbox = new IronClawWorkspaceSandbox({ ...conn, env: { PATH: '/workspace/bin:/usr/local/bin:/usr/bin:/bin' } });
+    const fs = new IronClawFilesystem({ sandbox });
+    cleanup.push(() => sandbox.destroy());
+    await sandbox.writeFiles([
+      { path: 'bin/find', content: "#!/bin/sh\necho \"find: unrecognized: -printf\" >&2\nexit 1\n", mode: 0o755 },
+      { path: 'd/e/f.txt', content: 'x' },
+    ]);
+    assert.equal((await sandbox.executeCommand('command -v find')).stdout, '/workspace/bin/find\n');
+    assert.deepEqual((await fs.readdir('/')).map((e) => `${e.name}:${e.type}`).sort(), ['bin:directory', 'd:directory']);
+    assert.deepEqual((await fs.readdir('~/d', { recursive: true })).map((e) => e.name), ['e', 'e/f.txt']);
+    await assert.rejects(fs.readdir('d/e/f.txt'), NotDirectoryError);
+    await assert.rejects(fs.readdir('nope'), DirectoryNotFoundError);
+  });
+});
+
 describe('grep', () => {
   test('the JS regex to ERE translation', () => {
     assert.equal(jsRegexToERE('TODO|FIXME'), 'TODO|FIXME');
