@@ -462,7 +462,10 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
       },
     };
     if (info?.lastUsedAt) out.lastUsedAt = info.lastUsedAt;
-    if (info?.expiresAt) out.timeoutAt = info.expiresAt;
+    // whichever ends it first: the ttl, or the idle timeout counted from the last use
+    const idleEnd = info && info.idleTimeoutMs > 0 ? new Date(info.lastUsedAt.getTime() + info.idleTimeoutMs) : undefined;
+    const end = info?.expiresAt && idleEnd ? (info.expiresAt < idleEnd ? info.expiresAt : idleEnd) : (info?.expiresAt ?? idleEnd);
+    if (end) out.timeoutAt = end;
     if (c?.id !== undefined && info?.state === 'running') {
       // Mastra asks for the info around every tool call: the usage is read at most every few seconds.
       const cached = this.usage;

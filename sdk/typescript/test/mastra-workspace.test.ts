@@ -380,6 +380,7 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
   test('getInfo has resources and mounts; instructions take the function form; writeFiles checks modes', async () => {
     const ws = new IronClawWorkspaceSandbox({
       ...conn,
+      idleMs: 600_000,
       limits: { memory: '256MiB' },
       instructions: ({ defaultInstructions, requestContext }) =>
         `${defaultInstructions} User: ${String(requestContext?.get('user') ?? 'nobody')}.`,
@@ -388,6 +389,8 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     await ws.start();
     const info = await ws.getInfo();
     assert.deepEqual(info.mounts, []);
+    assert.ok(info.timeoutAt && info.lastUsedAt, 'timeoutAt from the idle timeout');
+    assert.equal(info.timeoutAt.getTime() - info.lastUsedAt.getTime(), 600_000);
     assert.ok(info.resources, 'resources');
     assert.equal(info.resources.memoryMB, 256);
     assert.ok((info.resources.memoryUsedMB ?? -1) >= 0, JSON.stringify(info.resources));
@@ -412,5 +415,40 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
       ws.writeFiles([{ path: 'y', content: 'z' }], { abortSignal: AbortSignal.abort() }),
       SandboxAbortError,
     );
+  });
+});
+
+describe("Mastra's built-in workspace tools through an Agent", () => {
+  test('write, read, edit, stat, mkdir, list, delete and execute_command on a leading-slash path', async () => {
+    const { sandbox, ws } = await workspace();
+    const agent = new Agent({
+      id: 'tools-agent',
+      name: 'Tools Agent',
+      instructions: 'Work in the workspace.',
+      model: await proxyModel(),
+      workspace: ws,
+    });
+    const call = async (tool: string, args: unknown) => {
+      const r = await agent.generate(mockCall(`mastra_workspace_${tool}`, args));
+      return String(r.toolResults.map((x: any) => JSON.stringify(x.payload.result)));
+    };
+    assert.match(await call('write_file', { path: '/src/app.ts', content: 'export const a = 1;\n' }), /Wrote 20 bytes/);
+    assert.equal(await sandbox.client.readTextFile('/workspace/src/app.ts'), 'export const a = 1;\n');
+    assert.match(await call('read_file', { path: '/src/app.ts' }), /export const a = 1;/);
+    assert.match(await call('edit_file', { path: 'src/app.ts', old_string: 'a = 1', new_string: 'a = 2' }), /src\/app\.ts/);
+    assert.equal(await sandbox.client.readTextFile('src/app.ts'), 'export const a = 2;\n');
+    const stat = await call('file_stat', { path: '/src/app.ts' });
+    assert.match(stat, /file/i);
+    assert.match(await call('mkdir', { path: '/src/lib/deep' }), /src\/lib\/deep/);
+    const list = await call('list_files', { path: '/', maxDepth: 5 });
+    assert.match(list, /app\.ts/);
+    assert.match(list, /deep/);
+    assert.match(await call('delete', { path: '/src/lib', recursive: true }), /src\/lib/);
+    assert.equal((await sandbox.executeCommand('test -e src/lib')).exitCode, 1);
+    const slow = await call('execute_command', { command: 'echo started; sleep 5', timeout: 1 });
+    assert.match(slow, /started/);
+    assert.match(slow, /Process timed out after 1000ms/);
+    const escape = await call('read_file', { path: '../etc/passwd' });
+    assert.doesNotMatch(escape, /root:/);
   });
 });
