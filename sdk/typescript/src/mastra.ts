@@ -18,6 +18,7 @@ import {
   NotDirectoryError,
   PermissionError,
   SandboxAbortError,
+  SandboxUnsupportedFeatureError,
   StaleFileError,
   UnsupportedGrepPatternError,
   WorkspaceReadOnlyError,
@@ -41,6 +42,7 @@ import type {
   ReadOptions,
   RemoveOptions,
   SandboxFileInput,
+  SandboxCloneOptions,
   SandboxInfo as MastraSandboxInfo,
   SandboxStartOptions,
   SandboxStartResult,
@@ -625,6 +627,31 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
       stdoutTruncated: r.truncated,
       stderrTruncated: r.truncated,
     });
+  }
+
+  /**
+   * A sibling sandbox from this one's configuration (no I/O): a new logical id unless `id` is given,
+   * `sandboxId` reattaches to that daemon sandbox, `env`, `workingDirectory` and `idleTimeoutMinutes` override.
+   * Checkpoint names are ignored (no checkpoints yet). A sandbox built on a shared client cannot be cloned
+   * (its connection is the client's own): build it from connection options instead.
+   */
+  clone(options: SandboxCloneOptions = {}): IronClawWorkspaceSandbox {
+    if (this.shared) {
+      throw new SandboxUnsupportedFeatureError('clone() of a sandbox built on a shared client: pass connection options instead', {
+        provider: this.provider,
+      });
+    }
+    const { sandbox: _s, id: _id, ...same } = this.options;
+    const o: IronClawWorkspaceSandboxOptions = { ...same };
+    const id = options.sandboxId ?? options.id;
+    if (id !== undefined) o.id = id;
+    if (options.env !== undefined) o.env = options.env;
+    if (options.workingDirectory !== undefined) o.workingDirectory = options.workingDirectory;
+    if (options.idleTimeoutMinutes !== undefined) {
+      o.idleMs = options.idleTimeoutMinutes * 60_000;
+      delete o.idle;
+    }
+    return new IronClawWorkspaceSandbox(o);
   }
 
   /** Uploads files (one request each). Modes must be 0o001-0o777 (Mastra's `INVALID_ARGUMENT` otherwise). */

@@ -377,6 +377,24 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     assert.equal((await ws.executeCommand('echo ok')).stdout, 'ok\n');
   });
 
+  test('clone: a sibling from the same configuration, no I/O until it starts', async () => {
+    const c = counting();
+    const base = new IronClawWorkspaceSandbox({ ...conn, fetch: c.fetch, id: 'clone-src', env: { A: '1' }, workingDirectory: '/tmp' });
+    const sib = base.clone({ idleTimeoutMinutes: 5, env: { A: '2' } });
+    cleanup.push(() => sib.destroy());
+    assert.ok(sib instanceof IronClawWorkspaceSandbox);
+    assert.notEqual(sib.id, base.id);
+    assert.equal(sib.workingDirectory, '/tmp');
+    assert.equal(c.calls.length, 0);
+    assert.equal((await sib.executeCommand('echo $A; pwd')).stdout, '2\n/tmp\n');
+    const info = await sib.getInfo();
+    assert.equal(info.timeoutAt!.getTime() - info.lastUsedAt!.getTime(), 300_000);
+    const again = sib.clone({ sandboxId: sib.sandboxId! });
+    assert.deepEqual(await again.start(), { outcome: 'connected' });
+    assert.equal(again.sandboxId, sib.sandboxId);
+    assert.throws(() => new IronClawWorkspaceSandbox({ sandbox: new IronClawSandbox(conn) }).clone(), /shared client/);
+  });
+
   test('getInfo has resources and mounts; instructions take the function form; writeFiles checks modes', async () => {
     const ws = new IronClawWorkspaceSandbox({
       ...conn,
