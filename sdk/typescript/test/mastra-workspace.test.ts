@@ -203,6 +203,42 @@ describe('grep', () => {
     assert.throws(() => jsRegexToERE('é', false), UnsupportedGrepPatternError);
   });
 
+  test('grep finds exactly the lines the JS regex finds (a differential over many patterns)', async () => {
+    const { fs } = await workspace();
+    const lines = [
+      'foo bar', 'fooooo', '  // comment', 'a word here', 'swordfish', 'ABC def', 'AB', 'a|b', '555-1234',
+      'x.y', 'xzy', 'x\u00e9y', 'naïve café', 'ÉCOLE école', 'tab\there', 'nbsp\u00a0here', 'crlf line\r',
+      '${var}', '[]', 'a/b', 'ababc', 'color', 'colour', ']', '-', 'aa', 'a{,2}', '{}', 'A', 'emoji 😀 x',
+      '', 'UPPER lower', '\\back\\slash', 'end$', '^start', 'q?', 'star*', 'plus+', '(paren)',
+    ];
+    await fs.writeFile('d/t.txt', lines.join('\n') + '\n');
+    const patterns = [
+      'foo', 'fo+', '^\\s*//', '\\bword\\b', '[A-Z]{2,}', 'a\\|b', 'a|b', '\\d{3}-\\d{4}', '[^a-z ]', 'x.y', 'é',
+      '\\$\\{', '\\[\\]', '\\.', 'a\\/b', '(ab)*c', 'colou?r', '[\\]]', '[-a]', '[a-]', '\\W+', '\\S\\s\\S',
+      '\\u0041', '\\x41', 'a{2}', '{', '}', ']', 'a{,2}', '\\t', 'here$', '^$', '.', 'caf.', '[^\\s]+😀',
+      '\\s', 'nbsp\\shere', '\\D\\d', '\\\\', 'end\\$', '\\^start', 'q\\?', 'star\\*', 'plus\\+', '\\(paren\\)',
+      '(?:co)lou?r', 'o{2,3}?', '[\\w-]+', 'line\\r',
+    ];
+    for (const caseSensitive of [true, false]) {
+      for (const pattern of patterns) {
+        // ~100 searches: stay under the daemon's per-token request rate (50/s) that the other tests share
+        await new Promise((r) => setTimeout(r, 40));
+        const re = new RegExp(pattern, caseSensitive ? '' : 'i');
+        const want = lines.flatMap((l, i) => (re.test(l) ? [i + 1] : []));
+        let got: number[];
+        try {
+          const res = await fs.grep({ pattern, path: 'd', caseSensitive, includeHidden: false });
+          got = res.flatMap((r) => r.matches.map((m) => m.line));
+          for (const r of res) for (const m of r.matches) assert.equal(m.column, re.exec(m.text)!.index, pattern);
+        } catch (err) {
+          assert.ok(err instanceof UnsupportedGrepPatternError, `${pattern}: ${String(err)}`);
+          continue; // Mastra searches on the host then
+        }
+        assert.deepEqual(got, want, `pattern ${JSON.stringify(pattern)} caseSensitive=${caseSensitive}`);
+      }
+    }
+  });
+
   test('grep over 500 files in one request; context, case, hidden, odd names; the JS regex decides', async (t) => {
     const c = counting();
     const { sandbox, fs, ws } = await workspace({ fetch: c.fetch });
