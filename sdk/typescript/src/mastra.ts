@@ -64,7 +64,7 @@ import {
   SandboxError,
 } from './errors.js';
 import type { ExecResult } from './result.js';
-import { Sandbox, resolvePath } from './sandbox.js';
+import { Sandbox } from './sandbox.js';
 import { SHELL_TOOL_DESCRIPTION, runShellTool } from './tool.js';
 import type { ShellToolOptions } from './tool.js';
 import type { Approval, RunOptions, SandboxInfo, SandboxOptions, WriteFileOptions } from './types.js';
@@ -550,7 +550,8 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     const ropts: RunOptions = { approval: 'wait' };
     if (Object.keys(env).length) ropts.env = env;
     const cwd = options.cwd ?? this.workingDirectory;
-    if (cwd !== undefined) ropts.cwd = cwd.startsWith('/') ? cwd : resolvePath(cwd);
+    // a relative cwd is under the working directory, as in LocalSandbox
+    if (cwd !== undefined) ropts.cwd = cwd.startsWith('/') ? cwd : posix.resolve(this.workingDirectory ?? ROOT, cwd);
     if (options.timeout !== undefined) ropts.timeoutMs = options.timeout; // Mastra's timeout is in ms
     let stdout = '';
     let stderr = '';
@@ -756,6 +757,9 @@ export class IronClawFilesystem extends MastraFilesystem {
   readonly provider = 'ironclaw';
   readonly basePath = ROOT;
   readonly readOnly: boolean;
+  readonly icon = 'hard-drive';
+  readonly displayName = 'IronClaw sandbox';
+  readonly description = "The sandbox's /workspace, reached through the IronClaw daemon";
   status: ProviderStatus = 'pending';
   private readonly source: IronClawWorkspaceSandbox | Sandbox;
 
@@ -778,7 +782,18 @@ export class IronClawFilesystem extends MastraFilesystem {
   }
 
   getInfo(): FilesystemInfo {
-    return { id: this.id, name: this.name, provider: this.provider, status: this.status, readOnly: this.readOnly };
+    const info: FilesystemInfo = {
+      id: this.id,
+      name: this.name,
+      provider: this.provider,
+      status: this.status,
+      readOnly: this.readOnly,
+      icon: this.icon,
+      metadata: { basePath: ROOT },
+    };
+    const sid = this.source instanceof Sandbox ? this.source.id : this.source.sandboxId;
+    if (sid !== undefined) (info.metadata as Record<string, unknown>)['sandboxId'] = sid;
+    return info;
   }
 
   /** No host path: the files are inside the sandbox (an LSP on the host cannot open them). */

@@ -113,6 +113,9 @@ describe('IronClawFilesystem paths and errors', () => {
     await assert.rejects(fs.realpath('missing'), FileNotFoundError);
 
     assert.equal(fs.resolveAbsolutePath('notes/a.txt'), undefined);
+    const fi = fs.getInfo();
+    assert.equal(fi.icon, 'hard-drive');
+    assert.deepEqual(fi.metadata, { basePath: '/workspace', sandboxId: sandbox.sandboxId });
 
     const ro = new IronClawFilesystem({ sandbox, readOnly: true });
     for (const p of [
@@ -423,6 +426,8 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     assert.equal(sib.workingDirectory, '/tmp');
     assert.equal(c.calls.length, 0);
     assert.equal((await sib.executeCommand('echo $A; pwd')).stdout, '2\n/tmp\n');
+    await sib.executeCommand('mkdir -p sub');
+    assert.equal((await sib.executeCommand('pwd', [], { cwd: 'sub' })).stdout, '/tmp/sub\n', 'a relative cwd is under workingDirectory');
     const info = await sib.getInfo();
     assert.equal(info.timeoutAt!.getTime() - info.lastUsedAt!.getTime(), 300_000);
     const again = sib.clone({ sandboxId: sib.sandboxId! });
