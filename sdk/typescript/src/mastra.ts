@@ -361,7 +361,15 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
         () => acquiring.delete(key),
       );
     }
-    this._client = await p;
+    try {
+      this._client = await p;
+    } catch (err) {
+      // a start we joined was aborted by its own caller, not by ours: try again on our own
+      if (!(err instanceof AbortError) || signal?.aborted) throw err;
+      const r = await this.lookupOrCreate(rest, call);
+      this._client = r.sandbox;
+      return { outcome: r.created ? 'created' : 'connected' };
+    }
     return { outcome: created ? 'created' : 'connected' };
   }
 
@@ -569,14 +577,18 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     const finish = (fields: Omit<CommandResult, 'stdout' | 'stderr' | 'command'>): CommandResult => {
       const o = retain(stdout, options.maxRetainedBytes);
       const e = retain(stderr, options.maxRetainedBytes);
-      const res: CommandResult = { ...fields, stdout: o.text, stderr: e.text, command: line };
-      if (options.maxRetainedBytes !== undefined) {
-        res.stdoutTruncated = o.dropped > 0 || fields.stdoutTruncated === true;
-        res.stderrTruncated = e.dropped > 0 || fields.stderrTruncated === true;
-        res.stdoutDroppedBytes = o.dropped;
-        res.stderrDroppedBytes = e.dropped;
-      }
-      return res;
+      // As LocalSandbox, always set: `*DroppedBytes` counts what maxRetainedBytes dropped; `*Truncated` is also
+      // set when the sandbox's own output limit cut the stream (how much it dropped is not known).
+      return {
+        ...fields,
+        stdout: o.text,
+        stderr: e.text,
+        command: line,
+        stdoutTruncated: o.dropped > 0 || fields.stdoutTruncated === true,
+        stderrTruncated: e.dropped > 0 || fields.stderrTruncated === true,
+        stdoutDroppedBytes: o.dropped,
+        stderrDroppedBytes: e.dropped,
+      };
     };
     if (options.abortSignal?.aborted) {
       return finish({ success: false, exitCode: KILLED_EXIT, executionTimeMs: 0, killed: true, timedOut: false });

@@ -347,7 +347,8 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     assert.equal(u.stderr, '€', 'whole code points are kept');
     assert.equal(u.stderrDroppedBytes, 3);
     const none = await ws.executeCommand('echo hi');
-    assert.equal(none.stdoutDroppedBytes, undefined);
+    assert.equal(none.stdoutDroppedBytes, 0);
+    assert.equal(none.stdoutTruncated, false);
   });
 
   test('a sandbox the daemon ended is made anew on the next call, for commands and files', async () => {
@@ -380,6 +381,18 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     assert.equal(a.sandboxId, b.sandboxId);
     const listed = await IronClawSandbox.list({ ...conn, labels: { [MASTRA_ID_LABEL]: 'race-1' } });
     assert.equal(listed.length, 1);
+
+    // a start that joined another's aborted start goes on by itself
+    const ac = new AbortController();
+    const x = new IronClawWorkspaceSandbox({ ...conn, id: 'race-3' });
+    const y = new IronClawWorkspaceSandbox({ ...conn, id: 'race-3' });
+    cleanup.push(() => y.destroy());
+    const px = x.start({ abortSignal: ac.signal });
+    const py = y.start();
+    ac.abort();
+    await assert.rejects(px, SandboxAbortError);
+    assert.deepEqual(await py, { outcome: 'created' });
+    assert.match(y.sandboxId ?? '', /^sbx-/);
 
     // another process created one between our lookup and our create: ours goes, theirs is used
     const theirs = await IronClawSandbox.create({ ...conn, labels: { [MASTRA_ID_LABEL]: 'race-2' } });
