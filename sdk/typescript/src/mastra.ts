@@ -56,6 +56,7 @@ import { z } from 'zod';
 import {
   AbortError,
   ApprovalDeniedError,
+  ApprovalRequiredError,
   ApprovalTimeoutError,
   ConflictError,
   ForbiddenError,
@@ -259,7 +260,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
   private _client: Sandbox | undefined;
   private readonly shared: boolean;
   private recovering: Promise<void> | undefined;
-  private usage: { sandboxId: string; at: number; value: NonNullable<MastraSandboxInfo['resources']> } | undefined;
+  private usage: { sandboxId: string; at: number; value: MastraSandboxInfo['resources'] } | undefined;
 
   constructor(opts: IronClawWorkspaceSandboxOptions = {}) {
     const base: ConstructorParameters<typeof MastraSandbox>[0] = {
@@ -478,11 +479,17 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     if (end) out.timeoutAt = end;
     if (c?.id !== undefined && info?.state === 'running') {
       // Mastra asks for the info around every tool call: the usage is read at most every few seconds.
+      // A failure is kept as long; a policy that holds every command for approval stops the reading for good
+      // (no stray approvals for a cgroup read).
       const cached = this.usage;
-      let resources = cached && cached.sandboxId === c.id && Date.now() - cached.at < RESOURCES_TTL_MS ? cached.value : undefined;
-      if (!resources) {
-        resources = await this.resources(c).catch(() => undefined);
-        if (resources) this.usage = { sandboxId: c.id, at: Date.now(), value: resources };
+      let resources = cached?.value;
+      if (!cached || cached.sandboxId !== c.id || Date.now() - cached.at >= RESOURCES_TTL_MS) {
+        let at = Date.now();
+        resources = await this.resources(c).catch((err: unknown) => {
+          if (err instanceof ApprovalRequiredError) at = Infinity;
+          return undefined;
+        });
+        this.usage = { sandboxId: c.id, at, value: resources };
       }
       if (resources) out.resources = { ...resources };
     }

@@ -20,7 +20,8 @@ let d: Daemon;
 let sbx: IronClawSandbox;
 
 before(async () => {
-  d = await startDaemon({ policy: { exec: { require_approval: ['^curl '] } } });
+  // curl waits for an operator; so does anything reading the cgroup (the resources getInfo reads)
+  d = await startDaemon({ policy: { exec: { require_approval: ['^curl ', 'sys/fs/cgroup'] } } });
   sbx = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
 });
 after(async () => {
@@ -96,5 +97,15 @@ describe('approval waits as stream chunks', () => {
     assert.equal(r.exitCode, -1);
     assert.equal(filed.length, 1);
     assert.match(filed[0]!.id, /^apr-/);
+  });
+
+  test('getInfo under a policy that holds its usage reading: no resources, and one approval only, not one per call', async () => {
+    const ws = new IronClawWorkspaceSandbox({ sandbox: sbx });
+    await ws.start();
+    for (let i = 0; i < 3; i++) assert.equal((await ws.getInfo()).resources, undefined);
+    const r = await d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}&kind=exec.command`);
+    const held = (r.body.approvals as Array<{ id: string }>) ?? [];
+    assert.equal(held.length, 1, JSON.stringify(r.body));
+    for (const a of held) await decide(a.id, 'deny');
   });
 });
