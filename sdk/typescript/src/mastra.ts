@@ -713,6 +713,8 @@ export interface IronClawFilesystemOptions extends MastraFilesystemOptions {
   sandbox: IronClawWorkspaceSandbox | Sandbox;
   id?: string;
   readOnly?: boolean;
+  /** Text for the agent's instructions: a string (`''`: none), or a function of the default and `requestContext`. */
+  instructions?: InstructionsOption;
 }
 
 // Exit codes of the helper scripts below (errno values, as the shell cannot see them).
@@ -781,6 +783,7 @@ export class IronClawFilesystem extends MastraFilesystem {
   readonly description = "The sandbox's /workspace, reached through the IronClaw daemon";
   status: ProviderStatus = 'pending';
   private readonly source: IronClawWorkspaceSandbox | Sandbox;
+  private readonly instructions: InstructionsOption | undefined;
 
   constructor(opts: IronClawFilesystemOptions) {
     const base: ConstructorParameters<typeof MastraFilesystem>[0] = { name: 'IronClawFilesystem' };
@@ -789,15 +792,21 @@ export class IronClawFilesystem extends MastraFilesystem {
     if (opts.textExtensions) base.textExtensions = opts.textExtensions;
     super(base);
     this.source = opts.sandbox;
+    this.instructions = opts.instructions;
     this.readOnly = opts.readOnly ?? false;
     this.id = opts.id ?? `ironclaw-fs-${randomUUID()}`;
   }
 
-  getInstructions(): string {
-    return (
+  getInstructions(opts?: { requestContext?: RequestContext }): string {
+    const def =
       'Files live in the IronClaw sandbox under /workspace: paths are relative to it ("/" is /workspace itself)' +
-      (this.readOnly ? '; the filesystem is read-only.' : '.')
-    );
+      (this.readOnly ? '; the filesystem is read-only.' : '.');
+    const o = this.instructions;
+    if (typeof o === 'string') return o;
+    if (o === undefined) return def;
+    const arg: { defaultInstructions: string; requestContext?: RequestContext } = { defaultInstructions: def };
+    if (opts?.requestContext) arg.requestContext = opts.requestContext;
+    return o(arg);
   }
 
   getInfo(): FilesystemInfo {

@@ -113,6 +113,10 @@ describe('IronClawFilesystem paths and errors', () => {
     await assert.rejects(fs.realpath('missing'), FileNotFoundError);
 
     assert.equal(fs.resolveAbsolutePath('notes/a.txt'), undefined);
+    assert.match(fs.getInstructions(), /relative to it/);
+    const custom = new IronClawFilesystem({ sandbox, instructions: ({ defaultInstructions }) => `${defaultInstructions} Be brief.` });
+    assert.match(custom.getInstructions(), /relative to it.*Be brief\.$/);
+    assert.equal(new IronClawFilesystem({ sandbox, instructions: '' }).getInstructions(), '');
     const fi = fs.getInfo();
     assert.equal(fi.icon, 'hard-drive');
     assert.deepEqual(fi.metadata, { basePath: '/workspace', sandboxId: sandbox.sandboxId });
