@@ -439,11 +439,27 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     // nothing to release on the client side; the id is kept for the next start()
   }
 
-  /** Destroys the daemon sandbox. A later `start()` makes a new one. */
+  /**
+   * Destroys the daemon sandbox; one never started here is looked up first (by its `sbx-` id, or the running
+   * sandboxes labelled with this logical id), so a new process can end the workspace an earlier one made.
+   * A later `start()` makes a new one.
+   */
   override async destroy(): Promise<void> {
     const c = this._client;
-    await c?.destroy();
-    if (!this.shared) this._client = undefined;
+    if (c) {
+      await c.destroy();
+      if (!this.shared) this._client = undefined;
+      return;
+    }
+    const rest = this.rest();
+    if (this.id.startsWith('sbx-')) {
+      await new Sandbox({ ...rest, id: this.id }).destroy();
+      return;
+    }
+    const labels = { ...(rest.labels ?? {}), [MASTRA_ID_LABEL]: this.id };
+    for (const found of await Sandbox.list({ ...rest, labels })) {
+      await new Sandbox({ ...rest, id: found.id }).destroy();
+    }
   }
 
   override getInstructions(opts?: { requestContext?: RequestContext }): string {

@@ -431,6 +431,11 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     assert.deepEqual(await ws.start(), { outcome: 'created' });
     assert.notEqual(ws.sandboxId, first);
     assert.equal((await ws.executeCommand('echo ok')).stdout, 'ok\n');
+
+    // a new process (a new object, never started) ends the workspace by its logical id
+    await new IronClawWorkspaceSandbox({ ...conn, id: 'life-1' }).destroy();
+    assert.equal((await IronClawSandbox.list({ ...conn, labels: { [MASTRA_ID_LABEL]: 'life-1' } })).length, 0);
+    await new IronClawWorkspaceSandbox({ ...conn, id: 'life-never' }).destroy(); // nothing to end: fine
   });
 
   test('clone: a sibling from the same configuration, no I/O until it starts', async () => {
