@@ -46,6 +46,8 @@ import type {
   SandboxInfo as MastraSandboxInfo,
   SandboxStartOptions,
   SandboxStartResult,
+  MountResult,
+  WorkspaceFilesystem,
   WalkEntry,
   WalkOptions,
   WriteFilesOptions,
@@ -663,6 +665,26 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
       stdoutTruncated: r.truncated,
       stderrTruncated: r.truncated,
     });
+  }
+
+  /**
+   * Mounting other filesystems into the sandbox is not supported yet (it needs the daemon's volumes): every
+   * mount a `Workspace({ mounts })` asks for ends in Mastra's `error` state with this reason, logged, rather than
+   * being silently skipped. (Mastra's file tools still reach the mounted filesystems from the host; commands in
+   * the sandbox do not see them.)
+   */
+  override async mount(filesystem: WorkspaceFilesystem, mountPath: string): Promise<MountResult> {
+    return {
+      success: false,
+      mountPath,
+      error:
+        `IronClaw sandboxes cannot mount filesystems yet: ${filesystem.provider} at ${mountPath} is not visible to ` +
+        'commands in the sandbox (only /workspace and /tmp are)',
+    };
+  }
+
+  override async unmount(_mountPath: string): Promise<void> {
+    // nothing was ever mounted
   }
 
   /**

@@ -5,6 +5,9 @@
  * (counted), and Mastra's built-in grep and list tools through a real Agent.
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { createOpenAI } from '@ai-sdk/openai';
 import { Agent } from '@mastra/core/agent';
@@ -13,6 +16,7 @@ import { RequestContext } from '@mastra/core/request-context';
 import {
   DirectoryNotFoundError,
   FileNotFoundError,
+  LocalFilesystem,
   NotDirectoryError,
   PermissionError,
   SandboxAbortError,
@@ -531,5 +535,20 @@ describe("Mastra's built-in workspace tools through an Agent", () => {
     assert.match(slow, /Process timed out after 1000ms/);
     const escape = await call('read_file', { path: '../etc/passwd' });
     assert.doesNotMatch(escape, /root:/);
+  });
+});
+
+describe('mounts', () => {
+  test('Workspace({ mounts }) on an IronClaw sandbox: each mount is an error, not silently skipped', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'h5-mount-'));
+    const sandbox = new IronClawWorkspaceSandbox(conn);
+    const ws = new Workspace({ sandbox, mounts: { '/data': new LocalFilesystem({ basePath: dir }) } });
+    cleanup.push(() => ws.destroy());
+    await ws.init();
+    const entry = sandbox.mounts?.get('/data');
+    assert.equal(entry?.state, 'error');
+    assert.match(entry?.error ?? '', /cannot mount filesystems yet/);
+    assert.deepEqual((await sandbox.getInfo()).mounts, []);
+    rmSync(dir, { recursive: true, force: true });
   });
 });
