@@ -3,6 +3,7 @@
  * (`IronClawWorkspaceSandbox`, `IronClawFilesystem`) so `new Workspace({ sandbox, filesystem })` runs
  * Mastra's built-in workspace tools inside an IronClaw sandbox.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
 import { createTool } from '@mastra/core/tools';
@@ -48,6 +49,7 @@ import type {
   SandboxStartResult,
   MountResult,
   WorkspaceFilesystem,
+  WorkspaceToolHooks,
   WalkEntry,
   WalkOptions,
   WriteFilesOptions,
@@ -175,6 +177,33 @@ function announcing(sandbox: Sandbox, announce: (a: Approval) => void): Sandbox 
       return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(t) : v;
     },
   });
+}
+
+/** The stream writer and tool call id of the workspace tool call running now (set by {@link ironClawToolHooks}). */
+const toolCallContext = new AsyncLocalStorage<{ writer?: ToolStreamWriter; toolCallId?: string }>();
+
+interface ToolStreamWriter {
+  custom(chunk: { type: `data-${string}`; data: unknown; transient?: boolean }): Promise<void>;
+}
+
+/**
+ * Workspace tool hooks that let `IronClawWorkspaceSandbox` reach the agent's stream: with
+ * `new Workspace({ sandbox, filesystem, tools: { hooks: ironClawToolHooks() } })`, a command that waits for an
+ * operator's approval writes a `data-ironclaw-approval` chunk (with the approval id) to the stream of the tool
+ * call that ran it. (Mastra hands a sandbox no writer of its own.) Compose with hooks of your own by calling
+ * these first.
+ */
+export function ironClawToolHooks(): WorkspaceToolHooks {
+  return {
+    // Synchronous on purpose: enterWith then holds for the rest of this tool call's execution.
+    beforeToolCall: (ctx) => {
+      const c = (ctx.context ?? {}) as { writer?: ToolStreamWriter; agent?: { toolCallId?: string } };
+      const store: { writer?: ToolStreamWriter; toolCallId?: string } = {};
+      if (c.writer && typeof c.writer.custom === 'function') store.writer = c.writer;
+      if (c.agent?.toolCallId) store.toolCallId = c.agent.toolCallId;
+      toolCallContext.enterWith(store);
+    },
+  };
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -597,7 +626,14 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
       options.onStderr?.(s);
     };
     if (options.abortSignal) ropts.signal = options.abortSignal;
-    if (this.options.onApproval) ropts.onApproval = this.options.onApproval;
+    const call = toolCallContext.getStore();
+    const onApproval = this.options.onApproval;
+    if (onApproval || call?.writer) {
+      ropts.onApproval = (a) => {
+        onApproval?.(a);
+        void call?.writer?.custom({ type: APPROVAL_CHUNK_TYPE, data: approvalChunk(a, call.toolCallId) }).catch(() => undefined);
+      };
+    }
     const started = Date.now();
     const finish = (fields: Omit<CommandResult, 'stdout' | 'stderr' | 'command'>): CommandResult => {
       const o = retain(stdout, options.maxRetainedBytes);

@@ -10,7 +10,8 @@ import { Agent } from '@mastra/core/agent';
 import type { MastraModelConfig } from '@mastra/core/llm';
 import { IronClawSandbox } from '../src/index.js';
 import type { Approval } from '../src/index.js';
-import { APPROVAL_CHUNK_TYPE, IronClawWorkspaceSandbox, makeSandboxTool } from '../src/mastra.js';
+import { Workspace } from '@mastra/core/workspace';
+import { APPROVAL_CHUNK_TYPE, IronClawWorkspaceSandbox, ironClawToolHooks, makeSandboxTool } from '../src/mastra.js';
 import { startDaemon } from './helpers/daemon.js';
 import type { Daemon } from './helpers/daemon.js';
 
@@ -82,6 +83,34 @@ describe('approval waits as stream chunks', () => {
     assert.equal(a.length, 1);
     assert.equal(a[0].data.kind, 'tool.call');
     assert.equal(a[0].data.toolCallId, 'call-9');
+  });
+
+  test("Mastra's execute_command tool through an Agent stream: the chunk, with ironClawToolHooks()", async () => {
+    const access = await sbx.modelAccess();
+    const model = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token }).chat('gpt-4o-mini');
+    const sandbox = new IronClawWorkspaceSandbox({ sandbox: sbx });
+    const workspace = new Workspace({ sandbox, tools: { hooks: ironClawToolHooks() } });
+    const agent = new Agent({
+      id: 'ws-approval-agent',
+      name: 'Workspace Approval Agent',
+      instructions: 'Run commands.',
+      model: model as unknown as MastraModelConfig,
+      workspace,
+    });
+    const s = await agent.stream(mockCall('mastra_workspace_execute_command', { command: 'curl http://example.com/y' }));
+    const chunks: any[] = [];
+    for await (const c of s.fullStream as AsyncIterable<any>) {
+      chunks.push(c);
+      if (c.type === APPROVAL_CHUNK_TYPE) {
+        assert.match(c.data.approvalId, /^apr-/);
+        assert.equal(c.data.kind, 'exec.command');
+        assert.equal(typeof c.data.toolCallId, 'string');
+        await decide(c.data.approvalId, 'deny', 'no fetching');
+      }
+    }
+    assert.equal(chunks.filter((c) => c.type === APPROVAL_CHUNK_TYPE).length, 1, chunks.map((c) => c.type).join(','));
+    const result = chunks.find((c) => c.type === 'tool-result');
+    assert.match(JSON.stringify(result.payload.result), /denied: .*no fetching/);
   });
 
   test('the workspace sandbox calls onApproval before it waits', async () => {
