@@ -113,6 +113,42 @@ describe('approval waits as stream chunks', () => {
     assert.match(JSON.stringify(result.payload.result), /denied: .*no fetching/);
   });
 
+  test('ironClawToolHooks: parallel tool calls each get their own approval chunk', async () => {
+    const access = await sbx.modelAccess();
+    const model = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token }).chat('gpt-4o-mini');
+    const sandbox = new IronClawWorkspaceSandbox({ sandbox: sbx });
+    const workspace = new Workspace({ sandbox, tools: { hooks: ironClawToolHooks() } });
+    const agent = new Agent({
+      id: 'ws-approval-agent-2',
+      name: 'Workspace Approval Agent 2',
+      instructions: 'Run commands.',
+      model: model as unknown as MastraModelConfig,
+      workspace,
+    });
+    const prompt = JSON.stringify({
+      mock_tool_calls: [
+        { name: 'mastra_workspace_execute_command', arguments: { command: 'curl http://example.com/one' } },
+        { name: 'mastra_workspace_execute_command', arguments: { command: 'curl http://example.com/two' } },
+      ],
+    });
+    const s = await agent.stream(prompt);
+    const chunks: any[] = [];
+    for await (const c of s.fullStream as AsyncIterable<any>) {
+      chunks.push(c);
+      if (c.type === APPROVAL_CHUNK_TYPE) await decide(c.data.approvalId, 'deny');
+    }
+    const calls = chunks.filter((c) => c.type === 'tool-call');
+    const approvals = chunks.filter((c) => c.type === APPROVAL_CHUNK_TYPE);
+    assert.equal(calls.length, 2, chunks.map((c) => c.type).join(','));
+    assert.equal(approvals.length, 2);
+    // each approval names the tool call whose command it holds
+    for (const a of approvals) {
+      const call = calls.find((c) => c.payload.toolCallId === a.data.toolCallId);
+      assert.ok(call, `no tool call ${a.data.toolCallId}`);
+      assert.match(a.data.summary, new RegExp(call.payload.args.command.split('/').pop()));
+    }
+  });
+
   test('the workspace sandbox calls onApproval before it waits', async () => {
     const filed: Approval[] = [];
     const ws = new IronClawWorkspaceSandbox({
