@@ -1540,7 +1540,6 @@ export function jsRegexToERE(src: string, caseSensitive = true): string {
           i++;
         }
         const set = new Set<number>();
-        let prev: number | undefined;
         let closed = false;
         while (i < cps.length) {
           const k = cps[i] as string;
@@ -1560,7 +1559,6 @@ export function jsRegexToERE(src: string, caseSensitive = true): string {
           i++;
           if (typeof item !== 'string') {
             for (const x of item) set.add(x);
-            prev = undefined;
             continue;
           }
           const cp = item.codePointAt(0) as number;
@@ -1579,13 +1577,10 @@ export function jsRegexToERE(src: string, caseSensitive = true): string {
             const hcp = hi.codePointAt(0) as number;
             if (hcp > 0x7f) unsupported('non-ASCII in a class');
             for (let x = cp; x <= hcp; x++) set.add(x);
-            prev = undefined;
             continue;
           }
           set.add(cp);
-          prev = cp;
         }
-        void prev;
         if (!closed) unsupported('unclosed class');
         if (set.size === 0) {
           if (!negate) unsupported('empty class');
