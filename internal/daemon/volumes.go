@@ -23,6 +23,9 @@ func openVolumes(ctx context.Context, st *store.Store, dir string, logf func(str
 	if err != nil {
 		return nil, err
 	}
+	for _, b := range m.Broken() {
+		logf("volumes: %v (refused until deleted)", b)
+	}
 	return &volumes{m}, nil
 }
 

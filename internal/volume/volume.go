@@ -86,6 +86,7 @@ type Manager struct {
 	mu       sync.Mutex
 	attached map[string]string // volume name -> sandbox id
 	mounted  map[string]bool   // volume name -> its filesystem is mounted
+	broken   []error           // volumes New could not mount
 }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
@@ -125,13 +126,31 @@ func New(ctx context.Context, st *store.Store, dir string, opts Options) (*Manag
 	if err != nil {
 		return nil, err
 	}
+	// One volume that cannot be mounted (its file lost with a crash
+	// mid-create, a damaged filesystem) does not keep the daemon, or the
+	// other volumes, from starting: it is reported, and refused at attach
+	// until it is deleted.
+	listed := map[string]bool{}
 	for _, v := range vols {
+		listed[v.Name+".ext4"] = true
 		if err := m.mount(ctx, v.Name); err != nil {
-			return nil, fmt.Errorf("volumes: mount %s: %w", v.Name, err)
+			m.broken = append(m.broken, fmt.Errorf("volume %s: %w", v.Name, err))
+		}
+	}
+	// A file no row names is what a delete that crashed left: nothing
+	// refers to it any more.
+	if ents, err := os.ReadDir(filepath.Join(dir, "images")); err == nil {
+		for _, e := range ents {
+			if !listed[e.Name()] {
+				os.Remove(filepath.Join(dir, "images", e.Name()))
+			}
 		}
 	}
 	return m, nil
 }
+
+// Broken lists the volumes New could not mount, and why.
+func (m *Manager) Broken() []error { return m.broken }
 
 // image is a volume's filesystem file; data is where it is mounted on the
 // host, the source of its bind mount into a sandbox. They live in two
@@ -339,7 +358,10 @@ func (m *Manager) Delete(ctx context.Context, principal, name string, all bool) 
 	if _, err := m.st.DB().ExecContext(ctx, `DELETE FROM volumes WHERE name = ?`, name); err != nil {
 		return fmt.Errorf("volumes: delete %s: %w", name, err)
 	}
-	return os.Remove(m.image(name))
+	if err := os.Remove(m.image(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // Attach reserves principal's volumes for holder and returns their bind

@@ -233,3 +233,46 @@ func TestVolumeNamesDoNotCollide(t *testing.T) {
 		}
 	}
 }
+
+// A volume whose file was lost (a crash mid-create) does not keep the
+// others or the daemon from starting; it is refused at attach and can be
+// deleted. A file no volume names is removed.
+func TestNewSurvivesALostVolume(t *testing.T) {
+	ctx := context.Background()
+	m, st, dir := newManager(t, Options{})
+	for _, n := range []string{"lost", "fine"} {
+		if _, err := m.Create(ctx, "agent", n, MinBytes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(m.image("lost")); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(dir, "volumes", "images", "orphan.ext4")
+	if err := os.WriteFile(orphan, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(ctx, st, filepath.Join(dir, "volumes"), Options{})
+	if err != nil {
+		t.Fatalf("a lost volume kept the manager from starting: %v", err)
+	}
+	defer m2.Close(ctx)
+	if len(m2.Broken()) != 1 {
+		t.Fatalf("broken: %v", m2.Broken())
+	}
+	if _, err := m2.Attach(ctx, "agent", "sbx-1", []Mount{{Name: "lost", Path: "/lost"}}); err == nil {
+		t.Fatal("a lost volume was attached")
+	}
+	if _, err := m2.Attach(ctx, "agent", "sbx-1", []Mount{{Name: "fine", Path: "/fine"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Delete(ctx, "agent", "lost", false); err != nil {
+		t.Fatalf("delete a lost volume: %v", err)
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("orphan image kept: %v", err)
+	}
+}
