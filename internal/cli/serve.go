@@ -136,6 +136,7 @@ func (s *serveSettings) flags(f *pflag.FlagSet) {
 	)
 	f.StringVar(&s.configFile, "config", "", "YAML file of settings (keys as the flag names)")
 	f.StringVar(&cfg.Listen, "listen", defaults.Listen, "address to serve the HTTP API on (port 0 picks one) [$IRONCLAW_LISTEN]")
+	f.StringVar(&cfg.VolumesDir, "volumes-dir", "", "absolute host directory whose disk backs the named volumes (default: the data directory's volumes/)")
 	f.StringVar(&cfg.PortsListen, "ports-listen", defaults.PortsListen, "address to serve port URLs on when the policy turns inbound ports on (ports.inbound; port 0 picks one)")
 	f.StringVar(&cfg.DataDir, "data-dir", defaults.DataDir(), "directory of the database, lock and tokens [$IRONCLAW_DATA_DIR]")
 	f.StringVar(&cfg.Runtime, "runtime", backend.Native, "sandbox backend: "+strings.Join(backend.Names(), ", "))

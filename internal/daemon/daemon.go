@@ -74,6 +74,10 @@ type Config struct {
 	// sandbox's pages are another origin than the API and the console.
 	// "" means defaults.PortsListen.
 	PortsListen string
+	// VolumesDir holds the named volumes' filesystems: the operator's
+	// choice of which host directory (and disk) backs them. "" means the
+	// data directory's volumes/. It is created 0700.
+	VolumesDir string
 	// DataDir holds the lock, the token files and the database ("" means
 	// defaults.DataDir(): $XDG_DATA_HOME/ironclaw or
 	// ~/.local/share/ironclaw). It is created with mode 0700.
@@ -413,7 +417,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Opened before the runtime, so closed after it: no sandbox holds a
 	// volume when its filesystem is unmounted.
-	vols, err := openVolumes(ctx, st, filepath.Join(dir, "volumes"), logf)
+	volDir := cfg.VolumesDir
+	if volDir == "" {
+		volDir = filepath.Join(dir, "volumes")
+	} else if !filepath.IsAbs(volDir) {
+		return fmt.Errorf("--volumes-dir %q must be an absolute path", volDir)
+	}
+	vols, err := openVolumes(ctx, st, volDir, logf)
 	if err != nil {
 		return err
 	}
