@@ -23,7 +23,7 @@ func TestVolumesOutliveSandboxesAndRestarts(t *testing.T) {
 	dir := t.TempDir()
 	mkOther := agentClient(t, dir, "other")
 	r := startDaemon(t, dir, nil)
-	ag, op := r.client(t, false), r.client(t, true)
+	ag := r.client(t, false)
 	v, err := ag.CreateVolume(ctx, "notes", 16<<20)
 	if err != nil || v.Name != "notes" || v.SizeBytes != 16<<20 || v.Principal != "agent" {
 		t.Fatalf("create: %+v %v", v, err)
@@ -87,7 +87,7 @@ func TestVolumesOutliveSandboxesAndRestarts(t *testing.T) {
 	// After a restart, a new sandbox sees what the first wrote.
 	r.stop(t)
 	r = startDaemon(t, dir, nil)
-	ag, op = r.client(t, false), r.client(t, true)
+	ag, op := r.client(t, false), r.client(t, true)
 	sb2, err := ag.CreateSandbox(ctx, withVolume)
 	if err != nil {
 		t.Fatal(err)
