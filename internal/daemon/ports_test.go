@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +28,17 @@ while ($c = $s->accept) {
 	print $c "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nline=[$l] auth=[$a]\n"; close $c;
 }' >/dev/null 2>&1 </dev/null &`
 
+// A server that takes any upgrade: it answers 101 and then echoes one
+// line as "upgraded:<line>" (what a WebSocket server does, minus framing).
+const upgradeServer = `perl -MIO::Socket::INET -e '
+$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:3001", Listen => 16, ReuseAddr => 1) or die "listen: $!";
+while ($c = $s->accept) {
+	$c->autoflush(1); $u = "";
+	while (defined($h = <$c>) && $h =~ /\S/) { $u = $1 if $h =~ /^Upgrade:\s*(\S+)/i }
+	print $c "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: $u\r\n\r\n";
+	$l = <$c>; print $c "upgraded:$l"; close $c;
+}' >/dev/null 2>&1 </dev/null &`
+
 // Inbound ports: a signed URL on the ports listener reaches the sandbox's
 // server (and nothing of the caller's credentials does), a tunnel does the
 // same, and nothing else is reachable: unlisted ports, other agents'
@@ -41,11 +54,11 @@ func TestHostileInboundPorts(t *testing.T) {
 	r := startDaemon(t, dir, func(c *Config) { c.PolicyFile, c.PortsListen = pol, "127.0.0.1:0" })
 	ag := r.client(t, false)
 	ctx := context.Background()
-	sb, err := ag.CreateSandbox(ctx, client.CreateRequest{Ports: []uint16{3000}})
+	sb, err := ag.CreateSandbox(ctx, client.CreateRequest{Ports: []uint16{3000, 3001}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ag.Exec(ctx, sb.ID, client.ExecRequest{Cmd: echoServer}); err != nil {
+	if _, err := ag.Exec(ctx, sb.ID, client.ExecRequest{Cmd: echoServer + "\n" + upgradeServer}); err != nil {
 		t.Fatal(err)
 	}
 	u, err := ag.OpenPort(ctx, sb.ID, 3000, 0)
@@ -81,6 +94,39 @@ func TestHostileInboundPorts(t *testing.T) {
 	code, body := get(u.URL + "some/path?q=1")
 	if code != 200 || body != "line=[GET /some/path?q=1 HTTP/1.1] auth=[]\n" {
 		t.Fatalf("through the URL: %d %q", code, body)
+	}
+
+	// An upgrade (WebSocket's handshake) passes through, and the bytes
+	// after it flow both ways.
+	ws, err := ag.OpenPort(ctx, sb.ID, 3001, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsURL, _ := url.Parse(ws.URL)
+	var raw net.Conn
+	var hello string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if raw, err = net.Dial("tcp", wsURL.Host); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(raw, "GET %sws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", wsURL.Path, wsURL.Host)
+		br := bufio.NewReader(raw)
+		hello, _ = br.ReadString('\n')
+		if strings.Contains(hello, " 101 ") {
+			for line, _ := br.ReadString('\n'); strings.TrimSpace(line) != ""; line, _ = br.ReadString('\n') {
+			}
+			fmt.Fprintf(raw, "ping\n")
+			got, _ := br.ReadString('\n')
+			raw.Close()
+			if got != "upgraded:ping\n" {
+				t.Fatalf("after the upgrade: %q", got)
+			}
+			break
+		}
+		raw.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("upgrade through the URL: %q", hello)
+		}
 	}
 
 	// A tunnel reaches the same server.
