@@ -110,6 +110,9 @@ func (x ttyExec) run(ctx context.Context, e *env) error {
 		x.kill(cl, p.PID)
 		return err
 	}
+	if code < 0 {
+		return exitCode(ExitIronClaw) // its end is unknown
+	}
 	return exitCode(code)
 }
 
