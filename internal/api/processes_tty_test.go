@@ -113,18 +113,27 @@ func TestProcessTerminal(t *testing.T) {
 	}
 	r.until(ctx, "40 120")
 
-	// Detach and reattach from 0: the scrollback comes again.
+	// Detach, and reattach where this client stopped: only what came
+	// after.
 	c.Close(websocket.StatusNormalClosure, "")
+	var seen wire.Process
+	e.must(200, "GET", fmt.Sprintf("/v1/sandboxes/%s/processes/%d", s.ID, p.PID), aTok, nil, &seen)
+	if seen.Offset < int64(r.out.Len()) {
+		t.Errorf("offset %d after %d bytes were shown", seen.Offset, r.out.Len())
+	}
 	var c2 *websocket.Conn
 	eventually(t, "a reattach", func() bool {
-		c2, _, err = e.attach(ctx, aTok, s.ID, p.PID, "offset=0")
+		c2, _, err = e.attach(ctx, aTok, s.ID, p.PID, fmt.Sprintf("offset=%d", seen.Offset))
 		return err == nil
 	})
 	defer c2.CloseNow()
 	r2 := &ttyReader{t: t, c: c2}
-	r2.until(ctx, "40 120")
-	if !strings.Contains(r2.out.String(), "stty size") {
-		t.Errorf("the replay lacks the echo: %q", r2.out.String())
+	if err := c2.Write(ctx, websocket.MessageBinary, []byte("echo mark$((6*7))\n")); err != nil {
+		t.Fatal(err)
+	}
+	r2.until(ctx, "mark42")
+	if strings.Contains(r2.out.String(), "40 120") {
+		t.Errorf("a reattach at offset %d replayed older output: %q", seen.Offset, r2.out.String())
 	}
 
 	if err := c2.Write(ctx, websocket.MessageBinary, []byte("exit 3\n")); err != nil {
@@ -150,7 +159,7 @@ func TestProcessTerminal(t *testing.T) {
 		defer c3.CloseNow()
 		r3 := &ttyReader{t: t, c: c3}
 		r3.until(ctx, "")
-		if r3.exit == nil || *r3.exit != 3 || !strings.Contains(r3.out.String(), "40 120") {
+		if r3.exit == nil || *r3.exit != 3 || !strings.Contains(r3.out.String(), "40 120") || !strings.Contains(r3.out.String(), "mark42") {
 			t.Errorf("exit %v output %q", r3.exit, r3.out.String())
 		}
 	})
