@@ -419,6 +419,17 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 	case <-time.After(startWait):
 	}
 	if req.TTY {
+		p.mu.Lock()
+		ran := p.osPID > 0
+		p.mu.Unlock()
+		if !ran {
+			// It did not run (yet): whether the backend refused the
+			// terminal is known once its exec returned.
+			select {
+			case <-p.done:
+			case <-time.After(startWait):
+			}
+		}
 		select {
 		case <-p.done:
 			p.mu.Lock()
