@@ -34,6 +34,7 @@ func (s *Server) processRoutes(agent func(string, handlerFunc)) {
 	agent("GET /v1/sandboxes/{id}/processes/{pid}/output", s.processOutput)
 	agent("POST /v1/sandboxes/{id}/processes/{pid}/stdin", s.processStdin)
 	agent("POST /v1/sandboxes/{id}/processes/{pid}/signal", s.signalProcess)
+	s.ttyRoutes(agent)
 }
 
 func processView(p session.ProcessInfo) wire.Process {
@@ -42,7 +43,8 @@ func processView(p session.ProcessInfo) wire.Process {
 		argv = []string{}
 	}
 	return wire.Process{PID: p.PID, OSPID: p.OSPID, Tag: p.Tag, Argv: argv, State: p.State, Exit: p.Exit, Error: p.Error,
-		StartedAt: utc(p.StartedAt), EndedAt: utc(p.EndedAt), Offset: p.Offset, Dropped: p.Dropped, Stdin: p.Stdin}
+		StartedAt: utc(p.StartedAt), EndedAt: utc(p.EndedAt), Offset: p.Offset, Dropped: p.Dropped, Stdin: p.Stdin,
+		PTY: p.TTY, Attached: p.Attached}
 }
 
 // runningOf checks that who may use sandbox id and that it runs.
@@ -112,6 +114,12 @@ func (s *Server) spawnProcess(w http.ResponseWriter, r *http.Request, who princi
 	if err := checkTag(b.Tag); err != nil {
 		return err
 	}
+	if !b.PTY && (b.Rows != 0 || b.Cols != 0) {
+		return badRequest("rows and cols are a terminal's size: they need pty")
+	}
+	if b.PTY && (b.Rows < 0 || b.Rows > session.MaxTerminalSize || b.Cols < 0 || b.Cols > session.MaxTerminalSize) {
+		return badRequest(fmt.Sprintf("rows and cols are 1 to %d", session.MaxTerminalSize))
+	}
 	if err := s.runningOf(r, who, id); err != nil {
 		return err
 	}
@@ -123,7 +131,7 @@ func (s *Server) spawnProcess(w http.ResponseWriter, r *http.Request, who princi
 		return err
 	}
 	p, err := s.m.Spawn(r.Context(), who.Name, id, session.SpawnRequest{Argv: call.req.Argv, Cwd: b.Cwd, Env: env, Tag: b.Tag,
-		Stdin: b.Stdin, Gate: call.req.Gate})
+		Stdin: b.Stdin, Gate: call.req.Gate, TTY: b.PTY, Rows: b.Rows, Cols: b.Cols})
 	if err != nil {
 		return s.notRunning(r, id, err)
 	}

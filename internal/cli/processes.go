@@ -111,23 +111,7 @@ at most 32 processes at once.`,
 			}
 			cl := newClient()
 			req := client.SpawnRequest{Argv: args[1:], Cwd: cwd, Env: env, Tag: tag, Stdin: stdin}
-			p, err := cl.Spawn(c.Context(), args[0], req)
-			var need *client.ApprovalRequiredError
-			if errors.As(err, &need) {
-				id := need.Approval.ID
-				fmt.Fprintf(e.stderr, "ironclaw: this command needs approval: waiting for request %s (ironclaw approvals approve %s)\n", id, id)
-				a := need.Approval
-				for a.State == "pending" {
-					if a, err = cl.GetApproval(c.Context(), id, approvalPoll); err != nil {
-						return err
-					}
-				}
-				if a.State != "approved" {
-					return fmt.Errorf("request %s was %s", id, a.State)
-				}
-				req.Approval = id
-				p, err = cl.Spawn(c.Context(), args[0], req)
-			}
+			p, err := spawnApproved(c.Context(), e, cl, args[0], req)
 			if err != nil {
 				return err
 			}

@@ -210,6 +210,7 @@ func newSandboxExecCmd(e *env) *cobra.Command {
 		cwd         string
 		timeout     time.Duration
 		interactive bool
+		tty         bool
 	)
 	c := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD [ARGS...]",
@@ -217,9 +218,15 @@ func newSandboxExecCmd(e *env) *cobra.Command {
 		Long: `Run a command in a running sandbox. Output is streamed; ironclaw exits with the
 command's exit code: 125 for an IronClaw error, 126 when the command cannot be
 executed, 127 when it is not found. stdin is sent only with -i (read to the end
-first).`,
+first).
+
+With -t the command runs on a terminal inside the sandbox (native backend) and
+this terminal is attached to it: -it for an interactive shell (raw mode, Ctrl-C
+goes to the command, the size follows this window). -t needs a terminal on
+stdin. If ironclaw is interrupted or the session breaks, the command is killed.`,
 		Example: `  ironclaw sandbox exec sbx-0123456789abcdef -- sh -c 'echo hi'
-  echo data | ironclaw sandbox exec -i sbx-0123456789abcdef -- wc -c`,
+  echo data | ironclaw sandbox exec -i sbx-0123456789abcdef -- wc -c
+  ironclaw sandbox exec -it sbx-0123456789abcdef -- bash`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) < 2 {
 				return errors.New("exec needs a sandbox and a command: ironclaw sandbox exec ID -- CMD [ARGS...]")
@@ -236,6 +243,13 @@ first).`,
 			env, err := parseLabels("env", envs)
 			if err != nil {
 				return err
+			}
+			if tty {
+				if timeout > 0 {
+					return errors.New("--timeout does not apply with -t: the command runs until it exits (or ironclaw is interrupted)")
+				}
+				x := ttyExec{id: args[0], req: client.SpawnRequest{Argv: args[1:], Cwd: cwd, Env: env}, interactive: interactive}
+				return x.run(c.Context(), e)
 			}
 			req := client.ExecRequest{Argv: args[1:], Cwd: cwd, Env: env, Timeout: timeout, Stdout: e.stdout, Stderr: e.stderr}
 			if interactive && e.stdin != nil {
@@ -299,6 +313,7 @@ first).`,
 	f.StringVarP(&cwd, "workdir", "w", "", "working directory inside (default /workspace)")
 	durationVar(f, &timeout, "timeout", "", 0, "wall-time limit, e.g. 30s (default: the sandbox's)")
 	f.BoolVarP(&interactive, "interactive", "i", false, "send stdin to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal and attach this one (needs a terminal; -it for a shell)")
 	return c
 }
 

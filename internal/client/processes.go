@@ -32,11 +32,16 @@ type SpawnRequest struct {
 	Stdin bool
 	// Approval spends an approved exec.command request (mode spawn).
 	Approval string
+	// PTY runs it on a terminal of Rows x Cols (0: 24 x 80); attach with
+	// AttachTerminal.
+	PTY        bool
+	Rows, Cols int
 }
 
 // Wire is r as the API's spawn body.
 func (r SpawnRequest) Wire() wire.SpawnProcessRequest {
-	w := wire.SpawnProcessRequest{Argv: r.Argv, Cwd: r.Cwd, Tag: r.Tag, Stdin: r.Stdin, Approval: r.Approval}
+	w := wire.SpawnProcessRequest{Argv: r.Argv, Cwd: r.Cwd, Tag: r.Tag, Stdin: r.Stdin, Approval: r.Approval,
+		PTY: r.PTY, Rows: r.Rows, Cols: r.Cols}
 	if r.Cmd != "" {
 		w.Cmd = &r.Cmd
 	}

@@ -36,6 +36,7 @@ const (
 	DefaultStdinBuffer      = 1 << 20 // stdin not yet read by the process, bytes
 	DefaultProcessesTotal   = 1024    // running processes in the whole daemon
 	DefaultProcessWaiters   = 64      // output reads, waits and stdin writes in flight per sandbox
+	DefaultTerminals        = 16      // attached terminals per sandbox (one per process)
 	// frameOverhead is what each frame costs in a ring besides its text,
 	// so that many one-byte writes cannot hold more memory than the ring.
 	frameOverhead = 64
@@ -47,6 +48,8 @@ const (
 	signalTimeout = 10 * time.Second
 	// MaxTag bounds a process tag.
 	MaxTag = 64
+	// MaxTerminalSize bounds a terminal's rows and columns.
+	MaxTerminalSize = 1000
 )
 
 // Process states.
@@ -79,6 +82,9 @@ type ProcessLimits struct {
 	Stdin    int64 // stdin buffered per process, bytes
 	Total    int   // running processes of all sandboxes together
 	Waiters  int   // output reads, waits and stdin writes in flight per sandbox
+	// Terminals bounds the terminals attached at once per sandbox (each
+	// process takes one writer).
+	Terminals int
 }
 
 func (l ProcessLimits) withDefaults() ProcessLimits {
@@ -103,6 +109,9 @@ func (l ProcessLimits) withDefaults() ProcessLimits {
 	if l.Waiters <= 0 {
 		l.Waiters = DefaultProcessWaiters
 	}
+	if l.Terminals <= 0 {
+		l.Terminals = DefaultTerminals
+	}
 	return l
 }
 
@@ -117,6 +126,11 @@ type SpawnRequest struct {
 	Stdin bool
 	// Gate is an approved gated program (see sandbox.ExecRequest.Gate).
 	Gate string
+	// TTY runs it on a terminal inside the sandbox (its output is one
+	// stream, stdout; its stdin is the terminal's input, always open) of
+	// Rows x Cols (0: 24 x 80). A backend without terminals refuses it.
+	TTY        bool
+	Rows, Cols int
 }
 
 // ProcessInfo describes a process.
@@ -134,6 +148,8 @@ type ProcessInfo struct {
 	// ring no longer holds.
 	Offset, Dropped int64
 	Stdin           bool // its stdin is open
+	TTY             bool // it runs on a terminal
+	Attached        bool // a terminal client is attached (AttachTerminal)
 }
 
 // procTables holds each sandbox's process table; the zero value is ready.
@@ -158,6 +174,7 @@ type procTable struct {
 	exited  []int // handles of exited processes, oldest first
 	running int
 	waiters int // requests in flight that may wait: output reads, waits, stdin writes
+	terms   int // terminals attached
 	closed  bool
 }
 
@@ -254,6 +271,8 @@ type process struct {
 	out    *ring
 	done   chan struct{} // closed when it exited
 	start  chan struct{} // closed when it runs (or could not)
+	tty    bool
+	resize chan sandbox.WindowSize // with tty: the latest size not yet applied
 
 	mu        sync.Mutex
 	osPID     int
@@ -261,12 +280,14 @@ type process struct {
 	err       string
 	startedAt time.Time
 	endedAt   time.Time
+	runErr    error // how its exec failed, if it did
+	attached  bool  // a terminal writer is attached
 }
 
 func (p *process) info() ProcessInfo {
 	p.mu.Lock()
 	in := ProcessInfo{PID: p.pid, OSPID: p.osPID, Tag: p.tag, Argv: slices.Clone(p.argv), State: ProcessRunning,
-		Error: p.err, StartedAt: p.startedAt, EndedAt: p.endedAt}
+		Error: p.err, StartedAt: p.startedAt, EndedAt: p.endedAt, TTY: p.tty, Attached: p.attached}
 	if p.exit != nil {
 		x := *p.exit
 		in.Exit, in.State = &x, ProcessExited
@@ -285,6 +306,15 @@ func (p *process) info() ProcessInfo {
 func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest) (ProcessInfo, error) {
 	if len(req.Tag) > MaxTag {
 		return ProcessInfo{}, fmt.Errorf("%w: a tag is at most %d bytes", sandbox.ErrInvalidRequest, MaxTag)
+	}
+	if req.TTY {
+		if req.Rows == 0 && req.Cols == 0 {
+			req.Rows, req.Cols = 24, 80
+		}
+		if req.Rows < 1 || req.Rows > MaxTerminalSize || req.Cols < 1 || req.Cols > MaxTerminalSize {
+			return ProcessInfo{}, fmt.Errorf("%w: a terminal has 1 to %d rows and columns", sandbox.ErrInvalidRequest, MaxTerminalSize)
+		}
+		req.Stdin = true
 	}
 	t, err := m.table(id)
 	if err != nil {
@@ -339,15 +369,25 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 	if req.Gate != "" {
 		data["gate"] = req.Gate
 	}
+	if req.TTY {
+		data["pty"] = map[string]int{"rows": req.Rows, "cols": req.Cols}
+	}
 	intent, err := m.log.Begin(ctx, audit.Entry{Session: id, Actor: actor, Kind: KindProcessSpawn, Data: data})
 	if err != nil {
 		return ProcessInfo{}, fmt.Errorf("session: the process was not started, as its audit record could not be written: %w", err)
 	}
 	pctx, cancel := context.WithCancel(t.ctx)
 	p := &process{t: t, pid: pid, tag: req.Tag, argv: slices.Clone(req.Argv), cancel: cancel,
-		out: newRing(t.limits.Ring), done: make(chan struct{}), start: make(chan struct{}), startedAt: m.opts.Now()}
+		out: newRing(t.limits.Ring), done: make(chan struct{}), start: make(chan struct{}), startedAt: m.opts.Now(), tty: req.TTY}
 	er := sandbox.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, Gate: req.Gate, Background: true,
 		Stdout: p.out.stream(streamStdout), Stderr: p.out.stream(streamStderr)}
+	if req.TTY {
+		// A terminal's output is bytes, not text: kept as they come.
+		p.out.raw = true
+		p.resize = make(chan sandbox.WindowSize, 1)
+		er.TTY, er.Resize = true, p.resize
+		er.WindowSize = sandbox.WindowSize{Rows: uint16(req.Rows), Cols: uint16(req.Cols)}
+	}
 	if req.Stdin {
 		p.stdin = newStdinBuffer(t.limits.Stdin)
 		er.Stdin = p.stdin
@@ -378,6 +418,36 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 	case <-p.done:
 	case <-time.After(startWait):
 	}
+	if req.TTY {
+		p.mu.Lock()
+		ran := p.osPID > 0
+		p.mu.Unlock()
+		if !ran {
+			// It did not run (yet): whether the backend refused the
+			// terminal is known once its exec returned.
+			select {
+			case <-p.done:
+			case <-time.After(startWait):
+			}
+		}
+		select {
+		case <-p.done:
+			p.mu.Lock()
+			rerr := p.runErr
+			p.mu.Unlock()
+			if errors.Is(rerr, sandbox.ErrUnsupported) {
+				// Not a process that ran: the backend has no terminals.
+				t.mu.Lock()
+				if t.procs[pid] == p {
+					delete(t.procs, pid)
+					t.exited = slices.DeleteFunc(t.exited, func(h int) bool { return h == pid })
+				}
+				t.mu.Unlock()
+				return ProcessInfo{}, fmt.Errorf("%w: this sandbox's backend offers no terminals (pty); the native backend does: %v", sandbox.ErrUnsupported, rerr)
+			}
+		default:
+		}
+	}
 	return p.info(), nil
 }
 
@@ -401,6 +471,7 @@ func (p *process) run(ctx context.Context, er sandbox.ExecRequest, intent *audit
 	default:
 		code, p.err = -1, err.Error()
 	}
+	p.runErr = err
 	p.exit = &code
 	p.endedAt = m.opts.Now()
 	p.mu.Unlock()
@@ -755,6 +826,9 @@ type ring struct {
 	ended   bool
 	carry   [3][]byte // a UTF-8 sequence split across writes, per stream
 	streams [3]*ringStream
+	// raw keeps bytes as written (a terminal's output): no UTF-8 repair,
+	// offsets at any byte.
+	raw bool
 }
 
 type chunk struct {
@@ -784,6 +858,10 @@ func (w *ringStream) Write(p []byte) (int, error) {
 	if r.ended {
 		return len(p), nil
 	}
+	if r.raw {
+		r.appendLocked(w.s, p)
+		return len(p), nil
+	}
 	buf := append(r.carry[w.s], p...)
 	r.carry[w.s] = nil
 	if cut := incompleteUTF8(buf); cut < len(buf) {
@@ -801,14 +879,14 @@ func (r *ring) appendLocked(s int, b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	if !utf8.Valid(b) {
+	if !r.raw && !utf8.Valid(b) {
 		b = []byte(strings.ToValidUTF8(string(b), "\uFFFD"))
 	}
 	for len(b) > 0 {
 		n := len(b)
 		if n > maxProcessFrame {
 			n = maxProcessFrame
-			for n > 0 && !utf8.RuneStart(b[n]) {
+			for !r.raw && n > 0 && !utf8.RuneStart(b[n]) {
 				n--
 			}
 		}
@@ -845,7 +923,7 @@ func (r *ring) trimLocked() {
 			continue
 		}
 		n := int(over)
-		for n < len(c.data) && !utf8.RuneStart(c.data[n]) {
+		for !r.raw && n < len(c.data) && !utf8.RuneStart(c.data[n]) {
 			n++
 		}
 		c.data = c.data[n:]
@@ -907,7 +985,7 @@ func (r *ring) read(offset int64, max int) (frames []Frame, next int64, wake <-c
 		if k < 0 {
 			k = 0
 		}
-		for k < len(c.data) && !utf8.RuneStart(c.data[k]) {
+		for !r.raw && k < len(c.data) && !utf8.RuneStart(c.data[k]) {
 			k++ // an offset inside a rune starts at the next one
 		}
 		if k >= len(c.data) {

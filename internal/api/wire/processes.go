@@ -18,6 +18,13 @@ type SpawnProcessRequest struct {
 	Stdin bool `json:"stdin,omitempty"`
 	// Approval spends an approved exec.command request (mode "spawn").
 	Approval string `json:"approval,omitempty"`
+	// PTY runs the process on a terminal inside the sandbox (the native
+	// backend; others answer 503): its output is one stream (stdout), its
+	// stdin the terminal's input (always open); attach with GET .../tty.
+	PTY bool `json:"pty,omitempty"`
+	// Rows and Cols are the terminal's first size (1-1000; 0: 24 x 80).
+	Rows int `json:"rows,omitempty"`
+	Cols int `json:"cols,omitempty"`
 }
 
 // Process is a background process (GET /v1/sandboxes/{id}/processes/{pid}).
@@ -39,6 +46,9 @@ type Process struct {
 	Offset    int64     `json:"offset"`
 	Dropped   int64     `json:"dropped"`
 	Stdin     bool      `json:"stdin"`
+	// PTY: it runs on a terminal; Attached: a terminal client is attached.
+	PTY      bool `json:"pty"`
+	Attached bool `json:"attached"`
 }
 
 // ProcessList is GET /v1/sandboxes/{id}/processes, oldest first.
@@ -78,4 +88,30 @@ type ProcessSignalRequest struct {
 type StdinWritten struct {
 	Written int64 `json:"written"`
 	Closed  bool  `json:"closed"`
+}
+
+// TerminalControl is a text message of a terminal client on GET
+// .../processes/{pid}/tty.
+type TerminalControl struct {
+	Resize *TerminalSize `json:"resize,omitempty"`
+}
+
+// TerminalSize is a terminal's size in characters, 1-1000 each.
+type TerminalSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// TerminalDropped is a text message of the server on a terminal: the
+// ring no longer holds the Dropped bytes before Offset, where the
+// scrollback it sends begins.
+type TerminalDropped struct {
+	Dropped int64 `json:"dropped"`
+	Offset  int64 `json:"offset"`
+}
+
+// TerminalExit is the server's last text message on a terminal: the
+// process exited with Exit.
+type TerminalExit struct {
+	Exit int `json:"exit"`
 }

@@ -64,6 +64,10 @@ var goTypes = []struct {
 	{"ProcessEndFrame", reflect.TypeFor[wire.ProcessEndFrame]()},
 	{"ProcessSignalRequest", reflect.TypeFor[wire.ProcessSignalRequest]()},
 	{"StdinWritten", reflect.TypeFor[wire.StdinWritten]()},
+	{"TerminalControl", reflect.TypeFor[wire.TerminalControl]()},
+	{"TerminalSize", reflect.TypeFor[wire.TerminalSize]()},
+	{"TerminalDropped", reflect.TypeFor[wire.TerminalDropped]()},
+	{"TerminalExit", reflect.TypeFor[wire.TerminalExit]()},
 	{"Snapshot", reflect.TypeFor[wire.Snapshot]()},
 	{"SnapshotList", reflect.TypeFor[wire.SnapshotList]()},
 

@@ -234,6 +234,15 @@ export interface SpawnProcessRequest {
   stdin?: boolean;
   /** an approved exec.command request (mode spawn) to spend */
   approval?: string;
+  /**
+   * run it on a terminal inside the sandbox (native backend; others answer 503): output is one
+   * stream (stdout), stdin is the terminal's input (always open); attach with GET .../tty
+   */
+  pty?: boolean;
+  /** the terminal's first size in rows (with pty; default 24) */
+  rows?: number;
+  /** the terminal's first size in columns (with pty; default 80) */
+  cols?: number;
 }
 
 export type ProcessState = 'running' | 'exited';
@@ -266,6 +275,10 @@ export interface Process {
   dropped: number;
   /** its stdin is open */
   stdin: boolean;
+  /** it runs on a terminal (GET .../tty attaches) */
+  pty: boolean;
+  /** a terminal client is attached (the one writer) */
+  attached: boolean;
 }
 
 export interface ProcessList {
@@ -303,6 +316,30 @@ export interface ProcessSignalRequest {
 export interface StdinWritten {
   written: number;
   closed: boolean;
+}
+
+/** A text message of a terminal client (GET .../tty): a control; binary messages are what is typed. */
+export interface TerminalControl {
+  resize?: TerminalSize;
+}
+
+export interface TerminalSize {
+  rows: number;
+  cols: number;
+}
+
+/**
+ * A text message of the server on a terminal: the ring no longer holds the dropped bytes before
+ * offset, where the scrollback it sends begins.
+ */
+export interface TerminalDropped {
+  dropped: number;
+  offset: number;
+}
+
+/** The server's last text message on a terminal: the process exited with exit (then a normal close). */
+export interface TerminalExit {
+  exit: number;
 }
 
 export type FileType = 'file' | 'dir' | 'symlink' | 'other';
