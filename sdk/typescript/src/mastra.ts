@@ -870,7 +870,8 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
    * A sibling sandbox from this one's configuration (no I/O): a new logical id unless `id` is given,
    * `sandboxId` reattaches to that daemon sandbox, `env`, `workingDirectory` and `idleTimeoutMinutes` override.
    * Checkpoint names are ignored (no checkpoints yet). A sandbox built on a shared client cannot be cloned
-   * (its connection is the client's own): build it from connection options instead.
+   * (its connection is the client's own): build it from connection options instead. The `volumes` option is not
+   * copied (a volume is in one running sandbox at a time), nor are the mounts of a Workspace.
    */
   clone(options: SandboxCloneOptions = {}): IronClawWorkspaceSandbox {
     if (this.shared) {
@@ -878,7 +879,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
         provider: this.provider,
       });
     }
-    const { sandbox: _s, id: _id, ...same } = this.options;
+    const { sandbox: _s, id: _id, volumes: _v, ...same } = this.options;
     const o: IronClawWorkspaceSandboxOptions = { ...same };
     const id = options.sandboxId ?? options.id;
     if (id !== undefined) o.id = id;

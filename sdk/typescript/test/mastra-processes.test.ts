@@ -264,6 +264,11 @@ describe('mounts', () => {
     const s = sandbox({ volumes: [{ name: 'mastra-opt', path: '/workspace/v' }] });
     await s.start();
     assert.deepEqual((await s.getInfo()).mounts, [{ path: '/workspace/v', filesystem: 'ironclaw-volume:mastra-opt' }]);
+    // a clone does not take the volume (it is in one running sandbox at a time), so it starts beside it
+    const sib = s.clone();
+    cleanup.push(() => sib.destroy());
+    assert.deepEqual(await sib.start(), { outcome: 'created' });
+    assert.deepEqual((await sib.getInfo()).mounts, []);
     await s.destroy();
   });
 });
