@@ -11,6 +11,7 @@ import type {
   Duration,
   FileEntry,
   ModelAccess,
+  PortUrl,
   SandboxInfo,
   SandboxLimits,
   SandboxOptions,
@@ -112,6 +113,10 @@ export function fileEntry(w: wire.FileEntry): FileEntry {
   return { name: w.name, type: w.type, size: w.size, mode: w.mode, mtime: date(w.mtime) };
 }
 
+export function portUrl(w: wire.PortURL): PortUrl {
+  return { port: w.port, url: w.url, expiresAt: date(w.expires_at) };
+}
+
 export function modelAccess(w: wire.ModelToken): ModelAccess {
   return {
     token: w.token,
@@ -151,6 +156,7 @@ export function createRequest(o: SandboxOptions): wire.CreateSandboxRequest {
       labels: o.labels,
       egress: o.egress === undefined ? undefined : { allow: o.egress.allow },
       volumes: o.volumes?.map((v) => ({ name: v.name, path: v.path })),
+      ports: o.ports === undefined ? undefined : [...o.ports],
       ttl: durationOption('ttlMs', o.ttlMs, o.ttl),
       idle: durationOption('idleMs', o.idleMs, o.idle),
       limits: o.limits === undefined ? undefined : limits(o.limits),

@@ -38,6 +38,8 @@ export type {
   FileEntry,
   FileType,
   ModelAccess,
+  PortUrl,
+  PortUrlOptions,
   RunOptions,
   SandboxConnectOptions,
   SandboxCreateOptions,

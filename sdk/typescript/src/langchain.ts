@@ -1,9 +1,21 @@
-/** LangChain.js adapter: a shell tool for `@langchain/core` agents and chat models (`model.bindTools([sandboxTool(sbx)])`). */
+/**
+ * LangChain.js adapter: a shell tool for `@langchain/core` agents and chat models (`model.bindTools([sandboxTool(sbx)])`),
+ * and tools for background processes and ports (`...processTools(sbx)`).
+ */
 import { tool } from '@langchain/core/tools';
 import { z } from 'zod';
 import type { Sandbox } from './sandbox.js';
-import { SHELL_TOOL_DESCRIPTION, runShellTool } from './tool.js';
-import type { ShellToolOptions } from './tool.js';
+import {
+  PROCESS_TOOL_DESCRIPTIONS,
+  SHELL_TOOL_DESCRIPTION,
+  killProcessTool,
+  portUrlTool,
+  processOutputTool,
+  runShellTool,
+  sendStdinTool,
+  startProcessTool,
+} from './tool.js';
+import type { ProcessToolOptions, ShellToolOptions } from './tool.js';
 
 export type { ShellToolOptions } from './tool.js';
 
@@ -26,4 +38,58 @@ export function sandboxTool(sandbox: Sandbox, options: ShellToolOptions = {}) {
       }),
     },
   );
+}
+
+export type { ProcessToolOptions } from './tool.js';
+
+const json = (v: unknown) => JSON.stringify(v);
+
+/**
+ * LangChain tools for background processes and ports in the sandbox, next to {@link sandboxTool}
+ * (`model.bindTools([sandboxTool(sbx), ...processTools(sbx)])`): `start_process`, `process_output`,
+ * `send_stdin`, `kill_process` and `port_url`, each answering the model with JSON text.
+ */
+export function processTools(sandbox: Sandbox, options: ProcessToolOptions = {}) {
+  return [
+    tool(async (input: { command: string; cwd?: string | undefined; stdin?: boolean | undefined }, config) =>
+      json(await startProcessTool(sandbox, input, options, { signal: config?.signal })), {
+      name: 'start_process',
+      description: PROCESS_TOOL_DESCRIPTIONS.start,
+      schema: z.object({
+        command: z.string().min(1).describe('The shell command line, e.g. "npm run dev" or "python3 -m http.server 3000"'),
+        cwd: z.string().optional().describe('Working directory (relative to /workspace, or absolute)'),
+        stdin: z.boolean().optional().describe('Keep its stdin open for send_stdin (default: it reads end of file)'),
+      }),
+    }),
+    tool(async (input: { pid: number; offset?: number | undefined; wait?: boolean | undefined }, config) =>
+      json(await processOutputTool(sandbox, input, options, { signal: config?.signal })), {
+      name: 'process_output',
+      description: PROCESS_TOOL_DESCRIPTIONS.output,
+      schema: z.object({
+        pid: z.number().int().positive().describe('The pid start_process returned'),
+        offset: z.number().int().min(0).optional().describe('The offset a previous read returned (default 0: all it kept)'),
+        wait: z.boolean().optional().describe('Wait until the process exits'),
+      }),
+    }),
+    tool(async (input: { pid: number; data: string; close?: boolean | undefined }, config) =>
+      json(await sendStdinTool(sandbox, input, { signal: config?.signal })), {
+      name: 'send_stdin',
+      description: PROCESS_TOOL_DESCRIPTIONS.stdin,
+      schema: z.object({
+        pid: z.number().int().positive(),
+        data: z.string().describe('Text to write (include "\\n" to end a line)'),
+        close: z.boolean().optional().describe('Close stdin after writing'),
+      }),
+    }),
+    tool(async (input: { pid: number }, config) => json(await killProcessTool(sandbox, input, options, { signal: config?.signal })), {
+      name: 'kill_process',
+      description: PROCESS_TOOL_DESCRIPTIONS.kill,
+      schema: z.object({ pid: z.number().int().positive() }),
+    }),
+    tool(async (input: { port: number }, config) => json(await portUrlTool(sandbox, input, options, { signal: config?.signal })), {
+      name: 'port_url',
+      description: PROCESS_TOOL_DESCRIPTIONS.portUrl,
+      schema: z.object({ port: z.number().int().min(1).max(65535) }),
+    }),
+  ] as const;
 }

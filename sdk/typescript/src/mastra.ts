@@ -18,7 +18,9 @@ import {
   MastraSandbox,
   NotDirectoryError,
   PermissionError,
+  ProcessHandle as MastraProcessHandle,
   SandboxAbortError,
+  SandboxProcessManager,
   SandboxUnsupportedFeatureError,
   StaleFileError,
   UnsupportedGrepPatternError,
@@ -39,12 +41,15 @@ import type {
   InstructionsOption,
   ListOptions,
   MastraFilesystemOptions,
+  ProcessInfo as MastraProcessInfo,
   ProviderStatus,
   ReadOptions,
+  SpawnProcessOptions,
   RemoveOptions,
   SandboxFileInput,
   SandboxCloneOptions,
   SandboxInfo as MastraSandboxInfo,
+  SandboxNetworking,
   SandboxStartOptions,
   SandboxStartResult,
   MountResult,
@@ -67,12 +72,15 @@ import {
   InvalidArgumentError,
   NotFoundError,
   SandboxError,
+  UnavailableError,
 } from './errors.js';
+import type { ProcessInfo as IronClawProcessInfo, SpawnOptions } from './processes.js';
 import type { ExecResult } from './result.js';
 import { Sandbox } from './sandbox.js';
+import { Volumes } from './volumes.js';
 import { SHELL_TOOL_DESCRIPTION, runShellTool } from './tool.js';
 import type { ShellToolOptions } from './tool.js';
-import type { Approval, RunOptions, SandboxInfo, SandboxOptions, WriteFileOptions } from './types.js';
+import type { Approval, ConnectionOptions, RunOptions, SandboxInfo, SandboxOptions, WriteFileOptions } from './types.js';
 
 export interface MastraSandboxToolOptions extends Omit<ShellToolOptions, 'name'> {
   /** Tool id (default `sandbox_shell`); the name the model sees is the key you register it under. */
@@ -301,7 +309,9 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     if (opts.onStart) base.onStart = opts.onStart;
     if (opts.onStop) base.onStop = opts.onStop;
     if (opts.onDestroy) base.onDestroy = opts.onDestroy;
+    base.processes = new IronClawProcessManager();
     super(base);
+    (this as { networking: SandboxNetworking }).networking = { getPortUrl: (port: number) => this.getPortUrl(port) };
     this.options = opts;
     this.shared = opts.sandbox !== undefined;
     this._client = opts.sandbox;
@@ -332,7 +342,26 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
       id: _id,
       ...rest
     } = this.options;
+    const fromMounts = this.volumeMounts();
+    if (fromMounts.length) rest.volumes = [...(rest.volumes ?? []), ...fromMounts];
     return rest;
+  }
+
+  /**
+   * The volumes `Workspace({ mounts })` asked for (IronClaw volume filesystems): the sandbox is created with them
+   * at their mount paths, so they must be known before it starts. Each filesystem learns its mount path here.
+   */
+  private volumeMounts(): Array<{ name: string; path: string }> {
+    const out: Array<{ name: string; path: string }> = [];
+    for (const [path, entry] of this.mounts?.entries ?? []) {
+      const fs = entry.filesystem;
+      const config = fs.getMountConfig?.() as { type?: string; volume?: unknown } | undefined;
+      if (config?.type !== VOLUME_MOUNT_TYPE || typeof config.volume !== 'string') continue;
+      if (entry.state === 'error' || entry.state === 'unsupported') continue;
+      if (fs instanceof IronClawFilesystem) fs.bindMountPath(path);
+      out.push({ name: config.volume, path });
+    }
+    return out;
   }
 
   /** `start()` after a `destroy()` makes a new sandbox (the object stays usable), as LocalSandbox does. */
@@ -363,6 +392,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
       const client = this._client as Sandbox;
       const had = client.id !== undefined;
       await client.engage(call);
+      await this.resumeIfPaused(client, call);
       return { outcome: had ? 'connected' : 'created' };
     }
     const rest = this.rest();
@@ -371,6 +401,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
     if (known !== undefined) {
       try {
         this._client = await Sandbox.connect(known, { ...rest, ...call });
+        await this.resumeIfPaused(this._client, call);
         return { outcome: 'connected' };
       } catch (err) {
         const gone = err instanceof NotFoundError || err instanceof ConflictError;
@@ -411,7 +442,11 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
   ): Promise<{ sandbox: Sandbox; created: boolean }> {
     const labels = { ...(rest.labels ?? {}), [MASTRA_ID_LABEL]: this.id };
     const first = (await Sandbox.list({ ...rest, ...call, labels })).sort(byAge)[0];
-    if (first) return { sandbox: await Sandbox.connect(first.id, { ...rest, ...call }), created: false };
+    if (first) {
+      const found = await Sandbox.connect(first.id, { ...rest, ...call });
+      await this.resumeIfPaused(found, call);
+      return { sandbox: found, created: false };
+    }
     const mine = await Sandbox.create({ ...rest, ...call, labels });
     // Another process may have raced us to it: the oldest sandbox with this logical id wins, the others go.
     const all = (await Sandbox.list({ ...rest, labels }).catch(() => [])).sort(byAge);
@@ -455,19 +490,48 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
   }
 
   /**
-   * Detaches without destroying: the daemon keeps the sandbox running (until its idle timeout or ttl) and
-   * the next `start()` reconnects to it. Use `destroy()` to end it.
+   * Pauses the sandbox (as E2B's `stop()` does): its processes are frozen (no CPU; memory, files and background
+   * processes kept) and the next `start()` (or any command, through `ensureRunning()`) resumes it. On a backend
+   * that cannot pause (`UnavailableError`) it only detaches, with a warning. Use `destroy()` to end it.
    */
   override async stop(): Promise<void> {
     await this.pauseOnStop();
   }
 
-  /**
-   * Where `stop()` will pause the sandbox (freeze its processes, keep its memory) once the daemon and the
-   * SDK offer pause and resume; until then `stop()` only detaches.
-   */
+  /** Pauses the daemon sandbox in use, if any (a sandbox already paused stays so). */
   protected async pauseOnStop(): Promise<void> {
-    // nothing to release on the client side; the id is kept for the next start()
+    const c = this._client;
+    if (c?.id === undefined) return;
+    try {
+      await c.pause();
+    } catch (err) {
+      if (isGone(err)) return; // nothing left to pause; the next start makes a new one
+      if (err instanceof ConflictError && /paused/.test(err.message)) return;
+      if (err instanceof UnavailableError) {
+        this.logger.warn(`IronClaw sandbox ${c.id} cannot be paused on this backend (${err.message}); stop() only detaches`);
+        return;
+      }
+      throw err;
+    }
+  }
+
+  private async resumeIfPaused(c: Sandbox, call: { signal?: AbortSignal }): Promise<void> {
+    if (c.info?.state !== 'paused') return;
+    await c.resume(call);
+  }
+
+  /**
+   * `networking.getPortUrl(port)`: a URL that reaches `port` in the sandbox from the host through the daemon
+   * (a signed, expiring URL; see `Sandbox.getPortUrl`). `null` for a port the sandbox was not created with
+   * (the `ports` option) or a sandbox that is destroyed; the daemon's refusal (a policy without
+   * `ports.inbound`) is thrown.
+   */
+  async getPortUrl(port: number, opts: { ttlMs?: number } = {}): Promise<string | null> {
+    if (!(this.options.ports ?? []).includes(port)) return null;
+    if (this.status === 'destroyed' || this.status === 'destroying') return null;
+    const o: { ttlMs?: number } = {};
+    if (opts.ttlMs !== undefined) o.ttlMs = opts.ttlMs;
+    return (await this.withClient((c) => c.getPortUrl(port, o))).url;
   }
 
   /**
@@ -511,7 +575,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
       provider: this.provider,
       status: this.status,
       createdAt: info ? info.createdAt : new Date(),
-      mounts: [],
+      mounts: this.mountList(),
       metadata: {
         sandboxId: c?.id,
         state: info?.state,
@@ -704,30 +768,110 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
   }
 
   /**
-   * Mounting other filesystems into the sandbox is not supported yet (it needs the daemon's volumes): every
-   * mount a `Workspace({ mounts })` asks for ends in Mastra's `error` state with this reason, logged, rather than
-   * being silently skipped. (Mastra's file tools still reach the mounted filesystems from the host; commands in
-   * the sandbox do not see them.)
+   * What `getInfo().mounts` lists: the volumes of the `volumes` option, and the mounts of `Workspace({ mounts })`
+   * that are mounted, each with its filesystem (`ironclaw-volume:<name>` for a volume).
    */
-  override async mount(filesystem: WorkspaceFilesystem, mountPath: string): Promise<MountResult> {
-    return {
-      success: false,
-      mountPath,
-      error:
-        `IronClaw sandboxes cannot mount filesystems yet: ${filesystem.provider} at ${mountPath} is not visible to ` +
-        'commands in the sandbox (only /workspace and /tmp are)',
-    };
+  private mountList(): Array<{ path: string; filesystem: string }> {
+    const out: Array<{ path: string; filesystem: string }> = (this.options.volumes ?? []).map((v) => ({
+      path: v.path,
+      filesystem: `${VOLUME_MOUNT_TYPE}:${v.name}`,
+    }));
+    for (const [path, entry] of this.mounts?.entries ?? []) {
+      if (entry.state !== 'mounted') continue;
+      const config = entry.filesystem.getMountConfig?.() as { type?: string; volume?: unknown } | undefined;
+      out.push({
+        path,
+        filesystem: config?.type === VOLUME_MOUNT_TYPE ? `${VOLUME_MOUNT_TYPE}:${String(config.volume)}` : entry.filesystem.provider,
+      });
+    }
+    return out;
   }
 
-  override async unmount(_mountPath: string): Promise<void> {
-    // nothing was ever mounted
+  /**
+   * Mounts for `Workspace({ mounts })`. An IronClaw sandbox mounts IronClaw volumes only
+   * (`new IronClawFilesystem({ sandbox, volume })`, mount config {@link IronClawVolumeMountConfig}); they are
+   * mounted when the sandbox is created, so this only checks that the sandbox in use has the volume at the
+   * path (a sandbox that was already running without it, reconnected by its id, does not: destroy it and start
+   * again). The plain `IronClawFilesystem` mounts at `/workspace` only, where it already is. Anything else
+   * (S3, GCS, a host directory, ...) is a mount error naming the filesystem, never silently skipped.
+   */
+  override async mount(filesystem: WorkspaceFilesystem, mountPath: string): Promise<MountResult> {
+    const config = filesystem.getMountConfig?.() as { type?: string; volume?: unknown } | undefined;
+    if (config?.type === WORKSPACE_MOUNT_TYPE) {
+      if (mountPath === ROOT) return { success: true, mountPath };
+      return {
+        success: false,
+        mountPath,
+        error: `the IronClaw workspace filesystem is the sandbox's ${ROOT} and mounts only there, not at ${mountPath}`,
+      };
+    }
+    if (config?.type !== VOLUME_MOUNT_TYPE || typeof config.volume !== 'string') {
+      return {
+        success: false,
+        mountPath,
+        error:
+          `IronClaw sandboxes mount only IronClaw volumes ({ type: '${VOLUME_MOUNT_TYPE}' }): ${filesystem.provider}` +
+          `${config?.type ? ` (${config.type})` : ''} at ${mountPath} is not visible to commands in the sandbox`,
+      };
+    }
+    const volume = config.volume;
+    try {
+      const v = await Volumes.get(volume, this.connection());
+      if (v.sandbox !== undefined && v.sandbox === this.sandboxId) {
+        if (filesystem instanceof IronClawFilesystem) filesystem.bindMountPath(mountPath);
+        return { success: true, mountPath };
+      }
+      return {
+        success: false,
+        mountPath,
+        error:
+          `volume ${volume} is not mounted in sandbox ${String(this.sandboxId)}` +
+          (v.sandbox ? ` (sandbox ${v.sandbox} has it)` : ' (that sandbox was created without it: destroy it and start again)'),
+      };
+    } catch (err) {
+      return { success: false, mountPath, error: `volume ${volume}: ${err instanceof Error ? err.message : String(err)}` };
+    }
+  }
+
+  /** Volumes stay mounted until the sandbox ends (the daemon mounts them at create only): this forgets the entry. */
+  override async unmount(mountPath: string): Promise<void> {
+    this.mounts?.delete(mountPath);
+  }
+
+  /** The connection options (address, token, fetch, ...) of this sandbox's clients. */
+  private connection(): ConnectionOptions {
+    return this.rest();
+  }
+
+  /**
+   * @internal Spawns a background process; one the daemon's policy holds for an operator's approval waits for
+   * the decision (announced as executeCommand's are) and is refused with `ApprovalDeniedError` if not approved.
+   */
+  async spawnApproved(c: Sandbox, command: string, sopts: SpawnOptions): Promise<IronClawProcessInfo> {
+    try {
+      return await c.processes.spawn(command, sopts);
+    } catch (err) {
+      if (!(err instanceof ApprovalRequiredError) || !err.approval) throw err;
+      const pending = err.approval;
+      const call = toolCallContext.getStore();
+      this.options.onApproval?.(pending);
+      void call?.writer?.custom({ type: APPROVAL_CHUNK_TYPE, data: approvalChunk(pending, call.toolCallId) }).catch(() => undefined);
+      const final = await c.waitForApproval(pending.id);
+      if (final.state !== 'approved') {
+        throw new ApprovalDeniedError(`"${command}" was ${final.state === 'pending' ? 'not decided in time' : final.state}${final.reason ? `: ${final.reason}` : ''} (${final.id})`, {
+          approval: final,
+        });
+      }
+      return c.processes.spawn(command, { ...sopts, approval: final.id });
+    }
   }
 
   /**
    * A sibling sandbox from this one's configuration (no I/O): a new logical id unless `id` is given,
    * `sandboxId` reattaches to that daemon sandbox, `env`, `workingDirectory` and `idleTimeoutMinutes` override.
    * Checkpoint names are ignored (no checkpoints yet). A sandbox built on a shared client cannot be cloned
-   * (its connection is the client's own): build it from connection options instead.
+   * (its connection is the client's own): build it from connection options instead. The `volumes` option is not
+   * copied (a volume is in one running sandbox at a time), nor are the mounts of a Workspace.
    */
   clone(options: SandboxCloneOptions = {}): IronClawWorkspaceSandbox {
     if (this.shared) {
@@ -735,7 +879,7 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
         provider: this.provider,
       });
     }
-    const { sandbox: _s, id: _id, ...same } = this.options;
+    const { sandbox: _s, id: _id, volumes: _v, ...same } = this.options;
     const o: IronClawWorkspaceSandboxOptions = { ...same };
     const id = options.sandboxId ?? options.id;
     if (id !== undefined) o.id = id;
@@ -769,6 +913,253 @@ export class IronClawWorkspaceSandbox extends MastraSandbox {
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Processes
+
+/** The command line a daemon process was spawned with (the shell line for `sh -c`). */
+function commandOf(argv: string[]): string {
+  if (argv.length === 3 && argv[0] === '/bin/sh' && argv[1] === '-c') return argv[2] as string;
+  return argv.map(shellQuote).join(' ');
+}
+
+/**
+ * A Mastra `ProcessHandle` over an IronClaw background process. Its output is the daemon's log of the process,
+ * read from an offset: `IronClawProcessManager.get()` reads what is new (so `handle.stdout` is current when the
+ * tools look at it), `wait()` (and spawn-time `onStdout`/`onStderr`) follow it live until the exit. Exit codes as
+ * LocalSandbox reports them: 124 and `Process timed out after Nms` on stderr for a `timeout`, 128 (`killed`) for
+ * a process this client killed; the rest as the daemon says (128+N for a signal from elsewhere).
+ */
+export class IronClawProcessHandle extends MastraProcessHandle {
+  readonly pid: string;
+  exitCode: number | undefined = undefined;
+  /** The daemon's description of the process as last read. */
+  info: IronClawProcessInfo;
+  private offset: number;
+  private following: Promise<void> | undefined;
+  private refreshing: Promise<void> | undefined;
+  private timedOut = false;
+  private killing = false;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private readonly timeoutMs: number | undefined;
+  private readonly startedAt: number;
+  private endedAt: number | undefined;
+
+  constructor(
+    private readonly client: Sandbox,
+    info: IronClawProcessInfo,
+    options: Pick<SpawnProcessOptions, 'maxRetainedBytes' | 'onStdout' | 'onStderr' | 'timeout'> = {},
+    offset = 0,
+  ) {
+    const base: Pick<SpawnProcessOptions, 'maxRetainedBytes' | 'onStdout' | 'onStderr'> = {};
+    if (options.maxRetainedBytes !== undefined) base.maxRetainedBytes = options.maxRetainedBytes;
+    if (options.onStdout) base.onStdout = options.onStdout;
+    if (options.onStderr) base.onStderr = options.onStderr;
+    super(base);
+    this.pid = String(info.pid);
+    this.info = info;
+    this.offset = offset;
+    this.command = commandOf(info.argv);
+    this.startedAt = info.startedAt.getTime();
+    this.timeoutMs = options.timeout;
+    if (options.timeout !== undefined && options.timeout > 0 && info.state === 'running') {
+      this.timer = setTimeout(() => {
+        this.timedOut = true;
+        void this.client.processes.signal(info.pid, 'TERM').catch(() => undefined);
+      }, options.timeout);
+      this.timer.unref?.();
+    }
+    if (info.state === 'exited') this.finish(info.exitCode, info.error);
+  }
+
+  /** The daemon's handle of the process (a number). */
+  get daemonPid(): number {
+    return this.info.pid;
+  }
+
+  private finish(exit: number | undefined, error: string | undefined): void {
+    if (this.exitCode !== undefined) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.endedAt = Date.now();
+    if (this.timedOut) {
+      this.emitStderr(`\nProcess timed out after ${this.timeoutMs}ms`);
+      this.exitCode = TIMEOUT_EXIT;
+    } else if (this.killing || error === 'killed') {
+      this.exitCode = KILLED_EXIT;
+    } else {
+      this.exitCode = exit ?? -1;
+    }
+    if (error && error !== 'killed' && exit !== undefined && exit >= 126 && exit <= 127) this.emitStderr(error);
+  }
+
+  private read(follow: boolean): Promise<void> {
+    return this.client.processes
+      .output(this.info.pid, {
+        offset: this.offset,
+        follow,
+        collect: false,
+        onStdout: (t) => this.emitStdout(t),
+        onStderr: (t) => this.emitStderr(t),
+      })
+      .then(
+        (out) => {
+          this.offset = out.offset;
+          if (out.state === 'exited') this.finish(out.exitCode, out.error);
+        },
+        (err: unknown) => {
+          // released on the daemon by another client (its kill, or a release after its exit): the end is unknown here
+          if (err instanceof NotFoundError && /process not found/.test(err.message)) return this.finish(undefined, 'released');
+          throw err;
+        },
+      );
+  }
+
+  /** Reads the output that is new since the last read, and the state (unless a live follow does already). */
+  refresh(): Promise<void> {
+    if (this.exitCode !== undefined || this.following) return Promise.resolve();
+    this.refreshing ??= this.read(false).finally(() => {
+      this.refreshing = undefined;
+    });
+    return this.refreshing;
+  }
+
+  /** Follows the output live until the process exits (one follow at a time). */
+  follow(): Promise<void> {
+    if (this.exitCode !== undefined) return Promise.resolve();
+    this.following ??= (async () => {
+      await this.refreshing?.catch(() => undefined);
+      while (this.exitCode === undefined) await this.read(true);
+    })().finally(() => {
+      this.following = undefined;
+    });
+    return this.following;
+  }
+
+  override async wait(): Promise<CommandResult> {
+    await this.follow();
+    const exitCode = this.exitCode as number;
+    return {
+      success: exitCode === 0,
+      exitCode,
+      stdout: this.stdout,
+      stderr: this.stderr,
+      executionTimeMs: (this.endedAt ?? Date.now()) - this.startedAt,
+      killed: this.killing || this.timedOut || this.info.error === 'killed',
+      timedOut: this.timedOut,
+    };
+  }
+
+  /** Kills the process group (SIGKILL) and waits for its end; `false` if it had already exited. */
+  async kill(): Promise<boolean> {
+    if (this.exitCode !== undefined) return false;
+    this.killing = true;
+    try {
+      await this.client.processes.signal(this.info.pid, 'KILL');
+    } catch (err) {
+      this.killing = false;
+      if (err instanceof ConflictError || err instanceof NotFoundError) {
+        await this.refresh().catch(() => undefined);
+        return false;
+      }
+      throw err;
+    }
+    await this.follow().catch(() => undefined);
+    return true;
+  }
+
+  async sendStdin(data: string): Promise<void> {
+    this.checkStdin();
+    await this.client.processes.sendStdin(this.info.pid, data);
+  }
+
+  override async closeStdin(): Promise<void> {
+    this.checkStdin();
+    await this.client.processes.closeStdin(this.info.pid);
+  }
+
+  private checkStdin(): void {
+    if (this.exitCode !== undefined) throw new Error(`Process ${this.pid} has already exited with code ${this.exitCode}`);
+    if (!this.info.stdin) throw new Error(`Process ${this.pid} does not have stdin available (spawned with stdinMode 'ignore')`);
+  }
+
+  /** @internal Forgets the process on the daemon (its slot among the kept exited processes). */
+  forget(): Promise<unknown> {
+    return this.client.processes.kill(this.info.pid).catch(() => undefined);
+  }
+}
+
+/**
+ * Mastra's `SandboxProcessManager` over the daemon's processes API (`sandbox.processes`): background processes
+ * that the daemon holds, so they outlive this client. `list()` asks the daemon; `get(pid)` of a process this
+ * client does not know (spawned before a restart, or by another client) reattaches to it with its retained
+ * output (the newest 1 MiB). `spawn` honours `cwd` (relative: under the working directory), `env` (with the
+ * sandbox's overlay), `stdinMode` (`pipe`, the default, opens stdin), `timeout`, `maxRetainedBytes` and the
+ * callbacks; a spawn the daemon's policy holds for an operator waits for the decision.
+ */
+export class IronClawProcessManager extends SandboxProcessManager<IronClawWorkspaceSandbox> {
+  override async spawn(command: string, options: SpawnProcessOptions = {}): Promise<MastraProcessHandle> {
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(options.env ?? {})) if (v !== undefined) env[k] = v;
+    const wd = this.sandbox.workingDirectory ?? ROOT;
+    const cwd = options.cwd === undefined ? wd : options.cwd.startsWith('/') ? options.cwd : posix.resolve(wd, options.cwd);
+    const sopts: SpawnOptions = { cwd, stdin: options.stdinMode !== 'ignore' };
+    if (Object.keys(env).length) sopts.env = env;
+    let client: Sandbox | undefined;
+    const info = await this.sandbox.withClient(async (c) => {
+      client = c;
+      return this.sandbox.spawnApproved(c, command, sopts);
+    });
+    const handle = new IronClawProcessHandle(client as Sandbox, info, options);
+    this._tracked.set(handle.pid, handle);
+    // live callbacks and the timeout's result need the output as it comes
+    if (options.onStdout || options.onStderr || options.timeout) void handle.follow().catch(() => undefined);
+    return handle;
+  }
+
+  override async list(): Promise<MastraProcessInfo[]> {
+    const all = await this.sandbox.withClient((c) => c.processes.list());
+    return all
+      .filter((p) => !this._dismissed.has(String(p.pid)))
+      .map((p) => {
+        const tracked = this._tracked.get(String(p.pid));
+        const exitCode = tracked?.exitCode ?? p.exitCode;
+        const out: MastraProcessInfo = { pid: String(p.pid), command: commandOf(p.argv), running: p.state === 'running' };
+        if (p.state === 'exited' && exitCode !== undefined) out.exitCode = exitCode;
+        return out;
+      });
+  }
+
+  override async get(pid: string): Promise<MastraProcessHandle | undefined> {
+    const tracked = this._tracked.get(pid) as IronClawProcessHandle | undefined;
+    if (tracked) {
+      await tracked.refresh();
+      return tracked;
+    }
+    if (!/^[1-9]\d{0,15}$/.test(pid)) return undefined;
+    let client: Sandbox | undefined;
+    let info: IronClawProcessInfo;
+    try {
+      info = await this.sandbox.withClient((c) => {
+        client = c;
+        return c.processes.get(Number(pid));
+      });
+    } catch (err) {
+      if (err instanceof NotFoundError && !isGone(err)) return undefined;
+      throw err;
+    }
+    const handle = new IronClawProcessHandle(client as Sandbox, info);
+    this._tracked.set(handle.pid, handle);
+    await handle.refresh();
+    return handle;
+  }
+
+  /** Forgets the handle; an exited process is also released on the daemon. A running one keeps running. */
+  override release(pid: string): void {
+    const h = this._tracked.get(pid) as IronClawProcessHandle | undefined;
+    super.release(pid);
+    if (h && h.exitCode !== undefined) void h.forget();
+  }
+}
+
 function byAge(a: SandboxInfo, b: SandboxInfo): number {
   return a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 }
@@ -789,7 +1180,29 @@ export interface IronClawFilesystemOptions extends MastraFilesystemOptions {
   readOnly?: boolean;
   /** Text for the agent's instructions: a string (`''`: none), or a function of the default and `requestContext`. */
   instructions?: InstructionsOption;
+  /**
+   * An IronClaw volume (`Volumes.create`) this filesystem is: use it as a mount,
+   * `new Workspace({ sandbox, mounts: { '/data': new IronClawFilesystem({ sandbox, volume: 'notes' }) } })`;
+   * the sandbox is then created with the volume at the mount path (commands see it there), and the
+   * filesystem's paths are relative to that path. Without it the filesystem is the sandbox's `/workspace`.
+   */
+  volume?: string;
 }
+
+/** The mount config of an {@link IronClawFilesystem} over a volume (`getMountConfig()`), which an IronClaw sandbox mounts. */
+export interface IronClawVolumeMountConfig {
+  type: 'ironclaw-volume';
+  /** The volume's name. */
+  volume: string;
+}
+
+/** The mount config of the plain {@link IronClawFilesystem}: the sandbox's own `/workspace`, mountable there only. */
+export interface IronClawWorkspaceMountConfig {
+  type: 'ironclaw-workspace';
+}
+
+export const VOLUME_MOUNT_TYPE = 'ironclaw-volume';
+export const WORKSPACE_MOUNT_TYPE = 'ironclaw-workspace';
 
 // Exit codes of the helper scripts below (errno values, as the shell cannot see them).
 const ENOENT = 2;
@@ -839,6 +1252,11 @@ export function mimeTypeOf(name: string): string {
 
 const ROOT = '/workspace';
 
+/** The daemon's file API takes paths under /workspace and /tmp only. */
+function fileApiReaches(abs: string): boolean {
+  return abs === ROOT || abs.startsWith(`${ROOT}/`) || abs === '/tmp' || abs.startsWith('/tmp/');
+}
+
 /**
  * A Mastra `WorkspaceFilesystem` over the sandbox's `/workspace` (its `basePath`): every path is relative to it,
  * a leading `/` included (`/notes/a.txt` is `/workspace/notes/a.txt`; `/workspace/...` is taken as is), and a
@@ -850,8 +1268,11 @@ export class IronClawFilesystem extends MastraFilesystem {
   readonly id: string;
   readonly name = 'IronClawFilesystem';
   readonly provider = 'ironclaw';
-  readonly basePath = ROOT;
+  /** `/workspace`, or the mount path of the volume this filesystem is. */
+  basePath = ROOT;
   readonly readOnly: boolean;
+  /** The volume this filesystem is, if it is one. */
+  readonly volume: string | undefined;
   readonly icon = 'hard-drive';
   readonly displayName = 'IronClaw sandbox';
   readonly description = "The sandbox's /workspace, reached through the IronClaw daemon";
@@ -868,12 +1289,26 @@ export class IronClawFilesystem extends MastraFilesystem {
     this.source = opts.sandbox;
     this.instructions = opts.instructions;
     this.readOnly = opts.readOnly ?? false;
+    this.volume = opts.volume;
     this.id = opts.id ?? `ironclaw-fs-${randomUUID()}`;
+  }
+
+  /**
+   * What an IronClaw sandbox mounts: the volume ({@link IronClawVolumeMountConfig}), or for the plain filesystem
+   * the sandbox's own `/workspace` ({@link IronClawWorkspaceMountConfig}).
+   */
+  getMountConfig(): IronClawVolumeMountConfig | IronClawWorkspaceMountConfig {
+    return this.volume !== undefined ? { type: VOLUME_MOUNT_TYPE, volume: this.volume } : { type: WORKSPACE_MOUNT_TYPE };
+  }
+
+  /** @internal The sandbox tells a volume filesystem where it mounted it. */
+  bindMountPath(path: string): void {
+    this.basePath = path;
   }
 
   getInstructions(opts?: { requestContext?: RequestContext }): string {
     const def =
-      'Files live in the IronClaw sandbox under /workspace: paths are relative to it ("/" is /workspace itself)' +
+      `Files live in the IronClaw sandbox under ${this.basePath}: paths are relative to it ("/" is ${this.basePath} itself)` +
       (this.readOnly ? '; the filesystem is read-only.' : '.');
     const o = this.instructions;
     if (typeof o === 'string') return o;
@@ -891,7 +1326,7 @@ export class IronClawFilesystem extends MastraFilesystem {
       status: this.status,
       readOnly: this.readOnly,
       icon: this.icon,
-      metadata: { basePath: ROOT },
+      metadata: { basePath: this.basePath, ...(this.volume !== undefined ? { volume: this.volume } : {}) },
     };
     const sid = this.source instanceof Sandbox ? this.source.id : this.source.sandboxId;
     if (sid !== undefined) (info.metadata as Record<string, unknown>)['sandboxId'] = sid;
@@ -907,17 +1342,18 @@ export class IronClawFilesystem extends MastraFilesystem {
   resolve(path: string, op = 'access'): string {
     // '~' is HOME, which is /workspace in an IronClaw sandbox
     const p = path.trim() === '' || path === '~' ? '.' : path.startsWith('~/') ? path.slice(2) : path;
-    const abs = p === ROOT || p.startsWith(`${ROOT}/`) ? p : posix.join(ROOT, p);
+    const root = this.basePath;
+    const abs = p === root || p.startsWith(`${root}/`) ? p : posix.join(root, p);
     const clean = posix.normalize(abs).replace(/\/+$/, '') || '/';
-    if (clean !== ROOT && !clean.startsWith(`${ROOT}/`)) {
-      throw new PermissionError(path, `${op} (path is outside the workspace; use a path relative to /workspace)`);
+    if (clean !== root && !clean.startsWith(`${root}/`)) {
+      throw new PermissionError(path, `${op} (path is outside the workspace; use a path relative to ${root})`);
     }
     return clean;
   }
 
   /** The workspace-relative form of a sandbox path (as LocalFilesystem returns paths). */
   private relative(abs: string): string {
-    return posix.relative(ROOT, abs);
+    return posix.relative(this.basePath, abs);
   }
 
   private async withClient<T>(fn: (c: Sandbox) => Promise<T>): Promise<T> {
@@ -926,6 +1362,34 @@ export class IronClawFilesystem extends MastraFilesystem {
       return fn(this.source);
     }
     return this.source.withClient(fn);
+  }
+
+  /**
+   * Reads a file's bytes: through the daemon's file API under /workspace and /tmp, else (a volume mounted at a
+   * top-level path, which the file API does not reach) as base64 through a command (files up to ~3 MiB).
+   */
+  private async readBytes(abs: string, path: string): Promise<Uint8Array> {
+    if (fileApiReaches(abs)) return this.withClient((c) => c.readFile(abs));
+    const r = await this.sh('[ -e "$1" ] || exit 2; [ -d "$1" ] && exit 21; [ -r "$1" ] || exit 13; base64 < "$1"', abs);
+    this.check(r, path, 'read');
+    if (r.truncated) throw new FilesystemError(`${path} is too large to read outside /workspace`, 'EFBIG', path);
+    return new Uint8Array(Buffer.from(r.stdout.replace(/\s+/g, ''), 'base64'));
+  }
+
+  /** Writes a file's bytes (parents created), as {@link readBytes} reads them. */
+  private async writeBytes(abs: string, path: string, data: Uint8Array): Promise<void> {
+    if (fileApiReaches(abs)) {
+      await this.withClient((c) => c.writeFile(abs, data));
+      return;
+    }
+    const r = await this.withClient((c) =>
+      c.run(['/bin/sh', '-c', '[ -d "$1" ] && exit 21; mkdir -p -- "$(dirname -- "$1")" && base64 -d > "$1"', 'sh', abs], {
+        approval: 'fail',
+        env: { LC_ALL: 'C' },
+        stdin: Buffer.from(data).toString('base64'),
+      }),
+    );
+    this.check(r, path, 'write');
   }
 
   private writable(op: string): void {
@@ -980,7 +1444,7 @@ export class IronClawFilesystem extends MastraFilesystem {
     const r = await this.sh('[ -e "$1" ] || [ -L "$1" ] || exit 2; readlink -f -- "$1"', abs);
     this.check(r, path, 'realpath');
     const real = r.stdout.replace(/\n$/, '');
-    if (real !== ROOT && !real.startsWith(`${ROOT}/`)) throw new PermissionError(path, 'realpath (it leads outside the workspace)');
+    if (real !== this.basePath && !real.startsWith(`${this.basePath}/`)) throw new PermissionError(path, 'realpath (it leads outside the workspace)');
     return this.relative(real);
   }
 
@@ -989,7 +1453,7 @@ export class IronClawFilesystem extends MastraFilesystem {
     const abs = this.resolve(path, 'read');
     let bytes: Uint8Array;
     try {
-      bytes = await this.withClient((c) => c.readFile(abs));
+      bytes = await this.readBytes(abs, path);
     } catch (err) {
       throw this.mapFileError(err, path, 'read');
     }
@@ -1023,7 +1487,7 @@ export class IronClawFilesystem extends MastraFilesystem {
       }
     }
     try {
-      await this.withClient((c) => c.writeFile(abs, typeof content === 'string' ? content : new Uint8Array(content)));
+      await this.writeBytes(abs, path, typeof content === 'string' ? new TextEncoder().encode(content) : new Uint8Array(content));
     } catch (err) {
       throw this.mapFileError(err, path, 'write');
     }
@@ -1035,7 +1499,7 @@ export class IronClawFilesystem extends MastraFilesystem {
     const abs = this.resolve(path, 'write');
     let old: Uint8Array = new Uint8Array();
     try {
-      old = await this.withClient((c) => c.readFile(abs));
+      old = await this.readBytes(abs, path);
     } catch (err) {
       const mapped = this.mapFileError(err, path, 'read');
       if (!(mapped instanceof FileNotFoundError)) throw mapped;
@@ -1045,7 +1509,7 @@ export class IronClawFilesystem extends MastraFilesystem {
     all.set(old, 0);
     all.set(add, old.byteLength);
     try {
-      await this.withClient((c) => c.writeFile(abs, all));
+      await this.writeBytes(abs, path, all);
     } catch (err) {
       throw this.mapFileError(err, path, 'write');
     }

@@ -1,12 +1,13 @@
 import { posix } from 'node:path';
 import { Http, checkMs, sleep } from './client.js';
 import type { Call } from './client.js';
-import { approval as toApproval, createRequest, durationOption, fileEntry, modelAccess, sandboxInfo } from './convert.js';
+import { approval as toApproval, createRequest, durationOption, fileEntry, modelAccess, portUrl, sandboxInfo } from './convert.js';
 import {
   ApprovalDeniedError,
   ApprovalRequiredError,
   ApprovalTimeoutError,
   ConflictError,
+  InvalidArgumentError,
   ProtocolError,
   UnavailableError,
 } from './errors.js';
@@ -18,6 +19,8 @@ import type {
   CallOptions,
   FileEntry,
   ModelAccess,
+  PortUrl,
+  PortUrlOptions,
   RunOptions,
   SandboxConnectOptions,
   SandboxCreateOptions,
@@ -343,6 +346,21 @@ export class Sandbox {
   async snapshot(opts: CallOptions = {}): Promise<wire.Snapshot> {
     const id = await this.sid(opts);
     return this.http.json<wire.Snapshot>('POST', `/v1/sandboxes/${id}/snapshots`, call(opts));
+  }
+
+  /**
+   * A URL that reaches `port` inside the sandbox from the host (`POST /v1/sandboxes/{id}/ports`): the daemon
+   * reverse-proxies HTTP and WebSocket on it to the sandbox's `127.0.0.1:<port>` until `expiresAt`. The port must
+   * be one the sandbox was created with (`ports: [3000]`) and the policy must allow inbound ports
+   * (`ForbiddenError` otherwise). A `502` from the URL means nothing listens inside yet.
+   */
+  async getPortUrl(port: number, opts: PortUrlOptions = {}): Promise<PortUrl> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new InvalidArgumentError(`port ${String(port)} is not a TCP port`);
+    const id = await this.sid(opts);
+    const body: wire.OpenPortRequest = { port };
+    const ttl = durationOption('ttlMs', opts.ttlMs, undefined);
+    if (ttl !== undefined) body.ttl = ttl;
+    return portUrl(await this.http.json<wire.PortURL>('POST', `/v1/sandboxes/${id}/ports`, { ...call(opts), body }));
   }
 
   /** Resumes a paused sandbox (`POST /v1/sandboxes/{id}/resume`); returns it, now `running`. */

@@ -86,6 +86,12 @@ export interface SandboxOptions extends ConnectionOptions {
    * directory; a volume is in one running sandbox at a time (`ConflictError` otherwise).
    */
   volumes?: VolumeMount[];
+  /**
+   * Loopback TCP ports (at most 16, 1024-65535, not 4000 or 4001) the sandbox's servers may listen on, to be
+   * reached from the host with `getPortUrl(port)`. Needs a policy with `ports.inbound: true` (`ForbiddenError`
+   * otherwise).
+   */
+  ports?: number[];
   labels?: Record<string, string>;
   /** A snapshot id (`snap-…`, from `sandbox.snapshot()`): `/workspace` starts as that snapshot (a fork). */
   snapshot?: string;
@@ -262,4 +268,18 @@ export interface VolumeInfo {
   createdAt: Date;
   /** The running sandbox it is mounted in, when it is. */
   sandbox?: string;
+}
+
+/** A URL that reaches a port of the sandbox from the host (`sandbox.getPortUrl`). */
+export interface PortUrl {
+  port: number;
+  /** `http://<the daemon's ports listener>/p/<ticket>/`: the URL is the credential; the path after it is the path inside. */
+  url: string;
+  /** When the URL stops working (it also stops when the sandbox ends). */
+  expiresAt: Date;
+}
+
+export interface PortUrlOptions extends CallOptions {
+  /** How long the URL works, in milliseconds. @default and at most the policy's `ports.url_ttl` (1h) */
+  ttlMs?: number;
 }

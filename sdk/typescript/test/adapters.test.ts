@@ -2,18 +2,19 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, stepCountIs } from 'ai';
+import type { Tool } from 'ai';
 import { IronClawSandbox } from '../src/index.js';
-import { sandboxTool as aiSdkTool } from '../src/ai-sdk.js';
-import { sandboxTool as langchainTool } from '../src/langchain.js';
-import { startDaemon } from './helpers/daemon.js';
+import { sandboxTool as aiSdkTool, processTools as aiSdkProcessTools } from '../src/ai-sdk.js';
+import { sandboxTool as langchainTool, processTools as langchainProcessTools } from '../src/langchain.js';
+import { eventually, startDaemon } from './helpers/daemon.js';
 import type { Daemon } from './helpers/daemon.js';
 
 let d: Daemon;
 let sbx: IronClawSandbox;
 
 before(async () => {
-  d = await startDaemon();
-  sbx = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
+  d = await startDaemon({ policy: { ports: { inbound: true } }, args: ['--ports-listen', '127.0.0.1:0'] });
+  sbx = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken, ports: [3000] });
 });
 after(async () => {
   await sbx?.destroy().catch(() => undefined);
@@ -77,5 +78,91 @@ describe('langchain', () => {
   test('the schema rejects bad input', async () => {
     const t = langchainTool(sbx);
     await assert.rejects(t.invoke({ command: 42 } as any));
+  });
+});
+
+const SERVER = `exec python3 -c "import http.server as h
+class H(h.BaseHTTPRequestHandler):
+  def do_GET(s):
+    b=('hello '+s.path).encode(); s.send_response(200); s.send_header('content-length',str(len(b))); s.end_headers(); s.wfile.write(b)
+h.HTTPServer(('127.0.0.1',3000),H).serve_forever()"`;
+
+async function fetchText(url: string): Promise<string> {
+  return eventually(async () => {
+    const res = await fetch(url).catch(() => undefined);
+    return res?.ok ? res.text() : undefined;
+  });
+}
+
+/** Runs an AI SDK tool's execute (its result as the plain value it is here). */
+async function exec<I, O>(t: Tool<I, O>, input: I): Promise<O> {
+  return (await t.execute!(input, { toolCallId: 'p1', messages: [] } as any)) as O;
+}
+
+describe('ai-sdk process and port tools', () => {
+  test('start_process, process_output from an offset, send_stdin, kill_process', async () => {
+    const t = aiSdkProcessTools(sbx);
+    assert.deepEqual(Object.keys(t).sort(), ['kill_process', 'port_url', 'process_output', 'send_stdin', 'start_process']);
+    const started = await exec(t.start_process, { command: 'echo ready; cat', stdin: true });
+    assert.ok(started.pid > 0, JSON.stringify(started));
+    const first = await eventually(async () => {
+      const o = await exec(t.process_output, { pid: started.pid });
+      return o.stdout === 'ready\n' ? o : undefined;
+    });
+    assert.equal(first.state, 'running');
+    await exec(t.send_stdin, { pid: started.pid, data: 'echoed\n', close: true });
+    const rest = await exec(t.process_output, { pid: started.pid, offset: first.offset, wait: true });
+    assert.deepEqual({ ...rest, pid: 0 }, { pid: 0, state: 'exited', exitCode: 0, stdout: 'echoed\n', stderr: '', offset: first.offset + 7 });
+
+    const long = await exec(t.start_process, { command: 'echo up; sleep 60' });
+    await eventually(async () => (await exec(t.process_output, { pid: long.pid })).stdout === 'up\n');
+    const killed = await exec(t.kill_process, { pid: long.pid });
+    assert.equal(killed.exitCode, 137);
+    assert.match(killed.output, /up/);
+    await assert.rejects((exec(t.process_output, { pid: long.pid })), { code: 'not_found' });
+  });
+
+  test('port_url reaches a server the sandbox runs; generateText drives start_process', async () => {
+    const t = aiSdkProcessTools(sbx, { portUrlTtlMs: 60_000 });
+    const access = await sbx.modelAccess();
+    const openai = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token });
+    const res = await generateText({
+      model: openai.chat('gpt-4o-mini'),
+      tools: { ...t },
+      stopWhen: stepCountIs(2),
+      prompt: JSON.stringify({ mock_tool_calls: [{ name: 'start_process', arguments: { command: SERVER } }] }),
+    });
+    const started = res.steps.flatMap((s) => s.toolResults.map((r) => r.output))[0] as { pid: number };
+    assert.ok(started.pid > 0, JSON.stringify(started));
+    const u = await exec(t.port_url, { port: 3000 });
+    assert.match(u.url, /\/p\/.+\/$/);
+    assert.ok(Date.parse(u.expiresAt) - Date.now() <= 60_000);
+    assert.equal(await fetchText(`${u.url}ai`), 'hello /ai');
+    await assert.rejects((exec(t.port_url, { port: 3001 })), { code: 'invalid_argument' });
+    await exec(t.kill_process, { pid: started.pid });
+  });
+});
+
+describe('langchain process and port tools', () => {
+  test('the tools answer JSON text; a tool call gives a ToolMessage', async () => {
+    const [start, output, stdin, kill, portUrl] = langchainProcessTools(sbx);
+    assert.deepEqual([start, output, stdin, kill, portUrl].map((x) => x.name), [
+      'start_process',
+      'process_output',
+      'send_stdin',
+      'kill_process',
+      'port_url',
+    ]);
+    const started = JSON.parse(await start.invoke({ command: SERVER }));
+    assert.ok(started.pid > 0);
+    const u = JSON.parse(await portUrl.invoke({ port: 3000 }));
+    assert.equal(await fetchText(`${u.url}lc`), 'hello /lc');
+    const msg: any = await output.invoke({ id: 'call-9', name: 'process_output', args: { pid: started.pid }, type: 'tool_call' });
+    assert.equal(msg.tool_call_id, 'call-9');
+    assert.equal(JSON.parse(msg.content).state, 'running');
+    const k = JSON.parse(await kill.invoke({ pid: started.pid }));
+    assert.equal(k.exitCode, 137);
+    await assert.rejects(output.invoke({ pid: 'x' } as any));
+    void stdin;
   });
 });

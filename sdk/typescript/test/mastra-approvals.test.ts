@@ -9,6 +9,7 @@ import { createOpenAI } from '@ai-sdk/openai';
 import { Agent } from '@mastra/core/agent';
 import type { MastraModelConfig } from '@mastra/core/llm';
 import { IronClawSandbox } from '../src/index.js';
+import { ApprovalDeniedError } from '../src/index.js';
 import type { Approval } from '../src/index.js';
 import { Workspace } from '@mastra/core/workspace';
 import { APPROVAL_CHUNK_TYPE, IronClawWorkspaceSandbox, ironClawToolHooks, makeSandboxTool } from '../src/mastra.js';
@@ -172,5 +173,30 @@ describe('approval waits as stream chunks', () => {
     const held = (r.body.approvals as Array<{ id: string }>) ?? [];
     assert.equal(held.length, 1, JSON.stringify(r.body));
     for (const a of held) await decide(a.id, 'deny');
+  });
+
+  test('a background spawn the policy holds waits for the decision: approved it runs, denied it is refused', async () => {
+    const ws = new IronClawWorkspaceSandbox({
+      sandbox: sbx,
+      onApproval: (a) => void decide(a.id, /deny-me/.test(a.summary) ? 'deny' : 'approve'),
+    });
+    const h = await ws.processes!.spawn('curl --version >/dev/null 2>&1; echo approved-run');
+    const r = await h.wait();
+    assert.equal(r.stdout, 'approved-run\n');
+    await assert.rejects(ws.processes!.spawn('curl http://deny-me.example/'), ApprovalDeniedError);
+
+    const { processTools } = await import('../src/ai-sdk.js');
+    const watcher = setInterval(async () => {
+      const p = await d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}`);
+      for (const a of (p.body.approvals as Array<{ id: string }>) ?? []) await d.operator('POST', `/v1/approvals/${a.id}/deny`, {});
+    }, 100);
+    try {
+      const out: any = await processTools(sbx).start_process.execute!({ command: 'curl http://x.example/' }, { toolCallId: 't', messages: [] } as any);
+      assert.equal(out.pid, -1);
+      assert.equal(out.denied, true);
+      assert.match(out.output, /denied/);
+    } finally {
+      clearInterval(watcher);
+    }
   });
 });

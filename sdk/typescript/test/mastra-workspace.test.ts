@@ -421,7 +421,7 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     assert.deepEqual(left.map((s) => s.id), [theirs.id]);
   });
 
-  test('start honours abortSignal; destroy leaves the object usable; stop detaches', async () => {
+  test('start honours abortSignal; destroy leaves the object usable; stop pauses', async () => {
     const ws = new IronClawWorkspaceSandbox({ ...conn, id: 'life-1' });
     cleanup.push(() => ws.destroy());
     await assert.rejects(ws.start({ abortSignal: AbortSignal.abort() }), SandboxAbortError);
@@ -429,7 +429,7 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     assert.deepEqual(await ws.start(), { outcome: 'created' });
     const first = ws.sandboxId;
     await ws._stop();
-    assert.equal((await d.agent('GET', `/v1/sandboxes/${first}`)).body.state, 'running', 'stop only detaches');
+    assert.equal((await d.agent('GET', `/v1/sandboxes/${first}`)).body.state, 'paused', 'stop pauses');
     await ws._destroy();
     assert.equal(ws.status, 'destroyed');
     assert.deepEqual(await ws.start(), { outcome: 'created' });
@@ -547,7 +547,7 @@ describe('mounts', () => {
     await ws.init();
     const entry = sandbox.mounts?.get('/data');
     assert.equal(entry?.state, 'error');
-    assert.match(entry?.error ?? '', /cannot mount filesystems yet/);
+    assert.match(entry?.error ?? '', /mount only IronClaw volumes/);
     assert.deepEqual((await sandbox.getInfo()).mounts, []);
     rmSync(dir, { recursive: true, force: true });
   });
