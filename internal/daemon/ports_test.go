@@ -129,6 +129,17 @@ func TestHostileInboundPorts(t *testing.T) {
 		}
 	}
 
+	// A paused sandbox is resumed by an inbound request, as by any other.
+	if _, err := ag.PauseSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(u.URL + "after-pause"); code != 200 || !strings.Contains(body, "GET /after-pause") {
+		t.Fatalf("through the URL of a paused sandbox: %d %q", code, body)
+	}
+	if got, _ := ag.GetSandbox(ctx, sb.ID); got.State != "running" {
+		t.Fatalf("state after an inbound request: %s", got.State)
+	}
+
 	// A tunnel reaches the same server.
 	tun, err := ag.ConnectPort(ctx, sb.ID, 3000)
 	if err != nil {

@@ -50,25 +50,40 @@ func checkPorts(ports, reserved []uint16) error {
 
 // DialPort connects to 127.0.0.1:port inside the running sandbox id, a
 // port its create listed. It counts as use (the idle timer restarts) but
-// holds no exec slot: the caller bounds its connections.
+// holds no exec slot: the caller bounds its connections. A paused sandbox
+// is resumed first, as for any request: a frozen server would take the
+// connection into its backlog and never answer.
 func (m *Manager) DialPort(ctx context.Context, id string, port uint16) (net.Conn, error) {
-	m.mu.Lock()
-	e, err := m.liveLocked(id)
-	if err == nil {
-		e.lastUsed = m.opts.Now()
+	for range 3 {
+		m.mu.Lock()
+		e, err := m.liveLocked(id)
+		paused := err == nil && e.pause.paused
+		if err == nil && !paused {
+			e.lastUsed = m.opts.Now()
+		}
+		m.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if paused {
+			rctx, cancel := context.WithTimeout(ctx, transitionTimeout)
+			err := m.resume(rctx, "daemon", id, e, "inbound connection")
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("session: resuming paused sandbox %s: %w", id, err)
+			}
+			continue
+		}
+		if !slices.Contains(e.ports, port) {
+			return nil, fmt.Errorf("%w: port %d is not one of the ports sandbox %s was created with (%v)", sandbox.ErrInvalidRequest, port, id, e.ports)
+		}
+		d, ok := e.sb.(loopbackDialer)
+		if !ok {
+			return nil, fmt.Errorf("%w: this backend offers no inbound connections", sandbox.ErrUnsupported)
+		}
+		return d.DialLoopback(ctx, port)
 	}
-	m.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	if !slices.Contains(e.ports, port) {
-		return nil, fmt.Errorf("%w: port %d is not one of the ports sandbox %s was created with (%v)", sandbox.ErrInvalidRequest, port, id, e.ports)
-	}
-	d, ok := e.sb.(loopbackDialer)
-	if !ok {
-		return nil, fmt.Errorf("%w: this backend offers no inbound connections", sandbox.ErrUnsupported)
-	}
-	return d.DialLoopback(ctx, port)
+	return nil, fmt.Errorf("%w: sandbox %s was paused again while resuming", ErrBusy, id)
 }
 
 // Ports lists the ports a running sandbox was created with.
