@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"syscall"
@@ -466,5 +467,31 @@ func BenchmarkAcceptedConn(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+type blockingBody struct{ release chan struct{} }
+
+func (b blockingBody) Read([]byte) (int, error) { <-b.release; return 0, io.EOF }
+func (b blockingBody) Close() error              { return nil }
+
+// The request's context is cancelled by the connection's failed read
+// before that Read returns to Body: Err must already say the body was too
+// slow once its deadline has passed, or the handler reports a plain
+// cancellation (503) instead of 408.
+func TestBodyErrOnceTheDeadlinePassedMidRead(t *testing.T) {
+	rel := make(chan struct{})
+	defer close(rel)
+	r := httptest.NewRequest("PUT", "/", nil)
+	r.Body, r.ContentLength = blockingBody{rel}, 100
+	b := LimitBody(httptest.NewRecorder(), r, BodyLimits{Timeout: 20 * time.Millisecond})
+	go b.Read(make([]byte, 10))
+	time.Sleep(5 * time.Millisecond)
+	if err := b.Err(); err != nil {
+		t.Fatalf("before the deadline: %v", err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if err := b.Err(); !errors.Is(err, ErrSlowBody) {
+		t.Fatalf("after the deadline, mid-read: %v, want ErrSlowBody", err)
 	}
 }

@@ -176,6 +176,10 @@ type Body struct {
 	// forwarding the body may still read it when the handler returns.
 	ended atomic.Bool
 	slow  atomic.Pointer[error] // the ErrSlowBody error, once it happened
+	// deadline is the read deadline a Read in progress set (Unix nanos; 0:
+	// none), so that Err can tell a body that broke its limits while that
+	// Read has not yet returned (see Err).
+	deadline atomic.Int64
 }
 
 // Err is the ErrSlowBody error a read returned, or nil. A handler may meet
@@ -185,6 +189,13 @@ type Body struct {
 func (b *Body) Err() error {
 	if p := b.slow.Load(); p != nil {
 		return *p
+	}
+	// The connection's failed read cancels the request's context before
+	// that Read returns here: a handler woken by the cancellation may ask
+	// before the Read has said why. A deadline that has passed with the
+	// body unfinished is the answer.
+	if d := b.deadline.Load(); d != 0 && !b.ended.Load() && time.Now().UnixNano() >= d {
+		return fmt.Errorf("%w (its read deadline passed)", ErrSlowBody)
 	}
 	return nil
 }
@@ -217,8 +228,10 @@ func (b *Body) Read(p []byte) (int, error) {
 	if left <= 0 {
 		return 0, b.tooSlow(b.slowErr())
 	}
+	b.deadline.Store(start.Add(left).UnixNano())
 	_ = b.rc.SetReadDeadline(start.Add(left))
 	n, err := b.ReadCloser.Read(p)
+	defer b.deadline.Store(0) // once slow says why, if it was that
 	b.waited += time.Since(start)
 	b.n += int64(n)
 	switch {
