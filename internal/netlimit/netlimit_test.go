@@ -473,7 +473,7 @@ func BenchmarkAcceptedConn(b *testing.B) {
 type blockingBody struct{ release chan struct{} }
 
 func (b blockingBody) Read([]byte) (int, error) { <-b.release; return 0, io.EOF }
-func (b blockingBody) Close() error              { return nil }
+func (b blockingBody) Close() error             { return nil }
 
 // The request's context is cancelled by the connection's failed read
 // before that Read returns to Body: Err must already say the body was too
