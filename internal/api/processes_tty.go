@@ -87,7 +87,7 @@ func (s *Server) processTTY(w http.ResponseWriter, r *http.Request, who principa
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				pctx, pcancel := context.WithTimeout(ctx, terminalPingWait)
+				pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), terminalPingWait)
 				err := conn.Ping(pctx)
 				pcancel()
 				if err != nil {
@@ -98,8 +98,11 @@ func (s *Server) processTTY(w http.ResponseWriter, r *http.Request, who principa
 		}
 	}()
 
+	// Writes are never cut by the session's cancellation: the library
+	// drops the connection when a write is interrupted mid-frame, and the
+	// close frame that says why would then never be sent.
 	send := func(typ websocket.MessageType, b []byte) error {
-		wctx, wcancel := context.WithTimeout(ctx, terminalWriteWait)
+		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), terminalWriteWait)
 		defer wcancel()
 		return conn.Write(wctx, typ, b)
 	}
@@ -112,16 +115,14 @@ func (s *Server) processTTY(w http.ResponseWriter, r *http.Request, who principa
 	})
 	term.Close() // detached before the client learns the end: it may attach again at once
 	if rerr != nil {
-		select {
-		case err := <-inputErr:
-			if err != nil {
-				conn.Close(websocket.StatusPolicyViolation, truncate(err.Error(), 120))
-				return nil
-			}
-		default:
-		}
 		if ctx.Err() != nil {
-			return nil // the client went away
+			// Cancelled by the input side (or the ping): its verdict says
+			// whether the client went away or broke the protocol. Wait for
+			// it rather than race it; the cancelled read returns at once.
+			if err := <-inputErr; err != nil {
+				conn.Close(websocket.StatusPolicyViolation, truncate(err.Error(), 120))
+			}
+			return nil
 		}
 		conn.Close(websocket.StatusInternalError, truncate(classify(s.notRunning(r, id, rerr)).message, 120))
 		return nil
