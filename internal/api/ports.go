@@ -188,11 +188,23 @@ func (s *Server) connectPort(w http.ResponseWriter, r *http.Request, who princip
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "tcp") {
 		return badRequest(`a tunnel is an upgrade: send "Connection: Upgrade" and "Upgrade: tcp"`)
 	}
+	ports, err := s.m.Ports(id)
+	if err != nil {
+		return err
+	}
+	if !containsPort(ports, uint16(n)) {
+		return badRequest(fmt.Sprintf("port %d is not one of the ports the sandbox was created with (%v)", n, ports))
+	}
 	release, err := s.inbound.take(id)
 	if err != nil {
 		return err
 	}
 	defer release()
+	// Recorded before anything reaches the sandbox.
+	if _, err := s.log.Append(r.Context(), audit.Entry{Session: id, Actor: who.Name, Kind: KindPortOpen,
+		Data: map[string]any{"port": n, "tunnel": true}}); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	up, err := p.Dial(ctx, id, uint16(n))
 	cancel()
@@ -200,10 +212,6 @@ func (s *Server) connectPort(w http.ResponseWriter, r *http.Request, who princip
 		return err
 	}
 	defer up.Close()
-	if _, err := s.log.Append(r.Context(), audit.Entry{Session: id, Actor: who.Name, Kind: KindPortOpen,
-		Data: map[string]any{"port": n, "tunnel": true}}); err != nil {
-		return err
-	}
 	conn, rw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return fmt.Errorf("api: the connection cannot be taken over for a tunnel: %w", err)
