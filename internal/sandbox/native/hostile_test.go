@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +38,21 @@ func exhaustDaemon() int {
 	}
 	_, _ = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
 	_ = sb.Destroy(ctx)
+	// Spare threads for the Go runtime, made now: once the test holds the
+	// pids limit at the threads that exist, a syscall handoff that needs a
+	// new thread (the read of stdin below, more often under -race) would
+	// be fatal to this process instead of failing the Create. Idle
+	// threads are kept and reused.
+	var spare sync.WaitGroup
+	for range 8 {
+		spare.Add(1)
+		go func() {
+			defer spare.Done()
+			ts := syscall.Timespec{Nsec: 50e6}
+			_ = syscall.Nanosleep(&ts, nil)
+		}()
+	}
+	spare.Wait()
 	fmt.Println("ready")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	sb, err = r.Create(ctx, sandbox.Spec{})
