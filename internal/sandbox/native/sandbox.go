@@ -277,13 +277,22 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 			go func() { _, _ = io.Copy(master, req.Stdin) }()
 		}
 		if req.Resize != nil {
+			// Through the descriptor's raw conn, which holds it open for
+			// the ioctl: a resize racing the end of the command meets a
+			// closed file, never a reused descriptor (Fd would race Close).
+			rc, rcErr := master.SyscallConn()
 			stop := make(chan struct{})
 			defer close(stop)
 			go func() {
+				if rcErr != nil {
+					return // an *os.File always has one; no resizes without it
+				}
 				for {
 					select {
 					case ws := <-req.Resize:
-						_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+						_ = rc.Control(func(fd uintptr) {
+							_ = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+						})
 					case <-stop:
 						return
 					}
