@@ -91,6 +91,10 @@ func checkTag(tag string) error {
 	return nil
 }
 
+// maxProcessTimeout bounds a spawn's timeout: a week, as the longest
+// approval timeout; a process that should run longer asks for none.
+const maxProcessTimeout = 7 * 24 * time.Hour
+
 func (s *Server) spawnProcess(w http.ResponseWriter, r *http.Request, who principal) error {
 	id := r.PathValue("id")
 	var b wire.SpawnProcessRequest
@@ -120,6 +124,9 @@ func (s *Server) spawnProcess(w http.ResponseWriter, r *http.Request, who princi
 	if b.PTY && (b.Rows < 0 || b.Rows > session.MaxTerminalSize || b.Cols < 0 || b.Cols > session.MaxTerminalSize) {
 		return badRequest(fmt.Sprintf("rows and cols are 1 to %d", session.MaxTerminalSize))
 	}
+	if t := time.Duration(b.Timeout); t < 0 || t > maxProcessTimeout {
+		return badRequest(fmt.Sprintf("timeout must be at most %s", maxProcessTimeout))
+	}
 	if err := s.runningOf(r, who, id); err != nil {
 		return err
 	}
@@ -131,7 +138,7 @@ func (s *Server) spawnProcess(w http.ResponseWriter, r *http.Request, who princi
 		return err
 	}
 	p, err := s.m.Spawn(r.Context(), who.Name, id, session.SpawnRequest{Argv: call.req.Argv, Cwd: b.Cwd, Env: env, Tag: b.Tag,
-		Stdin: b.Stdin, Gate: call.req.Gate, TTY: b.PTY, Rows: b.Rows, Cols: b.Cols})
+		Stdin: b.Stdin, Gate: call.req.Gate, TTY: b.PTY, Rows: b.Rows, Cols: b.Cols, Timeout: time.Duration(b.Timeout)})
 	if err != nil {
 		return s.notRunning(r, id, err)
 	}

@@ -415,3 +415,20 @@ func TestProcessWaitersAreBounded(t *testing.T) {
 		return resp.StatusCode == 200 && strings.Contains(string(b), `"end":true`)
 	})
 }
+
+// A spawn's timeout ends its process group; without one it runs on. A
+// timeout over the bound is refused before anything runs.
+func TestSpawnTimeout(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	s := e.create(nil)
+	start := time.Now()
+	p := e.spawn(agentTok, s.ID, map[string]any{"cmd": "sleep 30", "timeout": "300ms"})
+	done := e.waitProc(agentTok, s.ID, p.PID)
+	if done.Exit == nil || *done.Exit != 137 || time.Since(start) > 20*time.Second {
+		t.Fatalf("a 300ms spawn of sleep 30: %+v after %v", done, time.Since(start))
+	}
+	e.wantError(400, wire.CodeInvalidArgument, "POST", "/v1/sandboxes/"+s.ID+"/processes", agentTok,
+		map[string]any{"cmd": "true", "timeout": "200h"})
+	e.wantError(400, wire.CodeInvalidArgument, "POST", "/v1/sandboxes/"+s.ID+"/processes", agentTok,
+		map[string]any{"cmd": "true", "timeout": "-1s"})
+}

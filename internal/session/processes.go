@@ -131,6 +131,9 @@ type SpawnRequest struct {
 	// Rows x Cols (0: 24 x 80). A backend without terminals refuses it.
 	TTY        bool
 	Rows, Cols int
+	// Timeout ends the process after that long (0: none; the sandbox's
+	// ttl and a kill still end it).
+	Timeout time.Duration
 }
 
 // ProcessInfo describes a process.
@@ -379,7 +382,7 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 	pctx, cancel := context.WithCancel(t.ctx)
 	p := &process{t: t, pid: pid, tag: req.Tag, argv: slices.Clone(req.Argv), cancel: cancel,
 		out: newRing(t.limits.Ring), done: make(chan struct{}), start: make(chan struct{}), startedAt: m.opts.Now(), tty: req.TTY}
-	er := sandbox.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, Gate: req.Gate, Background: true,
+	er := sandbox.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, Gate: req.Gate, Background: true, Timeout: req.Timeout,
 		Stdout: p.out.stream(streamStdout), Stderr: p.out.stream(streamStderr)}
 	if req.TTY {
 		// A terminal's output is bytes, not text: kept as they come.

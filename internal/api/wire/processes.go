@@ -25,6 +25,10 @@ type SpawnProcessRequest struct {
 	// Rows and Cols are the terminal's first size (1-1000; 0: 24 x 80).
 	Rows int `json:"rows,omitempty"`
 	Cols int `json:"cols,omitempty"`
+	// Timeout ends the process (its group, SIGKILL) after that long (exit
+	// 137, timed out); absent, it runs until it exits, is killed or its
+	// sandbox ends.
+	Timeout Duration `json:"timeout,omitempty"`
 }
 
 // Process is a background process (GET /v1/sandboxes/{id}/processes/{pid}).

@@ -1103,6 +1103,9 @@ export class IronClawProcessManager extends SandboxProcessManager<IronClawWorksp
     const cwd = options.cwd === undefined ? wd : options.cwd.startsWith('/') ? options.cwd : posix.resolve(wd, options.cwd);
     const sopts: SpawnOptions = { cwd, stdin: options.stdinMode !== 'ignore' };
     if (Object.keys(env).length) sopts.env = env;
+    // The handle times the process out itself, with LocalSandbox's result (124 and its message); the daemon's
+    // own timeout, a little later, ends it should this client be gone by then.
+    if (options.timeout) sopts.timeoutMs = options.timeout + 5_000;
     let client: Sandbox | undefined;
     const info = await this.sandbox.withClient(async (c) => {
       client = c;

@@ -1,5 +1,5 @@
 import type { Http } from './client.js';
-import { approval as toApproval } from './convert.js';
+import { approval as toApproval, durationOption } from './convert.js';
 import { ApprovalRequiredError, InvalidArgumentError, ProtocolError, UnavailableError } from './errors.js';
 import type { CallOptions } from './types.js';
 import type * as wire from './wire.js';
@@ -41,6 +41,11 @@ export interface SpawnOptions extends CallOptions {
   stdin?: boolean;
   /** An approved `exec.command` request (mode `spawn`) to spend: see `ApprovalRequiredError`. */
   approval?: string;
+  /**
+   * The daemon ends the process group (SIGKILL, exit 137) after this many milliseconds, whether or not a client
+   * is still there. @default none: it runs until it exits, is killed or its sandbox ends
+   */
+  timeoutMs?: number;
 }
 
 export interface OutputOptions extends CallOptions {
@@ -137,6 +142,8 @@ export class Processes {
     if (opts.tag !== undefined) body.tag = opts.tag;
     if (opts.stdin) body.stdin = true;
     if (opts.approval !== undefined) body.approval = opts.approval;
+    const timeout = durationOption('timeoutMs', opts.timeoutMs, undefined);
+    if (timeout !== undefined) body.timeout = timeout;
     const c = await this.http.call('POST', `/v1/sandboxes/${id}/processes`, { ...call(opts), body });
     try {
       if (c.res.status === 202) {

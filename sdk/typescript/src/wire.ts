@@ -243,6 +243,11 @@ export interface SpawnProcessRequest {
   rows?: number;
   /** the terminal's first size in columns (with pty; default 80) */
   cols?: number;
+  /**
+   * ends the process group (SIGKILL; exit 137) after that long; absent, it runs until it exits, is
+   * killed or its sandbox ends (at most 7 days)
+   */
+  timeout?: Duration;
 }
 
 export type ProcessState = 'running' | 'exited';

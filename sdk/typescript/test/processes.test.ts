@@ -132,6 +132,15 @@ describe('processes', () => {
     }
   });
 
+  test('timeoutMs: the daemon ends the process (137), with no client watching', async () => {
+    const started = Date.now();
+    const h = await sbx.processes.spawn('sleep 30', { timeoutMs: 300 });
+    const done = await sbx.processes.wait(h.pid);
+    assert.equal(done.exitCode, 137);
+    assert.ok(Date.now() - started < 15_000);
+    await assert.rejects(sbx.processes.spawn('true', { timeoutMs: -1 }), InvalidArgumentError);
+  });
+
   test('bad handles are refused before any call', async () => {
     await assert.rejects(sbx.processes.get(0), InvalidArgumentError);
     await assert.rejects(sbx.processes.output(1, { offset: -1 }), InvalidArgumentError);
