@@ -101,6 +101,7 @@ func Run(t *testing.T, rt sandbox.Runtime, opts Options) {
 	t.Run("cancel", s.cancel)
 	t.Run("background process does not hold an exec", s.background)
 	t.Run("processes", s.processes)
+	t.Run("pause", s.pause)
 	t.Run("output cap", s.outputCap)
 	t.Run("stats", s.stats)
 	t.Run("exit codes", s.exitCodes)
