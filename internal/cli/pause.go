@@ -19,23 +19,17 @@ func newSandboxPauseCmd(e *env, pause bool) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, ids []string) error {
 			cl := newClient()
-			var failed error
-			for _, id := range ids {
-				call := cl.ResumeSandbox
-				if pause {
-					call = cl.PauseSandbox
-				}
+			call := cl.ResumeSandbox
+			if pause {
+				call = cl.PauseSandbox
+			}
+			return e.eachArg(ids, func(id string) (string, error) {
 				sb, err := call(c.Context(), id)
 				if err != nil {
-					if failed != nil {
-						fmt.Fprintf(e.stderr, "ironclaw: %s\n", safe(failed.Error()))
-					}
-					failed = fmt.Errorf("%s: %w", id, err)
-					continue
+					return "", err
 				}
-				fmt.Fprintf(e.stdout, "%s\t%s\n", safe(sb.ID), safe(sb.State))
-			}
-			return failed
+				return safe(sb.ID) + "\t" + safe(sb.State), nil
+			})
 		},
 	}
 }
@@ -77,18 +71,9 @@ func newSandboxSnapshotCmd(e *env) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, ids []string) error {
 			cl := newClient()
-			var failed error
-			for _, id := range ids {
-				if err := cl.DeleteSnapshot(c.Context(), id); err != nil {
-					if failed != nil {
-						fmt.Fprintf(e.stderr, "ironclaw: %s\n", safe(failed.Error()))
-					}
-					failed = fmt.Errorf("%s: %w", id, err)
-					continue
-				}
-				fmt.Fprintln(e.stdout, safe(id))
-			}
-			return failed
+			return e.eachArg(ids, func(id string) (string, error) {
+				return safe(id), cl.DeleteSnapshot(c.Context(), id)
+			})
 		},
 	})
 	return c

@@ -153,3 +153,23 @@ func writeJSONLine(w io.Writer, v any) error {
 	_, err = fmt.Fprintln(w, string(b))
 	return err
 }
+
+// eachArg calls f for each of args in turn and prints the line it returns.
+// A failure does not stop the rest: it is returned, with its argument,
+// once the next failure has reported it on stderr (so the last failure
+// is the command's error and every other one is reported).
+func (e *env) eachArg(args []string, f func(arg string) (line string, err error)) error {
+	var failed error
+	for _, a := range args {
+		line, err := f(a)
+		if err != nil {
+			if failed != nil {
+				fmt.Fprintf(e.stderr, "ironclaw: %s\n", safe(failed.Error()))
+			}
+			failed = fmt.Errorf("%s: %w", a, err)
+			continue
+		}
+		fmt.Fprintln(e.stdout, line)
+	}
+	return failed
+}

@@ -188,18 +188,10 @@ func newSandboxRmCmd(e *env) *cobra.Command {
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, ids []string) error {
 			cl := newClient()
-			var failed error
-			for _, id := range ids {
-				if _, err := cl.DeleteSandbox(c.Context(), id); err != nil {
-					if failed != nil {
-						fmt.Fprintf(e.stderr, "ironclaw: %s\n", safe(failed.Error()))
-					}
-					failed = fmt.Errorf("%s: %w", id, err)
-					continue
-				}
-				fmt.Fprintln(e.stdout, safe(id))
-			}
-			return failed
+			return e.eachArg(ids, func(id string) (string, error) {
+				_, err := cl.DeleteSandbox(c.Context(), id)
+				return safe(id), err
+			})
 		},
 	}
 }

@@ -87,18 +87,10 @@ func newVolumeRmCmd(e *env) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, names []string) error {
 			cl := newClient()
-			var failed error
-			for _, n := range names {
-				if _, err := cl.DeleteVolume(c.Context(), n); err != nil {
-					if failed != nil {
-						fmt.Fprintf(e.stderr, "ironclaw: %s\n", safe(failed.Error()))
-					}
-					failed = fmt.Errorf("%s: %w", n, err)
-					continue
-				}
-				fmt.Fprintln(e.stdout, safe(n))
-			}
-			return failed
+			return e.eachArg(names, func(n string) (string, error) {
+				_, err := cl.DeleteVolume(c.Context(), n)
+				return safe(n), err
+			})
 		},
 	}
 }
