@@ -166,6 +166,24 @@ func (c *Client) httpClient() *http.Client {
 // otherwise it returns an *Error. body may be nil, an io.Reader (sent raw)
 // or anything else (sent as JSON).
 func (c *Client) do(ctx context.Context, r role, method, path string, q url.Values, body any) (*http.Response, error) {
+	req, err := c.newRequest(ctx, r, method, path, q, body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.send(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, decodeError(resp)
+}
+
+// newRequest builds a request to the daemon with r's token (see do for
+// body).
+func (c *Client) newRequest(ctx context.Context, r role, method, path string, q url.Values, body any) (*http.Request, error) {
 	u := c.baseURL() + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -193,6 +211,12 @@ func (c *Client) do(ctx context.Context, r role, method, path string, q url.Valu
 	if t := c.token(r); t != "" {
 		req.Header.Set("Authorization", "Bearer "+t)
 	}
+	return req, nil
+}
+
+// send sends req, whatever the response's status; an error means the
+// daemon was not reached (or ctx ended).
+func (c *Client) send(ctx context.Context, req *http.Request) (*http.Response, error) {
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -200,11 +224,7 @@ func (c *Client) do(ctx context.Context, r role, method, path string, q url.Valu
 		}
 		return nil, fmt.Errorf("cannot reach the ironclaw daemon at %s (is 'ironclaw serve' running?): %w", c.baseURL(), unwrapURL(err))
 	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	return nil, decodeError(resp)
+	return resp, nil
 }
 
 func unwrapURL(err error) error {
@@ -507,49 +527,69 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 		}
 		return ExecResult{}, &ApprovalRequiredError{Approval: out.Approval}
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
+	var res ExecResult
+	err = readFrames(ctx, resp.Body, 64<<20, "exec: the output stream broke", func(line []byte) (bool, error) {
 		// An output frame, or the exit frame (the one with "exit").
 		var f struct {
 			wire.ExecOutputFrame
 			Exit *int `json:"exit"`
 		}
 		if err := json.Unmarshal(line, &f); err != nil {
-			return ExecResult{}, fmt.Errorf("exec: bad frame from the daemon: %w", err)
+			return false, fmt.Errorf("exec: bad frame from the daemon: %w", err)
 		}
 		if f.Stdout != nil && req.Stdout != nil {
 			if _, err := io.WriteString(req.Stdout, *f.Stdout); err != nil {
-				return ExecResult{}, err
+				return false, err
 			}
 		}
 		if f.Stderr != nil && req.Stderr != nil {
 			if _, err := io.WriteString(req.Stderr, *f.Stderr); err != nil {
-				return ExecResult{}, err
+				return false, err
 			}
 		}
-		if f.Exit != nil {
-			var res ExecResult
-			if err := json.Unmarshal(line, &res); err != nil {
-				return ExecResult{}, fmt.Errorf("exec: bad exit frame from the daemon: %w", err)
-			}
-			return res, nil
+		if f.Exit == nil {
+			return false, nil
 		}
+		if err := json.Unmarshal(line, &res); err != nil {
+			return false, fmt.Errorf("exec: bad exit frame from the daemon: %w", err)
+		}
+		return true, nil
+	})
+	if errors.Is(err, errNoEndFrame) {
+		return ExecResult{}, errors.New("exec: the output stream ended without an exit status")
 	}
-	if err := sc.Err(); err != nil {
-		if ctx.Err() != nil {
-			return ExecResult{}, ctx.Err()
+	if err != nil {
+		return ExecResult{}, err
+	}
+	return res, nil
+}
+
+// errNoEndFrame: a stream of frames ended before its last frame.
+var errNoEndFrame = errors.New("no end frame")
+
+// readFrames reads a stream of JSON lines (of at most max bytes; blank
+// lines skipped), calling f with each until it reports the last one. A
+// stream cut short is ctx's error if ctx has ended, else broke and the
+// read's error, or errNoEndFrame if the stream simply ended.
+func readFrames(ctx context.Context, body io.Reader, max int, broke string, f func(line []byte) (last bool, err error)) error {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), max)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
 		}
-		return ExecResult{}, fmt.Errorf("exec: the output stream broke: %w", err)
+		if last, err := f(line); err != nil || last {
+			return err
+		}
 	}
 	if ctx.Err() != nil {
-		return ExecResult{}, ctx.Err()
+		return ctx.Err()
 	}
-	return ExecResult{}, errors.New("exec: the output stream ended without an exit status")
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s: %w", broke, err)
+	}
+	return errNoEndFrame
 }
 
 // ---- files ----

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -26,21 +25,15 @@ func (c *Client) OpenPort(ctx context.Context, id string, port int, ttl time.Dur
 // ConnectPort opens a raw TCP tunnel to the sandbox's port through the
 // daemon (an HTTP/1.1 upgrade). Close the result to end it.
 func (c *Client) ConnectPort(ctx context.Context, id string, port int) (io.ReadWriteCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL()+sandboxPath(id, "/ports/", strconv.Itoa(port), "/connect"), nil)
+	req, err := c.newRequest(ctx, agent, http.MethodGet, sandboxPath(id, "/ports/", strconv.Itoa(port), "/connect"), nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "tcp")
-	if t := c.token(agent); t != "" {
-		req.Header.Set("Authorization", "Bearer "+t)
-	}
-	resp, err := c.httpClient().Do(req)
+	resp, err := c.send(ctx, req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("cannot reach the ironclaw daemon at %s (is 'ironclaw serve' running?): %w", c.baseURL(), unwrapURL(err))
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -158,26 +157,20 @@ func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, req Outp
 		return ProcessEnd{}, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
+	var end ProcessEnd
+	err = readFrames(ctx, resp.Body, 4<<20, "output: the stream broke", func(line []byte) (bool, error) {
 		var f struct {
 			wire.ProcessOutputFrame
 			End bool `json:"end"`
 		}
 		if err := json.Unmarshal(line, &f); err != nil {
-			return ProcessEnd{}, fmt.Errorf("output: bad frame from the daemon: %w", err)
+			return false, fmt.Errorf("output: bad frame from the daemon: %w", err)
 		}
 		if f.End {
-			var end ProcessEnd
 			if err := json.Unmarshal(line, &end); err != nil {
-				return ProcessEnd{}, fmt.Errorf("output: bad end frame from the daemon: %w", err)
+				return false, fmt.Errorf("output: bad end frame from the daemon: %w", err)
 			}
-			return end, nil
+			return true, nil
 		}
 		switch {
 		case f.Dropped > 0:
@@ -186,19 +179,20 @@ func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, req Outp
 			}
 		case f.Stdout != nil && req.Stdout != nil:
 			if _, err := io.WriteString(req.Stdout, *f.Stdout); err != nil {
-				return ProcessEnd{}, err
+				return false, err
 			}
 		case f.Stderr != nil && req.Stderr != nil:
 			if _, err := io.WriteString(req.Stderr, *f.Stderr); err != nil {
-				return ProcessEnd{}, err
+				return false, err
 			}
 		}
+		return false, nil
+	})
+	if errors.Is(err, errNoEndFrame) {
+		return ProcessEnd{}, errors.New("output: the stream ended without an end frame")
 	}
-	if ctx.Err() != nil {
-		return ProcessEnd{}, ctx.Err()
+	if err != nil {
+		return ProcessEnd{}, err
 	}
-	if err := sc.Err(); err != nil {
-		return ProcessEnd{}, fmt.Errorf("output: the stream broke: %w", err)
-	}
-	return ProcessEnd{}, errors.New("output: the stream ended without an end frame")
+	return end, nil
 }
