@@ -166,29 +166,28 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, who princ
 func isTrue(v string) bool { return v == "1" || v == "true" }
 
 func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, who principal) error {
-	if isTrue(r.URL.Query().Get("wait")) {
-		return s.waitProcess(w, r, who)
-	}
-	id, pid, err := s.procOf(r, who)
-	if err != nil {
-		return err
-	}
-	p, err := s.m.Process(id, pid)
-	if err != nil {
-		return s.notRunning(r, id, err)
-	}
-	writeJSON(w, http.StatusOK, processView(p))
-	return nil
+	return s.writeProcess(w, r, who, isTrue(r.URL.Query().Get("wait")))
 }
 
 func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request, who principal) error {
+	return s.writeProcess(w, r, who, true)
+}
+
+// writeProcess answers with the process's view: with wait, once it has
+// exited.
+func (s *Server) writeProcess(w http.ResponseWriter, r *http.Request, who principal, wait bool) error {
 	id, pid, err := s.procOf(r, who)
 	if err != nil {
 		return err
 	}
-	// A wait lasts as long as the process: lift the write timeout.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	p, err := s.m.WaitProcess(r.Context(), id, pid)
+	var p session.ProcessInfo
+	if wait {
+		// A wait lasts as long as the process: lift the write timeout.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		p, err = s.m.WaitProcess(r.Context(), id, pid)
+	} else {
+		p, err = s.m.Process(id, pid)
+	}
 	if err != nil {
 		return s.notRunning(r, id, err)
 	}
