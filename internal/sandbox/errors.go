@@ -83,3 +83,13 @@ func HostExhausted(what string, err error) error {
 	}
 	return fmt.Errorf("%w (%s): %s: %v", ErrHostExhausted, out, what, err)
 }
+
+// ClosedErr is ErrClosed for sandbox id once done is closed, else nil.
+func ClosedErr(id string, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return fmt.Errorf("sandbox %s: %w", id, ErrClosed)
+	default:
+		return nil
+	}
+}

@@ -26,16 +26,6 @@ func RandHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// ClosedErr is the error for sandbox id once done is closed, else nil.
-func ClosedErr(id string, done <-chan struct{}) error {
-	select {
-	case <-done:
-		return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrClosed)
-	default:
-		return nil
-	}
-}
-
 // StageHelper copies exe into dir as prefix<hash of its content>, once,
 // and returns that path: the bind source must be a stable file the
 // container's (unprivileged) root can reach and run, and exe may live in a

@@ -17,10 +17,8 @@ func (b *Sandbox) DialLoopback(ctx context.Context, port uint16) (net.Conn, erro
 	if b.rt.opts.Name == "runsc" {
 		return nil, fmt.Errorf("%w: runsc's loopback is inside gVisor's own network stack; inbound ports need the native, runc, crun or docker backend", sandbox.ErrUnsupported)
 	}
-	select {
-	case <-b.done:
-		return nil, fmt.Errorf("%w: sandbox %s has ended", sandbox.ErrClosed, b.id)
-	default:
+	if err := sandbox.ClosedErr(b.id, b.done); err != nil {
+		return nil, err
 	}
 	return netns.DialLoopback(ctx, b.InitPid(), port)
 }

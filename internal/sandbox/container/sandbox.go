@@ -97,7 +97,7 @@ func (b *Sandbox) TellAgent(line string) {
 // killGroup asks the agent to SIGKILL a command's process group.
 func (b *Sandbox) killGroup(pgid int) { b.TellAgent(fmt.Sprintf("%s %d", wire.MsgKill, pgid)) }
 
-func (b *Sandbox) closedErr() error { return ClosedErr(b.id, b.done) }
+func (b *Sandbox) closedErr() error { return sandbox.ClosedErr(b.id, b.done) }
 
 // nproc is the RLIMIT_NPROC the exec front gives a command: the Spec's
 // pids limit where it is enforced that way (Options.NProcLimit), else 0.

@@ -2,7 +2,6 @@ package native
 
 import (
 	"context"
-	"fmt"
 	"net"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -13,10 +12,8 @@ import (
 // (a server its code listens on): the socket is made in the sandbox's
 // network namespace, so nothing of the host's network is involved.
 func (b *Sandbox) DialLoopback(ctx context.Context, port uint16) (net.Conn, error) {
-	select {
-	case <-b.done:
-		return nil, fmt.Errorf("%w: sandbox %s has ended", sandbox.ErrClosed, b.id)
-	default:
+	if err := sandbox.ClosedErr(b.id, b.done); err != nil {
+		return nil, err
 	}
 	return netns.DialLoopback(ctx, b.proc.Pid, port)
 }

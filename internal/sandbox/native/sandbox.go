@@ -71,10 +71,8 @@ func (b *Sandbox) UpdateLimits(ctx context.Context, l sandbox.Limits) error {
 	if err := next.ValidateTmpfs(b.spec.Workspace == ""); err != nil {
 		return fmt.Errorf("%w: %v", sandbox.ErrInvalidRequest, err)
 	}
-	select {
-	case <-b.done:
-		return fmt.Errorf("%w: sandbox %s has ended", sandbox.ErrClosed, b.id)
-	default:
+	if err := sandbox.ClosedErr(b.id, b.done); err != nil {
+		return err
 	}
 	cur := b.spec.Limits
 	if next.MemoryBytes != cur.MemoryBytes || next.Pids != cur.Pids || next.CPUs != cur.CPUs {
