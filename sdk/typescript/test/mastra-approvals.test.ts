@@ -4,7 +4,7 @@
  * sandbox calls its `onApproval`.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { createOpenAI } from '@ai-sdk/openai';
 import { Agent } from '@mastra/core/agent';
 import type { MastraModelConfig } from '@mastra/core/llm';
@@ -13,26 +13,19 @@ import { ApprovalDeniedError } from '../src/index.js';
 import type { Approval } from '../src/index.js';
 import { Workspace } from '@mastra/core/workspace';
 import { APPROVAL_CHUNK_TYPE, IronClawWorkspaceSandbox, ironClawToolHooks, makeSandboxTool } from '../src/mastra.js';
-import { startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile } from './helpers/daemon.js';
 
 process.env['MASTRA_TELEMETRY_DISABLED'] = '1';
 
-let d: Daemon;
 let sbx: IronClawSandbox;
-
-before(async () => {
-  // curl waits for an operator; so does anything reading the cgroup (the resources getInfo reads)
-  d = await startDaemon({ policy: { exec: { require_approval: ['^curl ', 'sys/fs/cgroup'] } } });
-  sbx = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
-});
-after(async () => {
-  await sbx?.destroy().catch(() => undefined);
-  await d?.stop();
+// curl waits for an operator; so does anything reading the cgroup (the resources getInfo reads)
+const srv = daemonPerFile({ policy: { exec: { require_approval: ['^curl ', 'sys/fs/cgroup'] } } }, async (s) => {
+  sbx = await IronClawSandbox.create(s.conn);
+  s.cleanup.push(() => sbx.destroy());
 });
 
 async function decide(id: string, how: 'approve' | 'deny', reason?: string) {
-  const r = await d.operator('POST', `/v1/approvals/${id}/${how}`, reason ? { reason } : {});
+  const r = await srv.d.operator('POST', `/v1/approvals/${id}/${how}`, reason ? { reason } : {});
   assert.equal(r.status, 200, JSON.stringify(r.body));
 }
 
@@ -169,7 +162,7 @@ describe('approval waits as stream chunks', () => {
     const ws = new IronClawWorkspaceSandbox({ sandbox: sbx });
     await ws.start();
     for (let i = 0; i < 3; i++) assert.equal((await ws.getInfo()).resources, undefined);
-    const r = await d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}&kind=exec.command`);
+    const r = await srv.d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}&kind=exec.command`);
     const held = (r.body.approvals as Array<{ id: string }>) ?? [];
     assert.equal(held.length, 1, JSON.stringify(r.body));
     for (const a of held) await decide(a.id, 'deny');
@@ -187,8 +180,8 @@ describe('approval waits as stream chunks', () => {
 
     const { processTools } = await import('../src/ai-sdk.js');
     const watcher = setInterval(async () => {
-      const p = await d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}`);
-      for (const a of (p.body.approvals as Array<{ id: string }>) ?? []) await d.operator('POST', `/v1/approvals/${a.id}/deny`, {});
+      const p = await srv.d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}`);
+      for (const a of (p.body.approvals as Array<{ id: string }>) ?? []) await srv.d.operator('POST', `/v1/approvals/${a.id}/deny`, {});
     }, 100);
     try {
       const out: any = await processTools(sbx).start_process.execute!({ command: 'curl http://x.example/' }, { toolCallId: 't', messages: [] } as any);
