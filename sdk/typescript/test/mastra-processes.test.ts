@@ -23,7 +23,6 @@ const srv = daemonPerFile({ policy: { ports: { inbound: true, url_ttl: '10m' } }
 
 const root = process.getuid?.() === 0;
 
-
 function sandbox(extra: ConstructorParameters<typeof IronClawWorkspaceSandbox>[0] = {}) {
   const s = new IronClawWorkspaceSandbox({ ...srv.conn, ...extra });
   srv.cleanup.push(() => s.destroy());

@@ -33,7 +33,6 @@ process.env['MASTRA_TELEMETRY_DISABLED'] = '1';
 
 const srv = daemonPerFile();
 
-
 /** A fetch that counts the requests made through it (method and path). */
 function counting() {
   const calls: string[] = [];

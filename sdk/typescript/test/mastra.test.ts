@@ -20,7 +20,6 @@ process.env['MASTRA_TELEMETRY_DISABLED'] = '1';
 
 const srv = daemonPerFile();
 
-
 /** A Mastra model that talks to the IronClaw mock provider through the daemon's model proxy. */
 async function proxyModel(sbx: IronClawSandbox): Promise<MastraModelConfig> {
   const access = await sbx.modelAccess();
