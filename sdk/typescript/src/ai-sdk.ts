@@ -4,7 +4,6 @@
  */
 import { tool } from 'ai';
 import type { Tool } from 'ai';
-import { z } from 'zod';
 import type { Sandbox } from './sandbox.js';
 import {
   PROCESS_TOOL_DESCRIPTIONS,
@@ -16,6 +15,7 @@ import {
   sendStdinTool,
   startProcessTool,
 } from './tool.js';
+import { PROCESS_TOOL_INPUTS, SHELL_TOOL_INPUT } from './tool-schemas.js';
 import type {
   KillProcessOutput,
   PortUrlOutput,
@@ -39,9 +39,7 @@ export function sandboxTool(
 ): Tool<{ command: string }, ShellToolOutput> {
   return tool({
     description: options.description ?? SHELL_TOOL_DESCRIPTION,
-    inputSchema: z.object({
-      command: z.string().min(1).describe('The shell command line to run, e.g. "ls -la" or "python3 main.py"'),
-    }),
+    inputSchema: SHELL_TOOL_INPUT,
     execute: async ({ command }, { abortSignal }) => runShellTool(sandbox, command, options, { signal: abortSignal }),
   });
 }
@@ -73,39 +71,27 @@ export function processTools(sandbox: Sandbox, options: ProcessToolOptions = {})
   return {
     start_process: tool({
       description: PROCESS_TOOL_DESCRIPTIONS.start,
-      inputSchema: z.object({
-        command: z.string().min(1).describe('The shell command line, e.g. "npm run dev" or "python3 -m http.server 3000"'),
-        cwd: z.string().optional().describe('Working directory (relative to /workspace, or absolute)'),
-        stdin: z.boolean().optional().describe('Keep its stdin open for send_stdin (default: it reads end of file)'),
-      }),
+      inputSchema: PROCESS_TOOL_INPUTS.start,
       execute: async (input, { abortSignal }) => startProcessTool(sandbox, input, options, { signal: abortSignal }),
     }),
     process_output: tool({
       description: PROCESS_TOOL_DESCRIPTIONS.output,
-      inputSchema: z.object({
-        pid: z.number().int().positive().describe('The pid start_process returned'),
-        offset: z.number().int().min(0).optional().describe('The offset a previous read returned (default 0: all it kept)'),
-        wait: z.boolean().optional().describe('Wait until the process exits'),
-      }),
+      inputSchema: PROCESS_TOOL_INPUTS.output,
       execute: async (input, { abortSignal }) => processOutputTool(sandbox, input, options, { signal: abortSignal }),
     }),
     send_stdin: tool({
       description: PROCESS_TOOL_DESCRIPTIONS.stdin,
-      inputSchema: z.object({
-        pid: z.number().int().positive(),
-        data: z.string().describe('Text to write (include "\\n" to end a line)'),
-        close: z.boolean().optional().describe('Close stdin after writing'),
-      }),
+      inputSchema: PROCESS_TOOL_INPUTS.stdin,
       execute: async (input, { abortSignal }) => sendStdinTool(sandbox, input, { signal: abortSignal }),
     }),
     kill_process: tool({
       description: PROCESS_TOOL_DESCRIPTIONS.kill,
-      inputSchema: z.object({ pid: z.number().int().positive() }),
+      inputSchema: PROCESS_TOOL_INPUTS.kill,
       execute: async (input, { abortSignal }) => killProcessTool(sandbox, input, options, { signal: abortSignal }),
     }),
     port_url: tool({
       description: PROCESS_TOOL_DESCRIPTIONS.portUrl,
-      inputSchema: z.object({ port: z.number().int().min(1).max(65535) }),
+      inputSchema: PROCESS_TOOL_INPUTS.portUrl,
       execute: async (input, { abortSignal }) => portUrlTool(sandbox, input, options, { signal: abortSignal }),
     }),
   };

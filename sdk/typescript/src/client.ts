@@ -8,6 +8,7 @@ import {
   TimeoutError,
   UnauthorizedError,
   UnavailableError,
+  ProtocolError,
   errorFromResponse,
   retryAfterMs,
 } from './errors.js';
@@ -277,6 +278,54 @@ export class Http {
     const c = await this.call(method, path, opts);
     c.done();
   }
+}
+
+/**
+ * Reads a stream call's body of JSON lines (`what` names them in errors), each frame to `handle` until it
+ * returns a result, which this returns; the call ends either way. A stream that ends first throws `endedEarly`
+ * as an UnavailableError.
+ */
+export async function readFrames<F, T>(c: Call, what: string, handle: (f: F) => T | undefined, endedEarly: string): Promise<T> {
+  const { res } = c;
+  if (!res.body) {
+    c.done();
+    throw new ProtocolError(`${what} answered without a body`, { status: res.status });
+  }
+  const line = (text: string): T | undefined => {
+    if (!text.trim()) return undefined;
+    let f: F;
+    try {
+      f = JSON.parse(text) as F;
+    } catch {
+      throw new ProtocolError(`bad ${what} frame: ${text.slice(0, 200)}`);
+    }
+    return handle(f);
+  };
+  const decoder = new TextDecoder();
+  let buf = '';
+  const reader = res.body.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const r = line(buf.slice(0, nl));
+        buf = buf.slice(nl + 1);
+        if (r !== undefined) return r;
+      }
+    }
+    buf += decoder.decode();
+    const r = line(buf);
+    if (r !== undefined) return r;
+  } catch (err) {
+    throw c.fail(err);
+  } finally {
+    reader.cancel().catch(() => undefined);
+    c.done();
+  }
+  throw new UnavailableError(endedEarly);
 }
 
 /** Sleeps, or rejects with an AbortError when the signal fires. */

@@ -3,7 +3,6 @@
  * and tools for background processes and ports (`...processTools(sbx)`).
  */
 import { tool } from '@langchain/core/tools';
-import { z } from 'zod';
 import type { Sandbox } from './sandbox.js';
 import {
   PROCESS_TOOL_DESCRIPTIONS,
@@ -15,6 +14,7 @@ import {
   sendStdinTool,
   startProcessTool,
 } from './tool.js';
+import { PROCESS_TOOL_INPUTS, SHELL_TOOL_INPUT } from './tool-schemas.js';
 import type { ProcessToolOptions, ShellToolOptions } from './tool.js';
 
 export type { ShellToolOptions } from './tool.js';
@@ -33,9 +33,7 @@ export function sandboxTool(sandbox: Sandbox, options: ShellToolOptions = {}) {
     {
       name,
       description: options.description ?? SHELL_TOOL_DESCRIPTION,
-      schema: z.object({
-        command: z.string().min(1).describe('The shell command line to run, e.g. "ls -la" or "python3 main.py"'),
-      }),
+      schema: SHELL_TOOL_INPUT,
     },
   );
 }
@@ -55,41 +53,29 @@ export function processTools(sandbox: Sandbox, options: ProcessToolOptions = {})
       json(await startProcessTool(sandbox, input, options, { signal: config?.signal })), {
       name: 'start_process',
       description: PROCESS_TOOL_DESCRIPTIONS.start,
-      schema: z.object({
-        command: z.string().min(1).describe('The shell command line, e.g. "npm run dev" or "python3 -m http.server 3000"'),
-        cwd: z.string().optional().describe('Working directory (relative to /workspace, or absolute)'),
-        stdin: z.boolean().optional().describe('Keep its stdin open for send_stdin (default: it reads end of file)'),
-      }),
+      schema: PROCESS_TOOL_INPUTS.start,
     }),
     tool(async (input: { pid: number; offset?: number | undefined; wait?: boolean | undefined }, config) =>
       json(await processOutputTool(sandbox, input, options, { signal: config?.signal })), {
       name: 'process_output',
       description: PROCESS_TOOL_DESCRIPTIONS.output,
-      schema: z.object({
-        pid: z.number().int().positive().describe('The pid start_process returned'),
-        offset: z.number().int().min(0).optional().describe('The offset a previous read returned (default 0: all it kept)'),
-        wait: z.boolean().optional().describe('Wait until the process exits'),
-      }),
+      schema: PROCESS_TOOL_INPUTS.output,
     }),
     tool(async (input: { pid: number; data: string; close?: boolean | undefined }, config) =>
       json(await sendStdinTool(sandbox, input, { signal: config?.signal })), {
       name: 'send_stdin',
       description: PROCESS_TOOL_DESCRIPTIONS.stdin,
-      schema: z.object({
-        pid: z.number().int().positive(),
-        data: z.string().describe('Text to write (include "\\n" to end a line)'),
-        close: z.boolean().optional().describe('Close stdin after writing'),
-      }),
+      schema: PROCESS_TOOL_INPUTS.stdin,
     }),
     tool(async (input: { pid: number }, config) => json(await killProcessTool(sandbox, input, options, { signal: config?.signal })), {
       name: 'kill_process',
       description: PROCESS_TOOL_DESCRIPTIONS.kill,
-      schema: z.object({ pid: z.number().int().positive() }),
+      schema: PROCESS_TOOL_INPUTS.kill,
     }),
     tool(async (input: { port: number }, config) => json(await portUrlTool(sandbox, input, options, { signal: config?.signal })), {
       name: 'port_url',
       description: PROCESS_TOOL_DESCRIPTIONS.portUrl,
-      schema: z.object({ port: z.number().int().min(1).max(65535) }),
+      schema: PROCESS_TOOL_INPUTS.portUrl,
     }),
   ] as const;
 }

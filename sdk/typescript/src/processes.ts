@@ -1,6 +1,7 @@
+import { readFrames } from './client.js';
 import type { Http } from './client.js';
 import { approval as toApproval, durationOption } from './convert.js';
-import { ApprovalRequiredError, InvalidArgumentError, ProtocolError, UnavailableError } from './errors.js';
+import { ApprovalRequiredError, InvalidArgumentError, ProtocolError } from './errors.js';
 import type { CallOptions } from './types.js';
 import type * as wire from './wire.js';
 
@@ -223,28 +224,16 @@ export class Processes {
     const query: Record<string, string | undefined> = { offset: String(offset) };
     if (opts.follow) query['follow'] = '1';
     const c = await this.http.call('GET', await this.path(pid, '/output', opts), { ...call(opts), query }, true);
-    const { res } = c;
-    if (!res.body) {
-      c.done();
-      throw new ProtocolError('output answered without a body', { status: res.status });
-    }
     const collect = opts.collect ?? true;
     const out: ProcessOutput = { stdout: '', stderr: '', offset, dropped: 0, state: 'running' };
     type AnyFrame = Partial<wire.ProcessOutputFrame & wire.ProcessEndFrame>;
-    const handle = (line: string): boolean => {
-      if (!line.trim()) return false;
-      let f: AnyFrame;
-      try {
-        f = JSON.parse(line) as AnyFrame;
-      } catch {
-        throw new ProtocolError(`bad output frame: ${line.slice(0, 200)}`);
-      }
+    const handle = (f: AnyFrame): ProcessOutput | undefined => {
       if (f.end) {
         out.offset = f.offset ?? out.offset;
         out.state = f.state ?? 'running';
         if (f.exit !== undefined) out.exitCode = f.exit;
         if (f.error) out.error = f.error;
-        return true;
+        return out;
       }
       if (typeof f.dropped === 'number' && f.dropped > 0) {
         out.dropped += f.dropped;
@@ -256,31 +245,8 @@ export class Processes {
         if (collect) out.stderr += f.stderr;
         opts.onStderr?.(f.stderr);
       }
-      return false;
+      return undefined;
     };
-    const decoder = new TextDecoder();
-    let buf = '';
-    const reader = res.body.getReader();
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        buf += decoder.decode(value, { stream: true });
-        let nl: number;
-        while ((nl = buf.indexOf('\n')) >= 0) {
-          const ended = handle(buf.slice(0, nl));
-          buf = buf.slice(nl + 1);
-          if (ended) return out;
-        }
-      }
-      buf += decoder.decode();
-      if (handle(buf)) return out;
-    } catch (err) {
-      throw c.fail(err);
-    } finally {
-      reader.cancel().catch(() => undefined);
-      c.done();
-    }
-    throw new UnavailableError('the output stream ended before its end frame (daemon gone?)');
+    return readFrames(c, 'output', handle, 'the output stream ended before its end frame (daemon gone?)');
   }
 }

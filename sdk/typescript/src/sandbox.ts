@@ -1,5 +1,5 @@
 import { posix } from 'node:path';
-import { Http, checkMs, sleep } from './client.js';
+import { Http, checkMs, readFrames, sleep } from './client.js';
 import type { Call } from './client.js';
 import { approval as toApproval, createRequest, durationOption, fileEntry, modelAccess, portUrl, sandboxInfo } from './convert.js';
 import {
@@ -9,7 +9,6 @@ import {
   ConflictError,
   InvalidArgumentError,
   ProtocolError,
-  UnavailableError,
 } from './errors.js';
 import { Processes } from './processes.js';
 import { ExecResult } from './result.js';
@@ -382,24 +381,10 @@ export function resolvePath(path: string): string {
 /** One line of the exec stream, any frame: the members of both kinds, all optional. */
 type AnyFrame = Partial<wire.ExecOutputFrame & wire.ExecExitFrame>;
 
-async function readExecStream(c: Call, opts: RunOptions): Promise<ExecResult> {
-  const { res } = c;
-  if (!res.body) {
-    c.done();
-    throw new ProtocolError('exec answered without a body', { status: res.status });
-  }
-  const decoder = new TextDecoder();
-  let buf = '';
+function readExecStream(c: Call, opts: RunOptions): Promise<ExecResult> {
   let stdout = '';
   let stderr = '';
-  const handle = (line: string): ExecResult | undefined => {
-    if (!line.trim()) return undefined;
-    let f: AnyFrame;
-    try {
-      f = JSON.parse(line) as AnyFrame;
-    } catch {
-      throw new ProtocolError(`bad exec frame: ${line.slice(0, 200)}`);
-    }
+  const handle = (f: AnyFrame): ExecResult | undefined => {
     if (typeof f.stdout === 'string') {
       stdout += f.stdout;
       opts.onStdout?.(f.stdout);
@@ -423,27 +408,5 @@ async function readExecStream(c: Call, opts: RunOptions): Promise<ExecResult> {
     }
     return undefined;
   };
-  const reader = res.body.getReader();
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      buf += decoder.decode(value, { stream: true });
-      let nl: number;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        const r = handle(buf.slice(0, nl));
-        buf = buf.slice(nl + 1);
-        if (r) return r;
-      }
-    }
-    buf += decoder.decode();
-    const r = handle(buf);
-    if (r) return r;
-  } catch (err) {
-    throw c.fail(err);
-  } finally {
-    reader.cancel().catch(() => undefined);
-    c.done();
-  }
-  throw new UnavailableError('the exec stream ended before the command finished (daemon gone?)');
+  return readFrames(c, 'exec', handle, 'the exec stream ended before the command finished (daemon gone?)');
 }

@@ -1,24 +1,17 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, stepCountIs } from 'ai';
 import type { Tool } from 'ai';
 import { IronClawSandbox } from '../src/index.js';
 import { sandboxTool as aiSdkTool, processTools as aiSdkProcessTools } from '../src/ai-sdk.js';
 import { sandboxTool as langchainTool, processTools as langchainProcessTools } from '../src/langchain.js';
-import { eventually, startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile, eventually } from './helpers/daemon.js';
 
-let d: Daemon;
 let sbx: IronClawSandbox;
-
-before(async () => {
-  d = await startDaemon({ policy: { ports: { inbound: true } }, args: ['--ports-listen', '127.0.0.1:0'] });
-  sbx = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken, ports: [3000] });
-});
-after(async () => {
-  await sbx?.destroy().catch(() => undefined);
-  await d?.stop();
+const srv = daemonPerFile({ policy: { ports: { inbound: true } }, args: ['--ports-listen', '127.0.0.1:0'] }, async (s) => {
+  sbx = await IronClawSandbox.create({ ...s.conn, ports: [3000] });
+  s.cleanup.push(() => sbx.destroy());
 });
 
 describe('ai-sdk', () => {

@@ -3,7 +3,7 @@
  * decisions made with the operator token over the HTTP API (as the console or `ironclaw approvals` would).
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import {
   ApprovalDeniedError,
   ApprovalRequiredError,
@@ -15,19 +15,12 @@ import {
 import type { Approval, wire } from '../src/index.js';
 import { sandboxTool as langchainTool } from '../src/langchain.js';
 import { IronClawWorkspaceSandbox, makeSandboxTool } from '../src/mastra.js';
-import { eventually, startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile, eventually } from './helpers/daemon.js';
 
-let d: Daemon;
 let sbx: IronClawSandbox;
-
-before(async () => {
-  d = await startDaemon({ policy: { exec: { require_approval: ['^curl '] } } });
-  sbx = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
-});
-after(async () => {
-  await sbx?.destroy().catch(() => undefined);
-  await d?.stop();
+const srv = daemonPerFile({ policy: { exec: { require_approval: ['^curl '] } } }, async (s) => {
+  sbx = await IronClawSandbox.create(s.conn);
+  s.cleanup.push(() => sbx.destroy());
 });
 
 const seen = new Set<string>();
@@ -35,7 +28,7 @@ const seen = new Set<string>();
 /** The next pending approval of this session and kind (one not returned before), as the operator sees it on the wire. */
 async function pending(kind: string, session = sbx.id!): Promise<wire.Approval> {
   const a = await eventually(async () => {
-    const r = await d.operator('GET', `/v1/approvals?state=pending&session=${session}&kind=${kind}`);
+    const r = await srv.d.operator('GET', `/v1/approvals?state=pending&session=${session}&kind=${kind}`);
     assert.equal(r.status, 200, JSON.stringify(r.body));
     return (r.body as wire.ApprovalList).approvals.find((x) => !seen.has(x.id));
   });
@@ -44,7 +37,7 @@ async function pending(kind: string, session = sbx.id!): Promise<wire.Approval> 
 }
 
 async function decide(id: string, how: 'approve' | 'deny', reason?: string): Promise<wire.Approval> {
-  const r = await d.operator('POST', `/v1/approvals/${id}/${how}`, reason ? { reason } : {});
+  const r = await srv.d.operator('POST', `/v1/approvals/${id}/${how}`, reason ? { reason } : {});
   assert.equal(r.status, 200, JSON.stringify(r.body));
   return r.body as wire.Approval;
 }
@@ -90,7 +83,7 @@ describe('requestApproval / waitForApproval', () => {
 
   test('a denial comes back with its reason; the agent token cannot decide', async () => {
     const a = await sbx.requestApproval({ kind: 'tool.call', data: { tool: 'rm', input: {} } });
-    const byAgent = await d.agent('POST', `/v1/approvals/${a.id}/approve`, {});
+    const byAgent = await srv.d.agent('POST', `/v1/approvals/${a.id}/approve`, {});
     assert.equal(byAgent.status, 403);
     await decide(a.id, 'deny', 'no');
     const final = await sbx.waitForApproval(a.id);
@@ -231,8 +224,8 @@ describe('tools and approvals', () => {
 describe('create with egress hosts', () => {
   test('hosts off the policy allowlist come back as a pending sandbox.widen approval', async () => {
     const s = await IronClawSandbox.create({
-      addr: d.addr,
-      token: d.agentToken,
+      addr: srv.d.addr,
+      token: srv.d.agentToken,
       egress: { allow: ['example.com:443'] },
     });
     try {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import {
   AbortError,
   ConflictError,
@@ -14,19 +14,12 @@ import {
   UnauthorizedError,
   UnavailableError,
 } from '../src/index.js';
-import { startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile } from './helpers/daemon.js';
 
-let d: Daemon;
 let sbx: IronClawSandbox;
-
-before(async () => {
-  d = await startDaemon();
-  sbx = new IronClawSandbox({ addr: d.addr, token: d.agentToken, labels: { suite: 'core' } });
-});
-after(async () => {
-  await sbx?.destroy().catch(() => undefined);
-  await d?.stop();
+const srv = daemonPerFile({}, (s) => {
+  sbx = new IronClawSandbox({ ...s.conn, labels: { suite: 'core' } });
+  s.cleanup.push(() => sbx.destroy());
 });
 
 describe('engage', () => {
@@ -39,7 +32,7 @@ describe('engage', () => {
     assert.equal(sbx.info?.state, 'running');
     assert.deepEqual(sbx.info?.labels, { suite: 'core' });
     await sbx.engage();
-    const listed = await IronClawSandbox.list({ addr: d.addr, token: d.agentToken, labels: { suite: 'core' } });
+    const listed = await IronClawSandbox.list({ ...srv.conn, labels: { suite: 'core' } });
     assert.deepEqual(
       listed.map((s) => s.id),
       [sbx.id],
@@ -49,7 +42,7 @@ describe('engage', () => {
 
   test('reconnects by id and shares the sandbox state', async () => {
     await sbx.writeFile('shared.txt', 'from the first client');
-    const again = await IronClawSandbox.connect(sbx.id!, { addr: d.addr, token: d.agentToken });
+    const again = await IronClawSandbox.connect(sbx.id!, srv.conn);
     assert.equal(again.id, sbx.id);
     assert.equal(await again.readTextFile('/workspace/shared.txt'), 'from the first client');
     assert.equal((await again.run('cat shared.txt')).stdout, 'from the first client');
@@ -59,10 +52,10 @@ describe('engage', () => {
     const saved = { ...process.env };
     try {
       delete process.env['IRONCLAW_API_TOKEN'];
-      process.env['IRONCLAW_ADDR'] = d.addr.replace(/^http:\/\//, '');
-      process.env['IRONCLAW_DATA_DIR'] = d.dataDir;
+      process.env['IRONCLAW_ADDR'] = srv.d.addr.replace(/^http:\/\//, '');
+      process.env['IRONCLAW_DATA_DIR'] = srv.d.dataDir;
       const s = await IronClawSandbox.connect(sbx.id!);
-      assert.equal(s.addr, d.addr);
+      assert.equal(s.addr, srv.d.addr);
       assert.equal((await s.run('echo ok')).stdout, 'ok\n');
     } finally {
       process.env = saved;
@@ -72,8 +65,8 @@ describe('engage', () => {
   test('creates with env, limits, ttlMs and idleMs; the info is camelCase with Dates', async () => {
     const before = Date.now();
     const s = await IronClawSandbox.create({
-      addr: d.addr,
-      token: d.agentToken,
+      addr: srv.d.addr,
+      token: srv.d.agentToken,
       env: { GREETING: 'hello' },
       limits: { memory: '256M', pids: 64, timeoutMs: 5_000, openFiles: 256 },
       ttlMs: 10 * 60_000,
@@ -98,8 +91,8 @@ describe('engage', () => {
 
   test('the deprecated ttl, idle and limits.timeout still work', async () => {
     const s = await IronClawSandbox.create({
-      addr: d.addr,
-      token: d.agentToken,
+      addr: srv.d.addr,
+      token: srv.d.agentToken,
       limits: { timeout: '400ms' },
       ttl: '10m',
       idle: 60_000,
@@ -220,7 +213,7 @@ describe('run', () => {
   });
 
   test('output over the limit is truncated and noted', async () => {
-    const s = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken, limits: { output: 4096 } });
+    const s = await IronClawSandbox.create({ ...srv.conn, limits: { output: 4096 } });
     try {
       const r = await s.run('head -c 100000 /dev/zero | tr "\\0" b');
       assert.equal(r.truncated, true);
@@ -270,7 +263,7 @@ describe('files', () => {
 
 describe('errors', () => {
   test('bad token is unauthorized', async () => {
-    const s = new IronClawSandbox({ addr: d.addr, token: 'not-a-token' });
+    const s = new IronClawSandbox({ addr: srv.d.addr, token: 'not-a-token' });
     await assert.rejects(s.engage(), (err: unknown) => {
       assert.ok(err instanceof UnauthorizedError);
       assert.equal(err.code, 'unauthorized');
@@ -280,12 +273,12 @@ describe('errors', () => {
   });
 
   test('operator-only route with the agent token is forbidden', async () => {
-    const r = await d.agent('GET', '/v1/audit');
+    const r = await srv.d.agent('GET', '/v1/audit');
     assert.equal(r.status, 403);
   });
 
   test('unknown sandbox is not_found', async () => {
-    await assert.rejects(IronClawSandbox.connect('sbx-0000000000000000', { addr: d.addr, token: d.agentToken }), (err: unknown) =>
+    await assert.rejects(IronClawSandbox.connect('sbx-0000000000000000', srv.conn), (err: unknown) =>
       err instanceof NotFoundError && err.status === 404,
     );
   });
@@ -304,7 +297,7 @@ describe('errors', () => {
       process.env['XDG_DATA_HOME'] = empty;
       process.env['HOME'] = empty;
       writeFileSync(join(empty, 'agent.token'), '');
-      await assert.rejects(new IronClawSandbox({ addr: d.addr }).engage(), { code: 'unauthorized' });
+      await assert.rejects(new IronClawSandbox({ addr: srv.d.addr }).engage(), { code: 'unauthorized' });
     } finally {
       process.env = saved;
       rmSync(empty, { recursive: true, force: true });
@@ -313,10 +306,10 @@ describe('errors', () => {
 
   test('invalid request is invalid_argument', async () => {
     await assert.rejects(sbx.run(''), { code: 'invalid_argument', status: 400 });
-    await assert.rejects(IronClawSandbox.create({ addr: d.addr, token: d.agentToken, limits: { memory: 'lots' } }), InvalidArgumentError);
+    await assert.rejects(IronClawSandbox.create({ ...srv.conn, limits: { memory: 'lots' } }), InvalidArgumentError);
     // A bad ...Ms value is refused before anything is sent.
     await assert.rejects(sbx.run('true', { timeoutMs: -1 }), (err: unknown) => err instanceof InvalidArgumentError && err.status === undefined);
-    await assert.rejects(IronClawSandbox.create({ addr: d.addr, token: d.agentToken, ttlMs: Number.NaN }), InvalidArgumentError);
+    await assert.rejects(IronClawSandbox.create({ ...srv.conn, ttlMs: Number.NaN }), InvalidArgumentError);
   });
 });
 
@@ -326,8 +319,8 @@ describe('model access', () => {
     assert.match(m.token, /^icp_/);
     assert.match(m.session, /^api-/);
     assert.ok(m.expiresAt instanceof Date && m.expiresAt.getTime() > Date.now());
-    assert.equal(m.openaiBaseUrl, `${d.addr}/v1/model/openai/v1`);
-    assert.equal(m.anthropicBaseUrl, `${d.addr}/v1/model/anthropic`);
+    assert.equal(m.openaiBaseUrl, `${srv.d.addr}/v1/model/openai/v1`);
+    assert.equal(m.anthropicBaseUrl, `${srv.d.addr}/v1/model/anthropic`);
     const res = await fetch(`${m.openaiBaseUrl}/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${m.token}`, 'content-type': 'application/json' },
@@ -341,7 +334,7 @@ describe('model access', () => {
 
 describe('destroy', () => {
   test('destroys; later use is a conflict; destroying again is fine', async () => {
-    const s = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
+    const s = await IronClawSandbox.create(srv.conn);
     await s.run('true');
     await s.destroy();
     assert.equal(s.info?.state, 'destroyed');
@@ -349,18 +342,18 @@ describe('destroy', () => {
     assert.ok(s.info?.endedAt instanceof Date);
     await s.destroy();
     assert.equal((await s.getInfo()).state, 'destroyed');
-    await assert.rejects(IronClawSandbox.connect(s.id!, { addr: d.addr, token: d.agentToken }), { code: 'conflict' });
+    await assert.rejects(IronClawSandbox.connect(s.id!, srv.conn), { code: 'conflict' });
     // never engaged: nothing to do
-    await new IronClawSandbox({ addr: d.addr, token: d.agentToken }).destroy();
+    await new IronClawSandbox(srv.conn).destroy();
   });
 
   test('await using destroys at the end of the scope', async () => {
     let id: string | undefined;
     {
-      await using s = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
+      await using s = await IronClawSandbox.create(srv.conn);
       id = s.id;
     }
-    const r = await d.agent('GET', `/v1/sandboxes/${id}`);
+    const r = await srv.d.agent('GET', `/v1/sandboxes/${id}`);
     assert.equal(r.body.state, 'destroyed');
   });
 });

@@ -4,7 +4,7 @@
  * sandbox calls its `onApproval`.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { createOpenAI } from '@ai-sdk/openai';
 import { Agent } from '@mastra/core/agent';
 import type { MastraModelConfig } from '@mastra/core/llm';
@@ -13,55 +13,59 @@ import { ApprovalDeniedError } from '../src/index.js';
 import type { Approval } from '../src/index.js';
 import { Workspace } from '@mastra/core/workspace';
 import { APPROVAL_CHUNK_TYPE, IronClawWorkspaceSandbox, ironClawToolHooks, makeSandboxTool } from '../src/mastra.js';
-import { startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile } from './helpers/daemon.js';
 
 process.env['MASTRA_TELEMETRY_DISABLED'] = '1';
 
-let d: Daemon;
 let sbx: IronClawSandbox;
-
-before(async () => {
-  // curl waits for an operator; so does anything reading the cgroup (the resources getInfo reads)
-  d = await startDaemon({ policy: { exec: { require_approval: ['^curl ', 'sys/fs/cgroup'] } } });
-  sbx = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
-});
-after(async () => {
-  await sbx?.destroy().catch(() => undefined);
-  await d?.stop();
+// curl waits for an operator; so does anything reading the cgroup (the resources getInfo reads)
+const srv = daemonPerFile({ policy: { exec: { require_approval: ['^curl ', 'sys/fs/cgroup'] } } }, async (s) => {
+  sbx = await IronClawSandbox.create(s.conn);
+  s.cleanup.push(() => sbx.destroy());
 });
 
 async function decide(id: string, how: 'approve' | 'deny', reason?: string) {
-  const r = await d.operator('POST', `/v1/approvals/${id}/${how}`, reason ? { reason } : {});
+  const r = await srv.d.operator('POST', `/v1/approvals/${id}/${how}`, reason ? { reason } : {});
   assert.equal(r.status, 200, JSON.stringify(r.body));
 }
 
 const mockCall = (name: string, args: unknown) => JSON.stringify({ mock_tool_calls: [{ name, arguments: args }] });
 
+/**
+ * An agent on the daemon's model proxy (mock provider) that runs commands: with `shell` as its `sandbox_shell`
+ * tool, or else in a Workspace on sbx with ironClawToolHooks().
+ */
+async function commandAgent(id: string, name: string, shell?: ReturnType<typeof makeSandboxTool>): Promise<Agent> {
+  const access = await sbx.modelAccess();
+  const model = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token }).chat('gpt-4o-mini');
+  const config = { id, name, instructions: 'Run commands.', model: model as unknown as MastraModelConfig };
+  if (shell) return new Agent({ ...config, tools: { sandbox_shell: shell } });
+  const sandbox = new IronClawWorkspaceSandbox({ sandbox: sbx });
+  return new Agent({ ...config, workspace: new Workspace({ sandbox, tools: { hooks: ironClawToolHooks() } }) });
+}
+
+/** Streams `prompt` through `agent` and returns every chunk; each approval chunk goes to `onApproval` as it comes. */
+async function streamChunks(agent: Agent, prompt: string, onApproval: (c: any) => Promise<void>): Promise<any[]> {
+  const s = await agent.stream(prompt);
+  const chunks: any[] = [];
+  for await (const c of s.fullStream as AsyncIterable<any>) {
+    chunks.push(c);
+    if (c.type === APPROVAL_CHUNK_TYPE) await onApproval(c);
+  }
+  return chunks;
+}
+
 describe('approval waits as stream chunks', () => {
   test('an Agent stream carries data-ironclaw-approval with the id while the command waits', async () => {
-    const access = await sbx.modelAccess();
-    const model = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token }).chat('gpt-4o-mini');
-    const agent = new Agent({
-      id: 'approval-agent',
-      name: 'Approval Agent',
-      instructions: 'Run commands.',
-      model: model as unknown as MastraModelConfig,
-      tools: { sandbox_shell: makeSandboxTool(sbx) },
+    const agent = await commandAgent('approval-agent', 'Approval Agent', makeSandboxTool(sbx));
+    const chunks = await streamChunks(agent, mockCall('sandbox_shell', { command: 'curl http://example.com/x' }), async (c) => {
+      assert.match(c.data.approvalId, /^apr-/);
+      assert.equal(c.data.kind, 'exec.command');
+      assert.equal(c.data.state, 'pending');
+      assert.equal(c.data.sandboxId, sbx.id);
+      assert.equal(typeof c.data.toolCallId, 'string');
+      await decide(c.data.approvalId, 'deny', 'not now');
     });
-    const s = await agent.stream(mockCall('sandbox_shell', { command: 'curl http://example.com/x' }));
-    const chunks: any[] = [];
-    for await (const c of s.fullStream as AsyncIterable<any>) {
-      chunks.push(c);
-      if (c.type === APPROVAL_CHUNK_TYPE) {
-        assert.match(c.data.approvalId, /^apr-/);
-        assert.equal(c.data.kind, 'exec.command');
-        assert.equal(c.data.state, 'pending');
-        assert.equal(c.data.sandboxId, sbx.id);
-        assert.equal(typeof c.data.toolCallId, 'string');
-        await decide(c.data.approvalId, 'deny', 'not now');
-      }
-    }
     const approvals = chunks.filter((c) => c.type === APPROVAL_CHUNK_TYPE);
     assert.equal(approvals.length, 1, chunks.map((c) => c.type).join(','));
     const result = chunks.find((c) => c.type === 'tool-result');
@@ -87,57 +91,28 @@ describe('approval waits as stream chunks', () => {
   });
 
   test("Mastra's execute_command tool through an Agent stream: the chunk, with ironClawToolHooks()", async () => {
-    const access = await sbx.modelAccess();
-    const model = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token }).chat('gpt-4o-mini');
-    const sandbox = new IronClawWorkspaceSandbox({ sandbox: sbx });
-    const workspace = new Workspace({ sandbox, tools: { hooks: ironClawToolHooks() } });
-    const agent = new Agent({
-      id: 'ws-approval-agent',
-      name: 'Workspace Approval Agent',
-      instructions: 'Run commands.',
-      model: model as unknown as MastraModelConfig,
-      workspace,
+    const agent = await commandAgent('ws-approval-agent', 'Workspace Approval Agent');
+    const prompt = mockCall('mastra_workspace_execute_command', { command: 'curl http://example.com/y' });
+    const chunks = await streamChunks(agent, prompt, async (c) => {
+      assert.match(c.data.approvalId, /^apr-/);
+      assert.equal(c.data.kind, 'exec.command');
+      assert.equal(typeof c.data.toolCallId, 'string');
+      await decide(c.data.approvalId, 'deny', 'no fetching');
     });
-    const s = await agent.stream(mockCall('mastra_workspace_execute_command', { command: 'curl http://example.com/y' }));
-    const chunks: any[] = [];
-    for await (const c of s.fullStream as AsyncIterable<any>) {
-      chunks.push(c);
-      if (c.type === APPROVAL_CHUNK_TYPE) {
-        assert.match(c.data.approvalId, /^apr-/);
-        assert.equal(c.data.kind, 'exec.command');
-        assert.equal(typeof c.data.toolCallId, 'string');
-        await decide(c.data.approvalId, 'deny', 'no fetching');
-      }
-    }
     assert.equal(chunks.filter((c) => c.type === APPROVAL_CHUNK_TYPE).length, 1, chunks.map((c) => c.type).join(','));
     const result = chunks.find((c) => c.type === 'tool-result');
     assert.match(JSON.stringify(result.payload.result), /denied: .*no fetching/);
   });
 
   test('ironClawToolHooks: parallel tool calls each get their own approval chunk', async () => {
-    const access = await sbx.modelAccess();
-    const model = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token }).chat('gpt-4o-mini');
-    const sandbox = new IronClawWorkspaceSandbox({ sandbox: sbx });
-    const workspace = new Workspace({ sandbox, tools: { hooks: ironClawToolHooks() } });
-    const agent = new Agent({
-      id: 'ws-approval-agent-2',
-      name: 'Workspace Approval Agent 2',
-      instructions: 'Run commands.',
-      model: model as unknown as MastraModelConfig,
-      workspace,
-    });
+    const agent = await commandAgent('ws-approval-agent-2', 'Workspace Approval Agent 2');
     const prompt = JSON.stringify({
       mock_tool_calls: [
         { name: 'mastra_workspace_execute_command', arguments: { command: 'curl http://example.com/one' } },
         { name: 'mastra_workspace_execute_command', arguments: { command: 'curl http://example.com/two' } },
       ],
     });
-    const s = await agent.stream(prompt);
-    const chunks: any[] = [];
-    for await (const c of s.fullStream as AsyncIterable<any>) {
-      chunks.push(c);
-      if (c.type === APPROVAL_CHUNK_TYPE) await decide(c.data.approvalId, 'deny');
-    }
+    const chunks = await streamChunks(agent, prompt, (c) => decide(c.data.approvalId, 'deny'));
     const calls = chunks.filter((c) => c.type === 'tool-call');
     const approvals = chunks.filter((c) => c.type === APPROVAL_CHUNK_TYPE);
     assert.equal(calls.length, 2, chunks.map((c) => c.type).join(','));
@@ -169,7 +144,7 @@ describe('approval waits as stream chunks', () => {
     const ws = new IronClawWorkspaceSandbox({ sandbox: sbx });
     await ws.start();
     for (let i = 0; i < 3; i++) assert.equal((await ws.getInfo()).resources, undefined);
-    const r = await d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}&kind=exec.command`);
+    const r = await srv.d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}&kind=exec.command`);
     const held = (r.body.approvals as Array<{ id: string }>) ?? [];
     assert.equal(held.length, 1, JSON.stringify(r.body));
     for (const a of held) await decide(a.id, 'deny');
@@ -187,8 +162,8 @@ describe('approval waits as stream chunks', () => {
 
     const { processTools } = await import('../src/ai-sdk.js');
     const watcher = setInterval(async () => {
-      const p = await d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}`);
-      for (const a of (p.body.approvals as Array<{ id: string }>) ?? []) await d.operator('POST', `/v1/approvals/${a.id}/deny`, {});
+      const p = await srv.d.operator('GET', `/v1/approvals?state=pending&session=${sbx.id}`);
+      for (const a of (p.body.approvals as Array<{ id: string }>) ?? []) await srv.d.operator('POST', `/v1/approvals/${a.id}/deny`, {});
     }, 100);
     try {
       const out: any = await processTools(sbx).start_process.execute!({ command: 'curl http://x.example/' }, { toolCallId: 't', messages: [] } as any);

@@ -8,40 +8,29 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { createOpenAI } from '@ai-sdk/openai';
 import { Agent } from '@mastra/core/agent';
 import type { MastraModelConfig } from '@mastra/core/llm';
 import { LocalFilesystem, Workspace } from '@mastra/core/workspace';
 import { IronClawSandbox, Volumes } from '../src/index.js';
 import { IronClawFilesystem, IronClawWorkspaceSandbox } from '../src/mastra.js';
-import { eventually, startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile, eventually } from './helpers/daemon.js';
 
 process.env['MASTRA_TELEMETRY_DISABLED'] = '1';
 
-let d: Daemon;
-let conn: { addr: string; token: string };
-const cleanup: Array<() => Promise<unknown>> = [];
+const srv = daemonPerFile({ policy: { ports: { inbound: true, url_ttl: '10m' } }, args: ['--ports-listen', '127.0.0.1:0'] });
+
 const root = process.getuid?.() === 0;
 
-before(async () => {
-  d = await startDaemon({ policy: { ports: { inbound: true, url_ttl: '10m' } }, args: ['--ports-listen', '127.0.0.1:0'] });
-  conn = { addr: d.addr, token: d.agentToken };
-});
-after(async () => {
-  for (const f of cleanup.reverse()) await f().catch(() => undefined);
-  await d?.stop();
-});
-
 function sandbox(extra: ConstructorParameters<typeof IronClawWorkspaceSandbox>[0] = {}) {
-  const s = new IronClawWorkspaceSandbox({ ...conn, ...extra });
-  cleanup.push(() => s.destroy());
+  const s = new IronClawWorkspaceSandbox({ ...srv.conn, ...extra });
+  srv.cleanup.push(() => s.destroy());
   return s;
 }
 
 async function proxyModel(): Promise<MastraModelConfig> {
-  const access = await new IronClawSandbox(conn).modelAccess();
+  const access = await new IronClawSandbox(srv.conn).modelAccess();
   return createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token }).chat('gpt-4o-mini') as unknown as MastraModelConfig;
 }
 const mockCall = (name: string, args: unknown) => JSON.stringify({ mock_tool_calls: [{ name, arguments: args }] });
@@ -118,7 +107,7 @@ describe('IronClawProcessManager (LocalSandbox semantics)', () => {
     const h = await first.processes!.spawn('echo one; sleep 30');
     await eventually(async () => (await first.processes!.get(h.pid))!.stdout === 'one\n');
 
-    const second = new IronClawWorkspaceSandbox({ ...conn, id: 'proc-restart' });
+    const second = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'proc-restart' });
     assert.deepEqual(await second.start(), { outcome: 'connected' });
     assert.ok((await second.processes!.list()).some((p) => p.pid === h.pid && p.running));
     const again = await second.processes!.get(h.pid);
@@ -135,7 +124,7 @@ describe("Mastra's background process tools through an Agent", () => {
   test('execute_command background, get_process_output, kill_process', async () => {
     const s = sandbox();
     const ws = new Workspace({ sandbox: s, filesystem: new IronClawFilesystem({ sandbox: s }) });
-    cleanup.push(() => ws.destroy());
+    srv.cleanup.push(() => ws.destroy());
     const agent = new Agent({ id: 'bg-agent', name: 'Background Agent', instructions: 'Run things.', model: await proxyModel(), workspace: ws });
     const call = async (tool: string, args: unknown) => {
       const r = await agent.generate(mockCall(`mastra_workspace_${tool}`, args));
@@ -171,12 +160,12 @@ describe('stop() = pause; networking.getPortUrl', () => {
     await eventually(async () => (await s.processes!.get(h.pid))!.stdout.length > 0);
     await s._stop();
     assert.equal(s.status, 'stopped');
-    assert.equal((await d.agent('GET', `/v1/sandboxes/${s.sandboxId}`)).body.state, 'paused');
-    const before = (await IronClawSandbox.connect(s.sandboxId!, conn)).processes; // a read resumes nothing by itself
+    assert.equal((await srv.d.agent('GET', `/v1/sandboxes/${s.sandboxId}`)).body.state, 'paused');
+    const before = (await IronClawSandbox.connect(s.sandboxId!, srv.conn)).processes; // a read resumes nothing by itself
     void before;
     assert.deepEqual(await s.start(), { outcome: 'connected' });
     assert.equal(s.status, 'running');
-    assert.equal((await d.agent('GET', `/v1/sandboxes/${s.sandboxId}`)).body.state, 'running');
+    assert.equal((await srv.d.agent('GET', `/v1/sandboxes/${s.sandboxId}`)).body.state, 'running');
     const p = await s.processes!.get(h.pid);
     assert.equal(p?.exitCode, undefined, 'the process survived the pause');
     await s._stop();
@@ -208,11 +197,11 @@ describe('mounts', () => {
   test('Workspace({ mounts }) with an IronClaw volume: created with it, files and commands see it; other mounts are errors', {
     skip: !root && 'volumes need a daemon running as root',
   }, async () => {
-    await Volumes.create('mastra-data', { ...conn, size: '32M' });
-    cleanup.push(() => Volumes.delete('mastra-data', conn));
+    await Volumes.create('mastra-data', { ...srv.conn, size: '32M' });
+    srv.cleanup.push(() => Volumes.delete('mastra-data', srv.conn));
     const dir = mkdtempSync(join(tmpdir(), 'h6-mount-'));
-    cleanup.push(async () => rmSync(dir, { recursive: true, force: true }));
-    const s = new IronClawWorkspaceSandbox(conn);
+    srv.cleanup.push(async () => rmSync(dir, { recursive: true, force: true }));
+    const s = new IronClawWorkspaceSandbox(srv.conn);
     const ws = new Workspace({
       sandbox: s,
       mounts: {
@@ -221,13 +210,13 @@ describe('mounts', () => {
         '/host': new LocalFilesystem({ basePath: dir }),
       },
     });
-    cleanup.push(() => ws.destroy());
+    srv.cleanup.push(() => ws.destroy());
     await ws.init();
     assert.equal(s.mounts!.get('/data')?.state, 'mounted', s.mounts!.get('/data')?.error);
     assert.equal(s.mounts!.get('/workspace')?.state, 'mounted', s.mounts!.get('/workspace')?.error);
     assert.equal(s.mounts!.get('/host')?.state, 'error');
     assert.match(s.mounts!.get('/host')?.error ?? '', /mount only IronClaw volumes.*local/);
-    assert.equal((await Volumes.get('mastra-data', conn)).sandbox, s.sandboxId);
+    assert.equal((await Volumes.get('mastra-data', srv.conn)).sandbox, s.sandboxId);
 
     await ws.filesystem!.writeFile('/data/notes.txt', 'kept');
     assert.equal((await s.executeCommand('cat /data/notes.txt')).stdout, 'kept');
@@ -244,29 +233,29 @@ describe('mounts', () => {
     await ws.destroy();
 
     // the volume outlives the sandbox: a new workspace on it sees the file
-    const s2 = new IronClawWorkspaceSandbox(conn);
+    const s2 = new IronClawWorkspaceSandbox(srv.conn);
     const ws2 = new Workspace({ sandbox: s2, mounts: { '/data': new IronClawFilesystem({ sandbox: s2, volume: 'mastra-data' }) } });
-    cleanup.push(() => ws2.destroy());
+    srv.cleanup.push(() => ws2.destroy());
     await ws2.init();
     assert.equal(await ws2.filesystem!.readFile('/data/notes.txt', { encoding: 'utf-8' }), 'kept');
     await ws2.destroy();
 
     // a volume that does not exist: the create fails with the daemon's reason
-    const s3 = new IronClawWorkspaceSandbox(conn);
+    const s3 = new IronClawWorkspaceSandbox(srv.conn);
     const ws3 = new Workspace({ sandbox: s3, mounts: { '/data': new IronClawFilesystem({ sandbox: s3, volume: 'no-such' }) } });
-    cleanup.push(() => ws3.destroy());
+    srv.cleanup.push(() => ws3.destroy());
     await assert.rejects(ws3.init(), /no-such|volume/);
   });
 
   test('the volumes option shows in getInfo().mounts', { skip: !root && 'volumes need a daemon running as root' }, async () => {
-    await Volumes.create('mastra-opt', { ...conn, size: '32M' });
-    cleanup.push(() => Volumes.delete('mastra-opt', conn));
+    await Volumes.create('mastra-opt', { ...srv.conn, size: '32M' });
+    srv.cleanup.push(() => Volumes.delete('mastra-opt', srv.conn));
     const s = sandbox({ volumes: [{ name: 'mastra-opt', path: '/workspace/v' }] });
     await s.start();
     assert.deepEqual((await s.getInfo()).mounts, [{ path: '/workspace/v', filesystem: 'ironclaw-volume:mastra-opt' }]);
     // a clone does not take the volume (it is in one running sandbox at a time), so it starts beside it
     const sib = s.clone();
-    cleanup.push(() => sib.destroy());
+    srv.cleanup.push(() => sib.destroy());
     assert.deepEqual(await sib.start(), { outcome: 'created' });
     assert.deepEqual((await sib.getInfo()).mounts, []);
     await s.destroy();

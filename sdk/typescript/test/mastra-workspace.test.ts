@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { createOpenAI } from '@ai-sdk/openai';
 import { Agent } from '@mastra/core/agent';
 import type { MastraModelConfig } from '@mastra/core/llm';
@@ -27,23 +27,11 @@ import {
 } from '@mastra/core/workspace';
 import { IronClawSandbox } from '../src/index.js';
 import { IronClawFilesystem, IronClawWorkspaceSandbox, MASTRA_ID_LABEL, jsRegexToERE } from '../src/mastra.js';
-import { startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile } from './helpers/daemon.js';
 
 process.env['MASTRA_TELEMETRY_DISABLED'] = '1';
 
-let d: Daemon;
-let conn: { addr: string; token: string };
-const cleanup: Array<() => Promise<unknown>> = [];
-
-before(async () => {
-  d = await startDaemon();
-  conn = { addr: d.addr, token: d.agentToken };
-});
-after(async () => {
-  for (const f of cleanup.reverse()) await f().catch(() => undefined);
-  await d?.stop();
-});
+const srv = daemonPerFile();
 
 /** A fetch that counts the requests made through it (method and path). */
 function counting() {
@@ -57,7 +45,7 @@ function counting() {
 }
 
 async function proxyModel(): Promise<MastraModelConfig> {
-  const helper = new IronClawSandbox(conn);
+  const helper = new IronClawSandbox(srv.conn);
   const access = await helper.modelAccess();
   const openai = createOpenAI({ baseURL: access.openaiBaseUrl, apiKey: access.token });
   return openai.chat('gpt-4o-mini') as unknown as MastraModelConfig;
@@ -65,10 +53,10 @@ async function proxyModel(): Promise<MastraModelConfig> {
 const mockCall = (name: string, args: unknown) => JSON.stringify({ mock_tool_calls: [{ name, arguments: args }] });
 
 async function workspace(extra: { fetch?: typeof globalThis.fetch } = {}) {
-  const sandbox = new IronClawWorkspaceSandbox({ ...conn, ...extra });
+  const sandbox = new IronClawWorkspaceSandbox({ ...srv.conn, ...extra });
   const fs = new IronClawFilesystem({ sandbox });
   const ws = new Workspace({ sandbox, filesystem: fs });
-  cleanup.push(() => ws.destroy());
+  srv.cleanup.push(() => ws.destroy());
   await ws.init();
   return { sandbox, fs, ws };
 }
@@ -186,9 +174,9 @@ describe('IronClawFilesystem paths and errors', () => {
 
 describe('IronClawFilesystem on an image whose find lacks -printf', () => {
   test('readdir falls back to the daemon file API; ~ is the workspace', async () => {
-    const sandbox = new IronClawWorkspaceSandbox({ ...conn, env: { PATH: '/workspace/bin:/usr/local/bin:/usr/bin:/bin' } });
+    const sandbox = new IronClawWorkspaceSandbox({ ...srv.conn, env: { PATH: '/workspace/bin:/usr/local/bin:/usr/bin:/bin' } });
     const fs = new IronClawFilesystem({ sandbox });
-    cleanup.push(() => sandbox.destroy());
+    srv.cleanup.push(() => sandbox.destroy());
     await sandbox.writeFiles([
       { path: 'bin/find', content: "#!/bin/sh\necho \"find: unrecognized: -printf\" >&2\nexit 1\n", mode: 0o755 },
       { path: 'd/e/f.txt', content: 'x' },
@@ -311,8 +299,8 @@ describe('grep', () => {
 
 describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
   test('abort: killed result with the output so far; timeout: 124 and the message; maxRetainedBytes', async () => {
-    const ws = new IronClawWorkspaceSandbox(conn);
-    cleanup.push(() => ws.destroy());
+    const ws = new IronClawWorkspaceSandbox(srv.conn);
+    srv.cleanup.push(() => ws.destroy());
     const ac = new AbortController();
     const seen: string[] = [];
     const p = ws.executeCommand('echo before; echo err >&2; sleep 20; echo after', [], {
@@ -360,41 +348,41 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
   });
 
   test('a sandbox the daemon ended is made anew on the next call, for commands and files', async () => {
-    const sandbox = new IronClawWorkspaceSandbox({ ...conn, id: 'recover-1' });
+    const sandbox = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'recover-1' });
     const fs = new IronClawFilesystem({ sandbox });
-    cleanup.push(() => sandbox.destroy());
+    srv.cleanup.push(() => sandbox.destroy());
     await sandbox.executeCommand('echo x > f');
     const first = sandbox.sandboxId!;
     // ended outside the adapter (as the idle reaper or a crash would)
-    assert.equal((await d.agent('DELETE', `/v1/sandboxes/${first}`)).status, 200);
+    assert.equal((await srv.d.agent('DELETE', `/v1/sandboxes/${first}`)).status, 200);
     const r = await sandbox.executeCommand('echo again');
     assert.equal(r.stdout, 'again\n');
     const second = sandbox.sandboxId!;
     assert.notEqual(second, first);
-    assert.equal((await d.agent('GET', `/v1/sandboxes/${second}`)).body.labels[MASTRA_ID_LABEL], 'recover-1');
+    assert.equal((await srv.d.agent('GET', `/v1/sandboxes/${second}`)).body.labels[MASTRA_ID_LABEL], 'recover-1');
     assert.equal(sandbox.status, 'running');
 
-    await d.agent('DELETE', `/v1/sandboxes/${second}`);
+    await srv.d.agent('DELETE', `/v1/sandboxes/${second}`);
     await fs.writeFile('after.txt', 'fresh');
     assert.notEqual(sandbox.sandboxId, second);
     assert.equal(await fs.readFile('after.txt', { encoding: 'utf-8' }), 'fresh');
   });
 
   test('get-or-create is atomic: concurrent starts share one sandbox; a lost cross-process race is undone', async () => {
-    const a = new IronClawWorkspaceSandbox({ ...conn, id: 'race-1' });
-    const b = new IronClawWorkspaceSandbox({ ...conn, id: 'race-1' });
-    cleanup.push(() => a.destroy());
+    const a = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'race-1' });
+    const b = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'race-1' });
+    srv.cleanup.push(() => a.destroy());
     const [ra, rb] = await Promise.all([a.start(), b.start()]);
     assert.deepEqual([ra, rb].map((r) => r?.outcome).sort(), ['connected', 'created']);
     assert.equal(a.sandboxId, b.sandboxId);
-    const listed = await IronClawSandbox.list({ ...conn, labels: { [MASTRA_ID_LABEL]: 'race-1' } });
+    const listed = await IronClawSandbox.list({ ...srv.conn, labels: { [MASTRA_ID_LABEL]: 'race-1' } });
     assert.equal(listed.length, 1);
 
     // a start that joined another's aborted start goes on by itself
     const ac = new AbortController();
-    const x = new IronClawWorkspaceSandbox({ ...conn, id: 'race-3' });
-    const y = new IronClawWorkspaceSandbox({ ...conn, id: 'race-3' });
-    cleanup.push(() => y.destroy());
+    const x = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'race-3' });
+    const y = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'race-3' });
+    srv.cleanup.push(() => y.destroy());
     const px = x.start({ abortSignal: ac.signal });
     const py = y.start();
     ac.abort();
@@ -403,8 +391,8 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     assert.match(y.sandboxId ?? '', /^sbx-/);
 
     // another process created one between our lookup and our create: ours goes, theirs is used
-    const theirs = await IronClawSandbox.create({ ...conn, labels: { [MASTRA_ID_LABEL]: 'race-2' } });
-    cleanup.push(() => theirs.destroy());
+    const theirs = await IronClawSandbox.create({ ...srv.conn, labels: { [MASTRA_ID_LABEL]: 'race-2' } });
+    srv.cleanup.push(() => theirs.destroy());
     let hidden = false;
     const racing: typeof globalThis.fetch = async (input, init) => {
       const url = String(input instanceof Request ? input.url : input);
@@ -414,22 +402,22 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
       }
       return globalThis.fetch(input, init);
     };
-    const c = new IronClawWorkspaceSandbox({ ...conn, id: 'race-2', fetch: racing });
+    const c = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'race-2', fetch: racing });
     assert.deepEqual(await c.start(), { outcome: 'connected' });
     assert.equal(c.sandboxId, theirs.id);
-    const left = await IronClawSandbox.list({ ...conn, labels: { [MASTRA_ID_LABEL]: 'race-2' } });
+    const left = await IronClawSandbox.list({ ...srv.conn, labels: { [MASTRA_ID_LABEL]: 'race-2' } });
     assert.deepEqual(left.map((s) => s.id), [theirs.id]);
   });
 
   test('start honours abortSignal; destroy leaves the object usable; stop pauses', async () => {
-    const ws = new IronClawWorkspaceSandbox({ ...conn, id: 'life-1' });
-    cleanup.push(() => ws.destroy());
+    const ws = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'life-1' });
+    srv.cleanup.push(() => ws.destroy());
     await assert.rejects(ws.start({ abortSignal: AbortSignal.abort() }), SandboxAbortError);
-    assert.equal((await IronClawSandbox.list({ ...conn, labels: { [MASTRA_ID_LABEL]: 'life-1' } })).length, 0);
+    assert.equal((await IronClawSandbox.list({ ...srv.conn, labels: { [MASTRA_ID_LABEL]: 'life-1' } })).length, 0);
     assert.deepEqual(await ws.start(), { outcome: 'created' });
     const first = ws.sandboxId;
     await ws._stop();
-    assert.equal((await d.agent('GET', `/v1/sandboxes/${first}`)).body.state, 'paused', 'stop pauses');
+    assert.equal((await srv.d.agent('GET', `/v1/sandboxes/${first}`)).body.state, 'paused', 'stop pauses');
     await ws._destroy();
     assert.equal(ws.status, 'destroyed');
     assert.deepEqual(await ws.start(), { outcome: 'created' });
@@ -437,16 +425,16 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     assert.equal((await ws.executeCommand('echo ok')).stdout, 'ok\n');
 
     // a new process (a new object, never started) ends the workspace by its logical id
-    await new IronClawWorkspaceSandbox({ ...conn, id: 'life-1' }).destroy();
-    assert.equal((await IronClawSandbox.list({ ...conn, labels: { [MASTRA_ID_LABEL]: 'life-1' } })).length, 0);
-    await new IronClawWorkspaceSandbox({ ...conn, id: 'life-never' }).destroy(); // nothing to end: fine
+    await new IronClawWorkspaceSandbox({ ...srv.conn, id: 'life-1' }).destroy();
+    assert.equal((await IronClawSandbox.list({ ...srv.conn, labels: { [MASTRA_ID_LABEL]: 'life-1' } })).length, 0);
+    await new IronClawWorkspaceSandbox({ ...srv.conn, id: 'life-never' }).destroy(); // nothing to end: fine
   });
 
   test('clone: a sibling from the same configuration, no I/O until it starts', async () => {
     const c = counting();
-    const base = new IronClawWorkspaceSandbox({ ...conn, fetch: c.fetch, id: 'clone-src', env: { A: '1' }, workingDirectory: '/tmp' });
+    const base = new IronClawWorkspaceSandbox({ ...srv.conn, fetch: c.fetch, id: 'clone-src', env: { A: '1' }, workingDirectory: '/tmp' });
     const sib = base.clone({ idleTimeoutMinutes: 5, env: { A: '2' } });
-    cleanup.push(() => sib.destroy());
+    srv.cleanup.push(() => sib.destroy());
     assert.ok(sib instanceof IronClawWorkspaceSandbox);
     assert.notEqual(sib.id, base.id);
     assert.equal(sib.workingDirectory, '/tmp');
@@ -459,18 +447,18 @@ describe('IronClawWorkspaceSandbox results (LocalSandbox semantics)', () => {
     const again = sib.clone({ sandboxId: sib.sandboxId! });
     assert.deepEqual(await again.start(), { outcome: 'connected' });
     assert.equal(again.sandboxId, sib.sandboxId);
-    assert.throws(() => new IronClawWorkspaceSandbox({ sandbox: new IronClawSandbox(conn) }).clone(), /shared client/);
+    assert.throws(() => new IronClawWorkspaceSandbox({ sandbox: new IronClawSandbox(srv.conn) }).clone(), /shared client/);
   });
 
   test('getInfo has resources and mounts; instructions take the function form; writeFiles checks modes', async () => {
     const ws = new IronClawWorkspaceSandbox({
-      ...conn,
+      ...srv.conn,
       idleMs: 600_000,
       limits: { memory: '256MiB' },
       instructions: ({ defaultInstructions, requestContext }) =>
         `${defaultInstructions} User: ${String(requestContext?.get('user') ?? 'nobody')}.`,
     });
-    cleanup.push(() => ws.destroy());
+    srv.cleanup.push(() => ws.destroy());
     await ws.start();
     const info = await ws.getInfo();
     assert.deepEqual(info.mounts, []);
@@ -541,9 +529,9 @@ describe("Mastra's built-in workspace tools through an Agent", () => {
 describe('mounts', () => {
   test('Workspace({ mounts }) on an IronClaw sandbox: each mount is an error, not silently skipped', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'h5-mount-'));
-    const sandbox = new IronClawWorkspaceSandbox(conn);
+    const sandbox = new IronClawWorkspaceSandbox(srv.conn);
     const ws = new Workspace({ sandbox, mounts: { '/data': new LocalFilesystem({ basePath: dir }) } });
-    cleanup.push(() => ws.destroy());
+    srv.cleanup.push(() => ws.destroy());
     await ws.init();
     const entry = sandbox.mounts?.get('/data');
     assert.equal(entry?.state, 'error');

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { createOpenAI } from '@ai-sdk/openai';
 import { Agent } from '@mastra/core/agent';
 import type { MastraModelConfig } from '@mastra/core/llm';
@@ -14,23 +14,11 @@ import {
 } from '@mastra/core/workspace';
 import { IronClawSandbox } from '../src/index.js';
 import { IronClawFilesystem, IronClawWorkspaceSandbox, MASTRA_ID_LABEL, makeSandboxTool } from '../src/mastra.js';
-import { startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile } from './helpers/daemon.js';
 
 process.env['MASTRA_TELEMETRY_DISABLED'] = '1';
 
-let d: Daemon;
-let conn: { addr: string; token: string };
-const cleanup: Array<() => Promise<unknown>> = [];
-
-before(async () => {
-  d = await startDaemon();
-  conn = { addr: d.addr, token: d.agentToken };
-});
-after(async () => {
-  for (const f of cleanup.reverse()) await f().catch(() => undefined);
-  await d?.stop();
-});
+const srv = daemonPerFile();
 
 /** A Mastra model that talks to the IronClaw mock provider through the daemon's model proxy. */
 async function proxyModel(sbx: IronClawSandbox): Promise<MastraModelConfig> {
@@ -44,8 +32,8 @@ const mockCall = (name: string, args: unknown) => JSON.stringify({ mock_tool_cal
 
 describe('makeSandboxTool', () => {
   test('execute runs the command and returns { output, exitCode }', async () => {
-    const sbx = new IronClawSandbox(conn);
-    cleanup.push(() => sbx.destroy());
+    const sbx = new IronClawSandbox(srv.conn);
+    srv.cleanup.push(() => sbx.destroy());
     const tool = makeSandboxTool(sbx);
     assert.equal(tool.id, 'sandbox_shell');
     assert.match(tool.description, /isolated Linux sandbox/);
@@ -61,8 +49,8 @@ describe('makeSandboxTool', () => {
   });
 
   test('a real Agent calls it through the IronClaw model proxy (mock provider)', async () => {
-    const sbx = await IronClawSandbox.create(conn);
-    cleanup.push(() => sbx.destroy());
+    const sbx = await IronClawSandbox.create(srv.conn);
+    srv.cleanup.push(() => sbx.destroy());
     const agent = new Agent({
       id: 'sandbox-agent',
       name: 'Sandbox Agent',
@@ -92,8 +80,8 @@ describe('makeSandboxTool', () => {
 
 describe('IronClawWorkspaceSandbox', () => {
   test('start is get-or-create; executeCommand streams; stop keeps it; destroy ends it', async () => {
-    const ws = new IronClawWorkspaceSandbox({ ...conn, id: 'logical-1', env: { FROM: 'create' } });
-    cleanup.push(() => ws.destroy());
+    const ws = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'logical-1', env: { FROM: 'create' } });
+    srv.cleanup.push(() => ws.destroy());
     assert.equal(ws.provider, 'ironclaw');
     assert.equal(ws.status, 'pending');
     assert.match(ws.getInstructions(), /\/workspace/);
@@ -112,7 +100,7 @@ describe('IronClawWorkspaceSandbox', () => {
     assert.equal(err.join(''), 'e\n');
     const sid = ws.sandboxId!;
     assert.match(sid, /^sbx-/);
-    const info = await d.agent('GET', `/v1/sandboxes/${sid}`);
+    const info = await srv.d.agent('GET', `/v1/sandboxes/${sid}`);
     assert.equal(info.body.labels[MASTRA_ID_LABEL], 'logical-1');
 
     // args are shell-quoted; cwd, env, timeout (ms) pass through
@@ -130,7 +118,7 @@ describe('IronClawWorkspaceSandbox', () => {
 
     // another instance with the same logical id connects to the same daemon sandbox
     await ws.executeCommand('echo kept > /workspace/state.txt');
-    const ws2 = new IronClawWorkspaceSandbox({ ...conn, id: 'logical-1' });
+    const ws2 = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'logical-1' });
     assert.deepEqual(await ws2.start(), { outcome: 'connected' });
     assert.equal(ws2.sandboxId, sid);
     assert.equal((await ws2.executeCommand('cat state.txt')).stdout, 'kept\n');
@@ -144,18 +132,18 @@ describe('IronClawWorkspaceSandbox', () => {
 
     await ws._destroy();
     assert.equal(ws.status, 'destroyed');
-    assert.equal((await d.agent('GET', `/v1/sandboxes/${sid}`)).body.state, 'destroyed');
+    assert.equal((await srv.d.agent('GET', `/v1/sandboxes/${sid}`)).body.state, 'destroyed');
 
     // a destroyed logical sandbox is created anew on the next start
-    const ws3 = new IronClawWorkspaceSandbox({ ...conn, id: 'logical-1' });
-    cleanup.push(() => ws3.destroy());
+    const ws3 = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'logical-1' });
+    srv.cleanup.push(() => ws3.destroy());
     assert.deepEqual(await ws3.start(), { outcome: 'created' });
     assert.notEqual(ws3.sandboxId, sid);
   });
 
   test('abort settles with a killed result (as LocalSandbox does)', async () => {
-    const ws = new IronClawWorkspaceSandbox(conn);
-    cleanup.push(() => ws.destroy());
+    const ws = new IronClawWorkspaceSandbox(srv.conn);
+    srv.cleanup.push(() => ws.destroy());
     const ac = new AbortController();
     setTimeout(() => ac.abort(), 200);
     const r = await ws.executeCommand('sleep 20', [], { abortSignal: ac.signal });
@@ -164,8 +152,8 @@ describe('IronClawWorkspaceSandbox', () => {
   });
 
   test('writeFiles uploads with modes; a shared client is used as is', async () => {
-    const sbx = await IronClawSandbox.create(conn);
-    cleanup.push(() => sbx.destroy());
+    const sbx = await IronClawSandbox.create(srv.conn);
+    srv.cleanup.push(() => sbx.destroy());
     const ws = new IronClawWorkspaceSandbox({ sandbox: sbx });
     assert.equal(ws.id, sbx.id);
     assert.deepEqual(await ws.start(), { outcome: 'connected' });
@@ -180,10 +168,10 @@ describe('IronClawWorkspaceSandbox', () => {
 
 describe('IronClawFilesystem', () => {
   test('the WorkspaceFilesystem operations over the sandbox', async () => {
-    const sandbox = new IronClawWorkspaceSandbox(conn);
+    const sandbox = new IronClawWorkspaceSandbox(srv.conn);
     const fs = new IronClawFilesystem({ sandbox });
     const workspace = new Workspace({ sandbox, filesystem: fs });
-    cleanup.push(() => workspace.destroy());
+    srv.cleanup.push(() => workspace.destroy());
     await workspace.init();
     assert.equal(sandbox.status, 'running');
     assert.equal(fs.status, 'ready');
@@ -268,10 +256,10 @@ describe('IronClawFilesystem', () => {
   });
 
   test("an Agent uses the Workspace's built-in tools inside the sandbox", async () => {
-    const sandbox = new IronClawWorkspaceSandbox(conn);
+    const sandbox = new IronClawWorkspaceSandbox(srv.conn);
     const workspace = new Workspace({ sandbox, filesystem: new IronClawFilesystem({ sandbox }) });
-    cleanup.push(() => workspace.destroy());
-    const helper = new IronClawSandbox(conn);
+    srv.cleanup.push(() => workspace.destroy());
+    const helper = new IronClawSandbox(srv.conn);
     const agent = new Agent({
       id: 'workspace-agent',
       name: 'Workspace Agent',

@@ -1,19 +1,12 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { AbortError, InvalidArgumentError, IronClawSandbox, LimitExceededError, NotFoundError } from '../src/index.js';
-import { startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile } from './helpers/daemon.js';
 
-let d: Daemon;
 let sbx: IronClawSandbox;
-
-before(async () => {
-  d = await startDaemon();
-  sbx = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken, labels: { suite: 'processes' } });
-});
-after(async () => {
-  await sbx?.destroy().catch(() => undefined);
-  await d?.stop();
+const srv = daemonPerFile({}, async (s) => {
+  sbx = await IronClawSandbox.create({ ...s.conn, labels: { suite: 'processes' } });
+  s.cleanup.push(() => sbx.destroy());
 });
 
 async function until<T>(what: string, f: () => Promise<T | undefined>): Promise<T> {
@@ -49,7 +42,7 @@ describe('processes', () => {
     assert.deepEqual(await sbx.processes.list({ tag: 'nope' }), []);
 
     // Another client (a restart) reattaches by id and follows from where the first stopped.
-    const again = await IronClawSandbox.connect(sbx.id!, { addr: d.addr, token: d.agentToken });
+    const again = await IronClawSandbox.connect(sbx.id!, srv.conn);
     const seen: string[] = [];
     const follow = again.processes.output(h.pid, { offset: first.offset, follow: true, onStdout: (t) => seen.push(t) });
     await new Promise((r) => setTimeout(r, 100));
@@ -116,7 +109,7 @@ describe('processes', () => {
   });
 
   test('the per-sandbox cap is a LimitExceededError', async () => {
-    const other = await IronClawSandbox.create({ addr: d.addr, token: d.agentToken });
+    const other = await IronClawSandbox.create(srv.conn);
     try {
       const started = [];
       for (let i = 0; i < 32; i++) started.push(await other.processes.spawn('sleep 30'));

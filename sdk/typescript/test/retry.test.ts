@@ -68,7 +68,7 @@ describe('retries through the daemon', () => {
 });
 
 /** A server answering every request with `status` (and Retry-After `retryAfter`, if set), counting them. */
-async function answering(status: number, retryAfter?: string): Promise<{ addr: string; count: () => number; close: () => Promise<void> }> {
+async function answerer(status: number, retryAfter?: string): Promise<{ addr: string; count: () => number; close: () => Promise<void> }> {
   let n = 0;
   const srv = createServer((req, res) => {
     n++;
@@ -87,48 +87,48 @@ async function answering(status: number, retryAfter?: string): Promise<{ addr: s
   };
 }
 
+/** Runs `use` against an {@link answerer} server, closing it afterwards. */
+async function answering(status: number, retryAfter: string | undefined, use: (srv: { addr: string; count: () => number }) => Promise<void>): Promise<void> {
+  const srv = await answerer(status, retryAfter);
+  try {
+    await use(srv);
+  } finally {
+    await srv.close();
+  }
+}
+
 describe('retry bounds', () => {
   test('at most retries + 1 attempts, then the last error', async () => {
-    const srv = await answering(503);
-    try {
+    await answering(503, undefined, async (srv) => {
       const s = connectTo(srv.addr, { retries: 2 });
       await assert.rejects(s.readFile('/workspace/x'), UnavailableError);
       assert.equal(srv.count(), 3);
-    } finally {
-      await srv.close();
-    }
+    });
   });
 
   test('retries: 0 sends once; a POST is sent once', async () => {
-    const srv = await answering(502);
-    try {
+    await answering(502, undefined, async (srv) => {
       const s = connectTo(srv.addr, { retries: 0 });
       await assert.rejects(s.readFile('/workspace/x'));
       assert.equal(srv.count(), 1);
       const t = connectTo(srv.addr, {});
       await assert.rejects(t.run('true'));
       assert.equal(srv.count(), 2);
-    } finally {
-      await srv.close();
-    }
+    });
   });
 
   test('Retry-After beyond retryMaxMs is not waited for', async () => {
-    const srv = await answering(429, '60');
-    try {
+    await answering(429, '60', async (srv) => {
       const s = connectTo(srv.addr, { retryMaxMs: 2_000 });
       const start = Date.now();
       await assert.rejects(s.readFile('/workspace/x'), RateLimitError);
       assert.equal(srv.count(), 1);
       assert.ok(Date.now() - start < 1_000);
-    } finally {
-      await srv.close();
-    }
+    });
   });
 
   test('Retry-After is honoured, and never past requestTimeoutMs', async () => {
-    const srv = await answering(429, '1');
-    try {
+    await answering(429, '1', async (srv) => {
       const s = connectTo(srv.addr, { retries: 1 });
       let start = Date.now();
       await assert.rejects(s.readFile('/workspace/x'), RateLimitError);
@@ -140,14 +140,11 @@ describe('retry bounds', () => {
       await assert.rejects(t.readFile('/workspace/x'), RateLimitError);
       assert.equal(srv.count(), 4);
       assert.ok(Date.now() - start < 1_500);
-    } finally {
-      await srv.close();
-    }
+    });
   });
 
   test('an abort during the wait ends the call at once', async () => {
-    const srv = await answering(503, '5');
-    try {
+    await answering(503, '5', async (srv) => {
       const s = connectTo(srv.addr, {});
       const ctl = new AbortController();
       setTimeout(() => ctl.abort(), 200);
@@ -155,9 +152,7 @@ describe('retry bounds', () => {
       await assert.rejects(s.readFile('/workspace/x', { signal: ctl.signal }), AbortError);
       assert.ok(Date.now() - start < 2_000);
       assert.equal(srv.count(), 1);
-    } finally {
-      await srv.close();
-    }
+    });
   });
 
   test('network errors are retried, within the timeout', async () => {

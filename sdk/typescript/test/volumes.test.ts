@@ -1,21 +1,14 @@
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { ConflictError, InvalidArgumentError, IronClawSandbox, NotFoundError, Volumes } from '../src/index.js';
-import { startDaemon } from './helpers/daemon.js';
-import type { Daemon } from './helpers/daemon.js';
+import { daemonPerFile } from './helpers/daemon.js';
 
-let d: Daemon;
-before(async () => {
-  d = await startDaemon();
-});
-after(async () => {
-  await d?.stop();
-});
+const srv = daemonPerFile();
 
 const root = process.getuid?.() === 0;
 
 test('a volume keeps its files across sandboxes, one sandbox at a time', { skip: !root && 'volumes need a daemon running as root' }, async () => {
-  const conn = { addr: d.addr, token: d.agentToken };
+  const conn = srv.conn;
   const v = await Volumes.create('sdk-notes', { ...conn, size: '32M' });
   assert.equal(v.name, 'sdk-notes');
   assert.equal(v.sizeBytes, 32 << 20);

@@ -9,6 +9,7 @@ import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 export interface Daemon {
@@ -161,6 +162,34 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     rmSync(custodyDir, { recursive: true, force: true });
     },
   };
+}
+
+/** A test file's daemon, as {@link daemonPerFile} keeps it: set once the file's `before` hook has run. */
+export interface FileDaemon {
+  d: Daemon;
+  /** The agent's connection to it. */
+  conn: { addr: string; token: string };
+  /** Run after the file's tests, newest first (their failures ignored), before the daemon stops. */
+  cleanup: Array<() => Promise<unknown>>;
+}
+
+/**
+ * Starts a daemon before the test file's tests, then runs `ready` on it (what the file sets up on it: node runs a
+ * file's top-level `before` hooks concurrently, so that cannot be a hook of its own); after the tests it runs the
+ * `cleanup`, then stops the daemon.
+ */
+export function daemonPerFile(opts: DaemonOptions = {}, ready?: (srv: FileDaemon) => Promise<unknown> | void): FileDaemon {
+  const t = { cleanup: [] } as unknown as FileDaemon;
+  before(async () => {
+    t.d = await startDaemon(opts);
+    t.conn = { addr: t.d.addr, token: t.d.agentToken };
+    await ready?.(t);
+  });
+  after(async () => {
+    for (const f of t.cleanup.reverse()) await f().catch(() => undefined);
+    await t.d?.stop();
+  });
+  return t;
 }
 
 /** Polls until fn() returns a truthy value (or throws after timeoutMs). */
