@@ -17,8 +17,9 @@ func (b *Sandbox) DialLoopback(ctx context.Context, port uint16) (net.Conn, erro
 	if b.rt.opts.Name == "runsc" {
 		return nil, fmt.Errorf("%w: runsc's loopback is inside gVisor's own network stack; inbound ports need the native, runc, crun or docker backend", sandbox.ErrUnsupported)
 	}
-	if err := sandbox.ClosedErr(b.id, b.done); err != nil {
+	alive := func() error { return sandbox.ClosedErr(b.id, b.done) }
+	if err := alive(); err != nil {
 		return nil, err
 	}
-	return netns.DialLoopback(ctx, b.InitPid(), port)
+	return netns.DialLoopback(ctx, b.InitPid(), port, alive)
 }

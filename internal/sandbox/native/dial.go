@@ -12,8 +12,9 @@ import (
 // (a server its code listens on): the socket is made in the sandbox's
 // network namespace, so nothing of the host's network is involved.
 func (b *Sandbox) DialLoopback(ctx context.Context, port uint16) (net.Conn, error) {
-	if err := sandbox.ClosedErr(b.id, b.done); err != nil {
+	alive := func() error { return sandbox.ClosedErr(b.id, b.done) }
+	if err := alive(); err != nil {
 		return nil, err
 	}
-	return netns.DialLoopback(ctx, b.proc.Pid, port)
+	return netns.DialLoopback(ctx, b.proc.Pid, port, alive)
 }

@@ -53,8 +53,12 @@ func TestDialLoopbackReachesOnlyTheSandbox(t *testing.T) {
 		}
 	}
 	// The daemon's own namespace is never dialled into.
-	if _, err := netns.DialLoopback(ctx, os.Getpid(), 8080); !errors.Is(err, netns.ErrHostNamespace) {
+	if _, err := netns.DialLoopback(ctx, os.Getpid(), 8080, nil); !errors.Is(err, netns.ErrHostNamespace) {
 		t.Fatalf("dial into our own namespace: %v", err)
+	}
+	// A sandbox that ended is not dialled into, whatever holds its pid.
+	if _, err := netns.DialLoopback(ctx, sb.InitPid(), 8080, func() error { return sandbox.ErrClosed }); !errors.Is(err, sandbox.ErrClosed) {
+		t.Fatalf("dial with a sandbox that ended: %v", err)
 	}
 	cancel()
 }

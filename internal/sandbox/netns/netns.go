@@ -27,8 +27,11 @@ var ErrHostNamespace = errors.New("netns: the process is in the daemon's own net
 // DialLoopback connects to 127.0.0.1:port in the network namespace of the
 // host process pid (a sandbox's pid 1). It refuses a namespace that is the
 // daemon's own (a recycled pid, a backend without a namespace of its own):
-// the host's loopback is never reached this way.
-func DialLoopback(ctx context.Context, pid int, port uint16) (net.Conn, error) {
+// the host's loopback is never reached this way. alive reports whether
+// pid is still the sandbox's (nil: it is); it is asked once the namespace
+// is open, which holds it: had the sandbox ended and its pid gone to
+// another process before, alive says so and nothing is dialled.
+func DialLoopback(ctx context.Context, pid int, port uint16, alive func() error) (net.Conn, error) {
 	if pid <= 1 || port == 0 {
 		return nil, fmt.Errorf("%w: no sandbox process or port to dial", sandbox.ErrInvalidRequest)
 	}
@@ -37,6 +40,11 @@ func DialLoopback(ctx context.Context, pid int, port uint16) (net.Conn, error) {
 		return nil, fmt.Errorf("netns: the sandbox's network namespace: %w", err)
 	}
 	defer target.Close()
+	if alive != nil {
+		if err := alive(); err != nil {
+			return nil, err
+		}
+	}
 	fd, err := socketIn(target)
 	if err != nil {
 		return nil, err
