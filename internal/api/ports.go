@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,7 +150,7 @@ func (s *Server) openPort(w http.ResponseWriter, r *http.Request, who principal)
 	if err != nil {
 		return err
 	}
-	if !containsPort(ports, uint16(b.Port)) {
+	if !slices.Contains(ports, uint16(b.Port)) {
 		return badRequest(fmt.Sprintf("port %d is not one of the ports the sandbox was created with (%v)", b.Port, ports))
 	}
 	exp := time.Now().Add(ttl).Truncate(time.Second)
@@ -159,15 +160,6 @@ func (s *Server) openPort(w http.ResponseWriter, r *http.Request, who principal)
 	}
 	writeJSON(w, http.StatusCreated, wire.PortURL{Port: b.Port, URL: p.BaseURL + "/p/" + p.ticket(id, uint16(b.Port), exp) + "/", ExpiresAt: exp.UTC()})
 	return nil
-}
-
-func containsPort(ports []uint16, p uint16) bool {
-	for _, q := range ports {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // connectPort tunnels one TCP connection to a sandbox's port over an
@@ -192,7 +184,7 @@ func (s *Server) connectPort(w http.ResponseWriter, r *http.Request, who princip
 	if err != nil {
 		return err
 	}
-	if !containsPort(ports, uint16(n)) {
+	if !slices.Contains(ports, uint16(n)) {
 		return badRequest(fmt.Sprintf("port %d is not one of the ports the sandbox was created with (%v)", n, ports))
 	}
 	release, err := s.inbound.take(id)

@@ -226,3 +226,47 @@ var idleWorkers = func() int {
 	}
 	return 8
 }()
+
+// Pause then resume of a running sandbox with a process in it, on every
+// backend that can (the figures in docs/backends.md).
+func BenchmarkPauseResume(b *testing.B) {
+	for _, name := range backends() {
+		b.Run(name, func(b *testing.B) {
+			rt := open(b, name)
+			ctx := context.Background()
+			sb, err := rt.Create(ctx, sandbox.Spec{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Destroy(ctx)
+			p, ok := sb.(interface {
+				Pause(context.Context) error
+				Resume(context.Context) error
+			})
+			if !ok {
+				b.Skipf("%s cannot pause", name)
+			}
+			bg, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go sb.Exec(bg, sandbox.ExecRequest{Argv: []string{"sleep", "3600"}, Background: true})
+			var pause, resume []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				if err := p.Pause(ctx); err != nil {
+					b.Fatal(err)
+				}
+				mid := time.Now()
+				if err := p.Resume(ctx); err != nil {
+					b.Fatal(err)
+				}
+				pause, resume = append(pause, mid.Sub(start)), append(resume, time.Since(mid))
+			}
+			b.StopTimer()
+			slices.Sort(pause)
+			slices.Sort(resume)
+			b.ReportMetric(float64(pause[len(pause)/2].Microseconds())/1000, "pause-p50-ms")
+			b.ReportMetric(float64(resume[len(resume)/2].Microseconds())/1000, "resume-p50-ms")
+		})
+	}
+}

@@ -137,7 +137,7 @@ func execMain(args []string) int {
 	if statusR != nil {
 		// The trampoline closes its end at the command's execve, or
 		// reports why the command could not start.
-		report, _ := io.ReadAll(statusR)
+		report, _ := io.ReadAll(io.LimitReader(statusR, 64)) // an errno, at most
 		statusR.Close()
 		if len(report) > 0 {
 			var ws syscall.WaitStatus
