@@ -579,7 +579,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	})
 
 	if ports != nil {
-		ps, err := servePorts(ports, srv.PortsHandler(), logf)
+		ps, err := servePorts(ports, srv.PortsHandler(), cfg.BodyTimeout, logf)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/api"
 	"github.com/ironclaw/ironclaw/internal/defaults"
+	"github.com/ironclaw/ironclaw/internal/netlimit"
 	"github.com/ironclaw/ironclaw/internal/policy"
 	"github.com/ironclaw/ironclaw/internal/session"
 )
@@ -59,12 +60,16 @@ func portsConfig(cfg Config, dir string, pol *policy.Policy, mgr *session.Manage
 }
 
 // servePorts serves port URLs on their listener until Close.
-func servePorts(p *inboundPorts, h http.Handler, logf func(string, ...any)) (*http.Server, error) {
+func servePorts(p *inboundPorts, h http.Handler, bodyTimeout time.Duration, logf func(string, ...any)) (*http.Server, error) {
 	if h == nil {
 		return nil, errors.New("ports: no handler")
 	}
 	hs := &http.Server{
-		Handler:           h,
+		// A request body that stalls or trickles is cut as on the API's
+		// listener, so a slow client cannot hold one of a sandbox's
+		// inbound slots forever; an upgraded connection (WebSocket) is the
+		// two ends' own and lives as long as both do.
+		Handler:           netlimit.GuardBodies(h, apiBodyLimits(bodyTimeout)),
 		ReadHeaderTimeout: defaults.APIHeaderTimeout,
 		IdleTimeout:       defaults.APIIdleTimeout,
 		MaxHeaderBytes:    defaults.APIMaxHeaderBytes,
