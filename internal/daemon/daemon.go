@@ -106,6 +106,13 @@ type Config struct {
 	// Console serves the web console at /ui/ (the default); DisableConsole
 	// turns it off.
 	DisableConsole bool
+	// The E2B-compatible API is served under /e2b (package e2b) unless
+	// DisableE2B; its key for the default agent is written to e2b.key.
+	// E2BDomain, if set, routes hosts <port>-<id>.<E2BDomain> to sandboxes;
+	// E2BTemplates maps template ids and aliases onto images.
+	DisableE2B   bool
+	E2BDomain    string
+	E2BTemplates map[string]string
 	// PoolSize is how many sealed idle sandboxes are kept ready (0:
 	// defaults.PoolSize, 2; negative: none, no pool).
 	PoolSize int
@@ -591,6 +598,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	h := srv.Handler()
+	if !cfg.DisableE2B {
+		es, err := serveE2B(cfg, dir, srv.Handler(), agentTok, agents, logf)
+		if err != nil {
+			return err
+		}
+		h = es.Mount(h)
+	}
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	hs := &http.Server{

@@ -259,3 +259,25 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 
 // Close stops what the server runs in the background.
 func (s *Server) Close(ctx context.Context) error { return nil }
+
+// Mount returns a handler that serves the E2B API under Prefix and at
+// sandbox hosts (HostTarget), and everything else with native.
+func (s *Server) Mount(native http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, port, ok := s.HostTarget(r.Host); ok {
+			s.ServeHost(w, r, id, port)
+			return
+		}
+		if rest, ok := strings.CutPrefix(r.URL.Path, Prefix); ok && (rest == "" || rest[0] == '/') {
+			r2 := r.Clone(r.Context())
+			if rest == "" {
+				rest = "/"
+			}
+			r2.URL.Path = rest
+			r2.URL.RawPath = ""
+			s.ServeHTTP(w, r2)
+			return
+		}
+		native.ServeHTTP(w, r)
+	})
+}

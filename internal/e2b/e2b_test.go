@@ -1,0 +1,76 @@
+package e2b_test
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/ironclaw/ironclaw/internal/daemon"
+	"github.com/ironclaw/ironclaw/internal/e2b/e2btest"
+)
+
+func TestMain(m *testing.M) { e2btest.Main(m) }
+
+// The key file holds a key the official SDKs accept, readable by its
+// owner alone; a request without it, or with another, is 401 in E2B's
+// error body.
+func TestKeyFileAndAuthentication(t *testing.T) {
+	env := e2btest.Start(t, nil)
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(env.APIKey) {
+		t.Fatalf("key %q is not of the form e2b_<hex>", env.APIKey)
+	}
+	st, err := os.Stat(filepath.Join(env.Dir, daemon.E2BKeyFile))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("e2b.key: %v %v", st.Mode(), err)
+	}
+	for _, key := range []string{"", "e2b_0000000000000000000000000000000000000000", env.APIKey + "0"} {
+		req, _ := http.NewRequest("GET", env.BaseURL+"/v2/sandboxes", nil)
+		if key != "" {
+			req.Header.Set("X-API-Key", key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("key %q: status %d, want 401", key, res.StatusCode)
+		}
+	}
+	res, err := http.Get(env.BaseURL + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNoContent {
+		t.Fatalf("health: %d", res.StatusCode)
+	}
+	// The native API is still where it was.
+	res, err = http.Get("http://" + env.Addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("native healthz: %d", res.StatusCode)
+	}
+}
+
+// An envd request without the sandbox's access token is refused before
+// anything is looked up.
+func TestEnvdNeedsTheAccessToken(t *testing.T) {
+	env := e2btest.Start(t, nil)
+	req, _ := http.NewRequest("POST", env.BaseURL+"/process.Process/List", nil)
+	req.Header.Set("E2b-Sandbox-Id", "sbx-0123456789abcdef")
+	req.Header.Set("X-Access-Token", "nope")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d, want 401", res.StatusCode)
+	}
+}
