@@ -84,3 +84,13 @@ tools: $(STATICCHECK)
 
 $(STATICCHECK):
 	GOBIN="$(CURDIR)/$(dir $(STATICCHECK))" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+# The E2B envd protos (api/e2b) -> Go and Connect code (internal/e2b/envdpb).
+# Needs protoc (Debian protobuf-compiler); the plugins come from the module proxy.
+.PHONY: e2b-proto
+e2b-proto:
+	GOBIN=$(CURDIR)/bin/tools go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(CURDIR)/bin/tools go install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+	PATH=$(CURDIR)/bin/tools:$$PATH protoc -I api/e2b --go_out=. --go_opt=module=github.com/ironclaw/ironclaw \
+		--connect-go_out=. --connect-go_opt=module=github.com/ironclaw/ironclaw \
+		process/process.proto filesystem/filesystem.proto

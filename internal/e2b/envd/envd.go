@@ -6,6 +6,10 @@ package envd
 
 import "net/http"
 
+// Version is the envd version reported to the SDKs: it turns on the SDK
+// features (envd/versions.ts) that this package implements, and no more.
+const Version = "0.5.7"
+
 // Config configures envd.
 type Config struct {
 	Logf func(format string, args ...any)
@@ -14,5 +18,11 @@ type Config struct {
 // New builds envd's handler. Requests reach it with auth.SandboxFrom(ctx)
 // set, and auth.PrincipalFrom(ctx) set unless the request is GET /health.
 func New(cfg Config) http.Handler {
-	return http.NewServeMux()
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	mux := http.NewServeMux()
+	registerProcess(mux, cfg)
+	registerFilesystem(mux, cfg)
+	return mux
 }
