@@ -215,3 +215,37 @@ func TestProcessTerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestResizeTerminal resizes a terminal through the plain route, types
+// through stdin and reads through output: no attach.
+func TestResizeTerminal(t *testing.T) {
+	const aTok, bTok = "agent-a-token-0123456789abcdef", "agent-b-token-0123456789abcdef"
+	e := newEnv(t, envOpts{cfg: Config{Agents: []Agent{{Name: "a", Token: aTok}, {Name: "b", Token: bTok}}}})
+	var s sbx
+	e.must(http.StatusCreated, "POST", "/v1/sandboxes", aTok, nil, &s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := e.spawn(aTok, s.ID, map[string]any{"argv": []string{"sh"}, "pty": true, "rows": 24, "cols": 80})
+	pp := fmt.Sprintf("/v1/sandboxes/%s/processes/%d", s.ID, p.PID)
+
+	e.must(http.StatusNoContent, "POST", pp+"/resize", aTok, map[string]int{"rows": 33, "cols": 111}, nil)
+	e.must(200, "POST", pp+"/stdin", aTok, "stty size; exit 4\n", nil)
+	_, text := e.output(ctx, aTok, s.ID, p.PID, "follow=1", nil)
+	if !strings.Contains(text, "33 111") {
+		t.Errorf("after the resize the terminal says %q", text)
+	}
+	if w := e.waitProc(aTok, s.ID, p.PID); w.Exit == nil || *w.Exit != 4 || w.Attached {
+		t.Errorf("waited %+v", w)
+	}
+
+	e.wantError(409, wire.CodeConflict, "POST", pp+"/resize", aTok, map[string]int{"rows": 10, "cols": 10})
+	q := e.spawn(aTok, s.ID, map[string]any{"argv": []string{"sh"}, "pty": true})
+	qp := fmt.Sprintf("/v1/sandboxes/%s/processes/%d", s.ID, q.PID)
+	for _, b := range []any{nil, map[string]int{"rows": 0, "cols": 10}, map[string]int{"rows": 10, "cols": 1001}, `{"rows": "x"}`} {
+		e.wantError(400, wire.CodeInvalidArgument, "POST", qp+"/resize", aTok, b)
+	}
+	e.wantError(404, wire.CodeNotFound, "POST", qp+"/resize", bTok, map[string]int{"rows": 10, "cols": 10})
+	e.wantError(404, wire.CodeNotFound, "POST", fmt.Sprintf("/v1/sandboxes/%s/processes/999/resize", s.ID), aTok, map[string]int{"rows": 10, "cols": 10})
+	plain := e.spawn(aTok, s.ID, map[string]any{"cmd": "sleep 30"})
+	e.wantError(409, wire.CodeConflict, "POST", fmt.Sprintf("/v1/sandboxes/%s/processes/%d/resize", s.ID, plain.PID), aTok, map[string]int{"rows": 10, "cols": 10})
+}
