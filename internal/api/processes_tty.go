@@ -45,8 +45,8 @@ func (s *Server) ttyRoutes(agent func(string, handlerFunc)) {
 // resizeTerminal sets a process's terminal size without attaching to it
 // (for clients that read the output and type through the plain routes).
 func (s *Server) resizeTerminal(w http.ResponseWriter, r *http.Request, who principal) error {
-	id, pid, err := s.procOf(r, who)
-	if err != nil {
+	id := r.PathValue("id")
+	if err := s.runningOf(r, who, id); err != nil {
 		return err
 	}
 	var b wire.TerminalSize
@@ -54,6 +54,10 @@ func (s *Server) resizeTerminal(w http.ResponseWriter, r *http.Request, who prin
 		if err == io.EOF {
 			return badRequest(`empty body: {"rows": R, "cols": C} is required`)
 		}
+		return err
+	}
+	pid, err := pidOf(r)
+	if err != nil {
 		return err
 	}
 	if b.Rows < 1 || b.Rows > session.MaxTerminalSize || b.Cols < 1 || b.Cols > session.MaxTerminalSize {

@@ -249,3 +249,31 @@ func TestResizeTerminal(t *testing.T) {
 	plain := e.spawn(aTok, s.ID, map[string]any{"cmd": "sleep 30"})
 	e.wantError(409, wire.CodeConflict, "POST", fmt.Sprintf("/v1/sandboxes/%s/processes/%d/resize", s.ID, plain.PID), aTok, map[string]int{"rows": 10, "cols": 10})
 }
+
+// TestTerminalOutputKeepsCharacters: a terminal's log is raw bytes, cut
+// into frames anywhere; the output route still sends whole characters
+// (a JSON string cannot carry half of one).
+func TestTerminalOutputKeepsCharacters(t *testing.T) {
+	const aTok = "agent-a-token-0123456789abcdef"
+	e := newEnv(t, envOpts{cfg: Config{Agents: []Agent{{Name: "a", Token: aTok}}}})
+	var s sbx
+	e.must(http.StatusCreated, "POST", "/v1/sandboxes", aTok, nil, &s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 100000 // 200 KB of two-byte characters: frames of 32 KiB cut some
+	p := e.spawn(aTok, s.ID, map[string]any{"argv": []string{"sh", "-c", "stty -opost; printf x; i=0; while [ $i -lt 2000 ]; do printf '" +
+		strings.Repeat("é", 50) + "'; i=$((i+1)); done"}, "pty": true})
+	for _, q := range []string{"follow=1", "", "offset=2"} {
+		frames, text := e.output(ctx, aTok, s.ID, p.PID, q, nil)
+		if strings.ContainsRune(text, '\uFFFD') || strings.Count(text, "é") < n-1 || len(frames) < 3 {
+			t.Errorf("%q: %d frames, %d é, %d U+FFFD", q, len(frames), strings.Count(text, "é"), strings.Count(text, "\uFFFD"))
+		}
+		for i := 1; i < len(frames); i++ {
+			prev := frames[i-1]
+			if prev.Stdout != nil && frames[i].Offset != prev.Offset+int64(len(*prev.Stdout)) {
+				t.Errorf("%q: frame %d at %d after %d bytes at %d", q, i, frames[i].Offset, len(*prev.Stdout), prev.Offset)
+				break
+			}
+		}
+	}
+}
