@@ -24,8 +24,9 @@ import (
 
 // The process service: E2B's processes are the native API's background
 // processes (docs/http-api.md, Processes). The pid E2B speaks of is the
-// daemon's process handle, so List, Connect and the input and signal
-// calls find what Start started. Processes outlive the stream that
+// process's pid inside the sandbox, as in envd (what ps and kill there
+// see); each call finds the native process by it (the native handle,
+// which counts from 1, would name the sandbox's init to a shell). Processes outlive the stream that
 // started them: a client that hangs up leaves its process running, as
 // envd does; the Start request's deadline (Connect-Timeout-Ms, the SDKs'
 // timeoutMs) is the process's timeout, after which the daemon kills it.
@@ -80,45 +81,54 @@ func caller(ctx context.Context) (*client.Client, string, error) {
 	return p.API, id, nil
 }
 
-// resolve finds the process sel names. By tag, it is the newest running
-// process with that tag (or, unless live, the newest that exited). With
+// resolve finds the process sel names: by pid, the process with that pid
+// inside the sandbox; by tag, the newest with that tag. A running one is
+// preferred; unless live, one that exited answers too (the newest). With
 // live, a process that exited is not found: envd forgets a process when
 // it exits, and the SDKs read NotFound as "no such process" (kill answers
 // false).
 func resolve(ctx context.Context, api *client.Client, id string, sel *rpc.ProcessSelector, live bool) (client.Process, error) {
+	var (
+		match func(client.Process) bool
+		name  string
+		tag   string
+	)
 	switch s := sel.GetSelector().(type) {
 	case *rpc.ProcessSelector_Pid:
 		if s.Pid == 0 || s.Pid > math.MaxInt32 {
 			return client.Process{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", s.Pid))
 		}
-		p, err := api.GetProcess(ctx, id, int(s.Pid))
-		if err != nil {
-			return p, rpcError(err)
-		}
-		if live && p.State != processRunning {
-			return p, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has exited", s.Pid))
-		}
-		return p, nil
+		match = func(p client.Process) bool { return p.OSPID == int(s.Pid) }
+		name = fmt.Sprintf("pid %d", s.Pid)
 	case *rpc.ProcessSelector_Tag:
-		ps, err := api.Processes(ctx, id, s.Tag)
-		if err != nil {
-			return client.Process{}, rpcError(err)
-		}
-		var exited *client.Process
-		for i := len(ps) - 1; i >= 0; i-- { // newest first
-			if ps[i].State == processRunning {
-				return ps[i], nil
-			}
-			if exited == nil {
-				exited = &ps[i]
-			}
-		}
-		if exited != nil && !live {
-			return *exited, nil
-		}
-		return client.Process{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %q not found", s.Tag))
+		match = func(client.Process) bool { return true }
+		name, tag = fmt.Sprintf("tag %q", s.Tag), s.Tag
+	default:
+		return client.Process{}, connect.NewError(connect.CodeInvalidArgument, errors.New("a process selector (pid or tag) is required"))
 	}
-	return client.Process{}, connect.NewError(connect.CodeInvalidArgument, errors.New("a process selector (pid or tag) is required"))
+	ps, err := api.Processes(ctx, id, tag)
+	if err != nil {
+		return client.Process{}, rpcError(err)
+	}
+	var exited *client.Process
+	for i := len(ps) - 1; i >= 0; i-- { // newest first
+		if !match(ps[i]) {
+			continue
+		}
+		if ps[i].State == processRunning {
+			return ps[i], nil
+		}
+		if exited == nil {
+			exited = &ps[i]
+		}
+	}
+	switch {
+	case exited != nil && !live:
+		return *exited, nil
+	case exited != nil:
+		return client.Process{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with %s has exited", name))
+	}
+	return client.Process{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with %s not found", name))
 }
 
 // Native process states.
@@ -170,6 +180,12 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[rpc.Sta
 		// is not one): envd refuses such a start.
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cannot start %s: %s", pc.GetCmd(), p.Error))
 	}
+	if p.OSPID <= 0 {
+		// Not running within the daemon's start wait: a process E2B
+		// cannot name is no use to it.
+		_, _ = api.KillProcess(context.WithoutCancel(ctx), id, p.PID)
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s did not start in time", pc.GetCmd()))
+	}
 	return s.follow(ctx, api, id, p, 0, keepaliveOf(req.Header()), func(ev *rpc.ProcessEvent) error {
 		return stream.Send(&rpc.StartResponse{Event: ev})
 	})
@@ -201,7 +217,7 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[rpc.C
 func (s *processService) follow(ctx context.Context, api *client.Client, id string, p client.Process, offset int64,
 	every time.Duration, send func(*rpc.ProcessEvent) error) error {
 	out := &eventSender{send: send, sent: make(chan struct{}, 1)}
-	if err := out.event(&rpc.ProcessEvent{Event: &rpc.ProcessEvent_Start{Start: &rpc.ProcessEvent_StartEvent{Pid: uint32(p.PID)}}}); err != nil {
+	if err := out.event(&rpc.ProcessEvent{Event: &rpc.ProcessEvent_Start{Start: &rpc.ProcessEvent_StartEvent{Pid: uint32(p.OSPID)}}}); err != nil {
 		return err
 	}
 	done := make(chan struct{})
@@ -234,7 +250,7 @@ func (s *processService) follow(ctx context.Context, api *client.Client, id stri
 		return rpcError(err)
 	}
 	if end.State != processExited {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the output of process %d ended before it exited: %s", p.PID, end.Error))
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the output of process %d ended before it exited: %s", p.OSPID, end.Error))
 	}
 	return out.event(&rpc.ProcessEvent{Event: &rpc.ProcessEvent_End{End: endEvent(end.Exit, end.Error)}})
 }
@@ -372,7 +388,7 @@ func (s *processService) List(ctx context.Context, _ *connect.Request[rpc.ListRe
 		if p.State != processRunning {
 			continue
 		}
-		info := &rpc.ProcessInfo{Pid: uint32(p.PID), Config: &rpc.ProcessConfig{}}
+		info := &rpc.ProcessInfo{Pid: uint32(p.OSPID), Config: &rpc.ProcessConfig{}}
 		if len(p.Argv) > 0 {
 			info.Config.Cmd, info.Config.Args = p.Argv[0], p.Argv[1:]
 		}
@@ -407,12 +423,12 @@ func writeInput(ctx context.Context, api *client.Client, id string, p client.Pro
 	switch x := in.GetInput().(type) {
 	case *rpc.ProcessInput_Stdin:
 		if p.PTY {
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d runs on a terminal: send pty input", p.PID))
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d runs on a terminal: send pty input", p.OSPID))
 		}
 		b = x.Stdin
 	case *rpc.ProcessInput_Pty:
 		if !p.PTY {
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d has no terminal: send stdin input", p.PID))
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d has no terminal: send stdin input", p.OSPID))
 		}
 		b = x.Pty
 	default:
@@ -493,7 +509,7 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[rp
 		var ce *client.Error
 		if errors.As(err, &ce) && ce.Code == wire.CodeConflict {
 			// It exited since: gone, as envd would say.
-			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has exited", p.PID))
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has exited", p.OSPID))
 		}
 		return nil, rpcError(err)
 	}
@@ -511,7 +527,7 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[rp
 		return nil, err
 	}
 	if p.PTY {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d runs on a terminal: send Ctrl-D (0x04) instead", p.PID))
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d runs on a terminal: send Ctrl-D (0x04) instead", p.OSPID))
 	}
 	if p.Stdin {
 		if _, err := api.WriteStdin(ctx, id, p.PID, nil, true); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,23 @@ func (f *fixture) connect(t *testing.T, sel *rpc.ProcessSelector) *reader {
 	return connectReader(t, s)
 }
 
+// handle is the native handle of the process whose pid in the sandbox is
+// pid.
+func (f *fixture) handle(t *testing.T, pid uint32) int {
+	t.Helper()
+	ps, err := f.env.Agent.Processes(f.ctx, f.sb.SandboxID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.OSPID == int(pid) {
+			return p.PID
+		}
+	}
+	t.Fatalf("no process has pid %d: %+v", pid, ps)
+	return 0
+}
+
 func cmd(name string, args ...string) *rpc.ProcessConfig {
 	return &rpc.ProcessConfig{Cmd: name, Args: args}
 }
@@ -220,6 +238,14 @@ func TestStartForeground(t *testing.T) {
 			t.Errorf("end %v", end)
 		}
 	})
+	t.Run("the pid is the process's in the sandbox", func(t *testing.T) {
+		r := f.start(t, &rpc.StartRequest{Process: cmd("/bin/sh", "-c", "echo $$")}, nil)
+		p := r.started()
+		r.ended()
+		if got := strings.TrimSpace(r.ev.stdout.String()); got != strconv.Itoa(int(p)) {
+			t.Errorf("the start event says pid %d, the process says %s", p, got)
+		}
+	})
 	t.Run("a non-zero exit", func(t *testing.T) {
 		r := f.start(t, &rpc.StartRequest{Process: cmd("/bin/sh", "-c", "exit 3")}, nil)
 		r.started()
@@ -256,7 +282,7 @@ func TestStartForeground(t *testing.T) {
 		if code := r.failed(); code != connect.CodeDeadlineExceeded {
 			t.Errorf("the stream ended with %v", code)
 		}
-		w, err := f.env.Agent.WaitProcess(f.ctx, f.sb.SandboxID, int(p))
+		w, err := f.env.Agent.WaitProcess(f.ctx, f.sb.SandboxID, f.handle(t, p))
 		if err != nil || w.Exit == nil || *w.Exit != 137 {
 			t.Errorf("after the deadline: %+v %v", w, err)
 		}
@@ -307,7 +333,7 @@ func TestBackgroundInput(t *testing.T) {
 	t.Run("stdin absent is open, false is closed", func(t *testing.T) {
 		r := f.start(t, &rpc.StartRequest{Process: cmd("cat")}, nil)
 		p := r.started()
-		got, err := f.env.Agent.GetProcess(f.ctx, f.sb.SandboxID, int(p))
+		got, err := f.env.Agent.GetProcess(f.ctx, f.sb.SandboxID, f.handle(t, p))
 		if err != nil || !got.Stdin || got.State != "running" {
 			t.Errorf("cat with stdin absent: %+v %v", got, err)
 		}
@@ -556,6 +582,15 @@ func TestPTY(t *testing.T) {
 	if end := r.ended(); end.GetExitCode() != 5 {
 		t.Errorf("end %v", end)
 	}
+
+	// A terminal's bytes are cut anywhere; its characters arrive whole.
+	r = f.start(t, &rpc.StartRequest{Process: cmd("/bin/sh", "-c", "printf x; i=0; while [ $i -lt 2000 ]; do printf '"+strings.Repeat("é", 50)+"'; i=$((i+1)); done"),
+		Pty: &rpc.PTY{Size: &rpc.PTY_Size{Rows: 24, Cols: 80}}}, nil)
+	r.started()
+	r.ended()
+	if out := r.ev.pty.String(); strings.ContainsRune(out, '\uFFFD') || strings.Count(out, "é") != 100000 {
+		t.Errorf("%d é and %d U+FFFD of 100000 é", strings.Count(out, "é"), strings.Count(out, "\uFFFD"))
+	}
 }
 
 func TestHostile(t *testing.T) {
@@ -564,7 +599,7 @@ func TestHostile(t *testing.T) {
 	p := r.started()
 
 	t.Run("unknown pid", func(t *testing.T) {
-		for _, n := range []uint32{999, 0, 1 << 31} {
+		for _, n := range []uint32{1, 999, 0, 1 << 31} { // 1: the sandbox's init, no process of the API
 			_, err := f.pc.SendInput(f.ctx, connect.NewRequest(&rpc.SendInputRequest{Process: pid(n), Input: stdin("x")}))
 			wantCode(t, "input", err, connect.CodeNotFound)
 			_, err = f.pc.SendSignal(f.ctx, connect.NewRequest(&rpc.SendSignalRequest{Process: pid(n), Signal: rpc.Signal_SIGNAL_SIGKILL}))
