@@ -23,17 +23,25 @@ import (
 )
 
 // The process service: E2B's processes are the native API's background
-// processes (docs/http-api.md, Processes). The pid E2B speaks of is the
-// process's pid inside the sandbox, as in envd (what ps and kill there
-// see); each call finds the native process by it (the native handle,
-// which counts from 1, would name the sandbox's init to a shell). Processes outlive the stream that
-// started them: a client that hangs up leaves its process running, as
-// envd does; the Start request's deadline (Connect-Timeout-Ms, the SDKs'
-// timeoutMs) is the process's timeout, after which the daemon kills it.
+// processes (docs/http-api.md, Processes), and every call is a native
+// call as the request's principal.
+//
+// The pid E2B speaks of is the process's pid inside the sandbox, as in
+// envd (what ps and kill there see); each call finds the native process
+// by it. The native handle, which counts from 1, would name the sandbox's
+// init to a shell (`kill -9 $pid`).
+//
+// Processes outlive the stream that started them: a client that hangs up
+// leaves its process running, as envd does. The Start request's deadline
+// (Connect-Timeout-Ms, the SDKs' timeoutMs) is the process's timeout, as
+// in envd: the daemon kills it then, and the stream ends with
+// DeadlineExceeded.
 //
 // Output streams are native follows of the process's output log (one
-// in-process request each): Start reads it from the beginning, Connect
-// from where it is now (envd replays nothing either).
+// in-process request each): Start reads it from its beginning, Connect
+// from where it is now (envd replays nothing either). List shows the
+// running processes only, as envd forgets a process that exited; Connect
+// still answers the start and end of one the daemon keeps.
 
 const (
 	// maxInput bounds the bytes of one SendInput or StreamInput data
