@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -738,4 +740,29 @@ func eventuallyOK(t *testing.T, what string, cond func() bool) {
 func accessTokenOf(t *testing.T, env *e2btest.Env, name, sandboxID string) string {
 	t.Helper()
 	return auth.AccessTokenFor(daemontest.Token(t, env.Dir, name), sandboxID)
+}
+
+// A command the policy marks for approval does not run: Start is refused
+// with the approval request it filed, which the operator decides and the
+// native API spends.
+func TestStartNeedsTheApprovalAnExecWould(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte("exec:\n  require_approval: ['echo gated']\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := e2btest.Start(t, func(c *daemon.Config) { c.PolicyFile = pol })
+	sb := env.CreateNative(t, client.AgentTokenFile, client.CreateRequest{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := env.Process(sb).Start(ctx, connect.NewRequest(&rpc.StartRequest{Process: cmd("/bin/bash", "-l", "-c", "echo gated")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startReader(t, s)
+	if code := r.failed(); code != connect.CodePermissionDenied || !strings.Contains(r.err().Error(), "apr-") {
+		t.Errorf("a marked command: %v", r.err())
+	}
+	if ps, err := env.Agent.Processes(ctx, sb.SandboxID, ""); err != nil || len(ps) != 0 {
+		t.Errorf("processes %+v %v", ps, err)
+	}
 }
