@@ -8,6 +8,7 @@ import (
 	"path"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
@@ -294,12 +295,17 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, who princ
 		}
 	}
 	follow := isTrue(q.Get("follow"))
-	if _, err := s.m.Process(id, pid); err != nil {
+	info, err := s.m.Process(id, pid)
+	if err != nil {
 		return s.notRunning(r, id, err)
 	}
 	st := &frameStream{w: w, rc: http.NewResponseController(w)}
 	_ = st.rc.SetWriteDeadline(time.Time{})
-	next, p, rerr := s.m.ReadOutput(r.Context(), id, pid, offset, follow, st.begin, func(f session.Frame) error {
+	// A terminal's log holds raw bytes, split anywhere; a JSON string
+	// cannot carry half a character, so a split sequence goes out whole in
+	// the later frame.
+	var join utf8Join
+	send := func(f session.Frame) error {
 		fr := wire.ProcessOutputFrame{Offset: f.Offset, Dropped: f.Dropped}
 		text := f.Text
 		switch {
@@ -310,7 +316,33 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, who princ
 			fr.Stdout = &text
 		}
 		return st.frame(fr)
+	}
+	flush := func() error {
+		if off, text, ok := join.flush(); ok {
+			return send(session.Frame{Offset: off, Text: text})
+		}
+		return nil
+	}
+	next, p, rerr := s.m.ReadOutput(r.Context(), id, pid, offset, follow, st.begin, func(f session.Frame) error {
+		if !info.TTY {
+			return send(f)
+		}
+		if f.Dropped > 0 {
+			if err := flush(); err != nil {
+				return err
+			}
+			join.joined = false
+			return send(f)
+		}
+		f.Offset, f.Text = join.add(f.Offset, f.Text)
+		if f.Text == "" {
+			return nil
+		}
+		return send(f)
 	})
+	if st.started() {
+		_ = flush()
+	}
 	end := wire.ProcessEndFrame{End: true, Offset: next, State: p.State, Exit: p.Exit, Error: p.Error}
 	if p.State == "" {
 		end.State = session.ProcessRunning
@@ -326,4 +358,43 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, who princ
 	}
 	_ = st.frame(end)
 	return nil
+}
+
+// utf8Join holds back a UTF-8 sequence cut at the end of a terminal's
+// frame and puts it before the next frame's text.
+type utf8Join struct {
+	held   string
+	off    int64 // the offset of held
+	joined bool  // text went out since the read began or last dropped bytes
+}
+
+// add returns the text of the frame at off with what was held before it
+// and without an incomplete sequence at its end, and the text's offset.
+func (j *utf8Join) add(off int64, text string) (int64, string) {
+	if j.held != "" && j.off+int64(len(j.held)) == off {
+		off, text = j.off, j.held+text
+	}
+	j.held = ""
+	if !j.joined {
+		// A read that begins inside a character (an offset given, or
+		// the ring's oldest byte) starts at the next one, as in a log
+		// of text.
+		for k := 0; k < utf8.UTFMax-1 && text != "" && !utf8.RuneStart(text[0]); k++ {
+			off, text = off+1, text[1:]
+		}
+		j.joined = text != ""
+	}
+	tail := text[max(0, len(text)-4):] // a UTF-8 sequence is at most 4 bytes
+	if cut := len(text) - len(tail) + incompleteTail([]byte(tail)); cut < len(text) {
+		j.held, j.off = text[cut:], off+int64(cut)
+		text = text[:cut]
+	}
+	return off, text
+}
+
+// flush returns what is held, if anything.
+func (j *utf8Join) flush() (int64, string, bool) {
+	h := j.held
+	j.held = ""
+	return j.off, h, h != ""
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,6 +39,35 @@ const (
 
 func (s *Server) ttyRoutes(agent func(string, handlerFunc)) {
 	agent("GET /v1/sandboxes/{id}/processes/{pid}/tty", s.processTTY)
+	agent("POST /v1/sandboxes/{id}/processes/{pid}/resize", s.resizeTerminal)
+}
+
+// resizeTerminal sets a process's terminal size without attaching to it
+// (for clients that read the output and type through the plain routes).
+func (s *Server) resizeTerminal(w http.ResponseWriter, r *http.Request, who principal) error {
+	id := r.PathValue("id")
+	if err := s.runningOf(r, who, id); err != nil {
+		return err
+	}
+	var b wire.TerminalSize
+	if err := decodeJSON(s.bodyOf(w, r), &b); err != nil {
+		if err == io.EOF {
+			return badRequest(`empty body: {"rows": R, "cols": C} is required`)
+		}
+		return err
+	}
+	pid, err := pidOf(r)
+	if err != nil {
+		return err
+	}
+	if b.Rows < 1 || b.Rows > session.MaxTerminalSize || b.Cols < 1 || b.Cols > session.MaxTerminalSize {
+		return badRequest(fmt.Sprintf("rows and cols are 1 to %d", session.MaxTerminalSize))
+	}
+	if err := s.m.ResizeTerminal(id, pid, b.Rows, b.Cols); err != nil {
+		return s.notRunning(r, id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func (s *Server) processTTY(w http.ResponseWriter, r *http.Request, who principal) error {

@@ -215,3 +215,65 @@ func TestProcessTerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestResizeTerminal resizes a terminal through the plain route, types
+// through stdin and reads through output: no attach.
+func TestResizeTerminal(t *testing.T) {
+	const aTok, bTok = "agent-a-token-0123456789abcdef", "agent-b-token-0123456789abcdef"
+	e := newEnv(t, envOpts{cfg: Config{Agents: []Agent{{Name: "a", Token: aTok}, {Name: "b", Token: bTok}}}})
+	var s sbx
+	e.must(http.StatusCreated, "POST", "/v1/sandboxes", aTok, nil, &s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := e.spawn(aTok, s.ID, map[string]any{"argv": []string{"sh"}, "pty": true, "rows": 24, "cols": 80})
+	pp := fmt.Sprintf("/v1/sandboxes/%s/processes/%d", s.ID, p.PID)
+
+	e.must(http.StatusNoContent, "POST", pp+"/resize", aTok, map[string]int{"rows": 33, "cols": 111}, nil)
+	e.must(200, "POST", pp+"/stdin", aTok, "stty size; exit 4\n", nil)
+	_, text := e.output(ctx, aTok, s.ID, p.PID, "follow=1", nil)
+	if !strings.Contains(text, "33 111") {
+		t.Errorf("after the resize the terminal says %q", text)
+	}
+	if w := e.waitProc(aTok, s.ID, p.PID); w.Exit == nil || *w.Exit != 4 || w.Attached {
+		t.Errorf("waited %+v", w)
+	}
+
+	e.wantError(409, wire.CodeConflict, "POST", pp+"/resize", aTok, map[string]int{"rows": 10, "cols": 10})
+	q := e.spawn(aTok, s.ID, map[string]any{"argv": []string{"sh"}, "pty": true})
+	qp := fmt.Sprintf("/v1/sandboxes/%s/processes/%d", s.ID, q.PID)
+	for _, b := range []any{nil, map[string]int{"rows": 0, "cols": 10}, map[string]int{"rows": 10, "cols": 1001}, `{"rows": "x"}`} {
+		e.wantError(400, wire.CodeInvalidArgument, "POST", qp+"/resize", aTok, b)
+	}
+	e.wantError(404, wire.CodeNotFound, "POST", qp+"/resize", bTok, map[string]int{"rows": 10, "cols": 10})
+	e.wantError(404, wire.CodeNotFound, "POST", fmt.Sprintf("/v1/sandboxes/%s/processes/999/resize", s.ID), aTok, map[string]int{"rows": 10, "cols": 10})
+	plain := e.spawn(aTok, s.ID, map[string]any{"cmd": "sleep 30"})
+	e.wantError(409, wire.CodeConflict, "POST", fmt.Sprintf("/v1/sandboxes/%s/processes/%d/resize", s.ID, plain.PID), aTok, map[string]int{"rows": 10, "cols": 10})
+}
+
+// TestTerminalOutputKeepsCharacters: a terminal's log is raw bytes, cut
+// into frames anywhere; the output route still sends whole characters
+// (a JSON string cannot carry half of one).
+func TestTerminalOutputKeepsCharacters(t *testing.T) {
+	const aTok = "agent-a-token-0123456789abcdef"
+	e := newEnv(t, envOpts{cfg: Config{Agents: []Agent{{Name: "a", Token: aTok}}}})
+	var s sbx
+	e.must(http.StatusCreated, "POST", "/v1/sandboxes", aTok, nil, &s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 100000 // 200 KB of two-byte characters: frames of 32 KiB cut some
+	p := e.spawn(aTok, s.ID, map[string]any{"argv": []string{"sh", "-c", "stty -opost; printf x; i=0; while [ $i -lt 2000 ]; do printf '" +
+		strings.Repeat("é", 50) + "'; i=$((i+1)); done"}, "pty": true})
+	for _, q := range []string{"follow=1", "", "offset=2"} {
+		frames, text := e.output(ctx, aTok, s.ID, p.PID, q, nil)
+		if strings.ContainsRune(text, '\uFFFD') || strings.Count(text, "é") < n-1 || len(frames) < 3 {
+			t.Errorf("%q: %d frames, %d é, %d U+FFFD", q, len(frames), strings.Count(text, "é"), strings.Count(text, "\uFFFD"))
+		}
+		for i := 1; i < len(frames); i++ {
+			prev := frames[i-1]
+			if prev.Stdout != nil && frames[i].Offset != prev.Offset+int64(len(*prev.Stdout)) {
+				t.Errorf("%q: frame %d at %d after %d bytes at %d", q, i, frames[i].Offset, len(*prev.Stdout), prev.Offset)
+				break
+			}
+		}
+	}
+}

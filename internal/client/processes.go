@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 )
@@ -35,12 +36,15 @@ type SpawnRequest struct {
 	// AttachTerminal.
 	PTY        bool
 	Rows, Cols int
+	// Timeout ends the process (its group, SIGKILL) after that long; 0:
+	// none.
+	Timeout time.Duration
 }
 
 // Wire is r as the API's spawn body.
 func (r SpawnRequest) Wire() wire.SpawnProcessRequest {
 	w := wire.SpawnProcessRequest{Argv: r.Argv, Cwd: r.Cwd, Tag: r.Tag, Stdin: r.Stdin, Approval: r.Approval,
-		PTY: r.PTY, Rows: r.Rows, Cols: r.Cols}
+		PTY: r.PTY, Rows: r.Rows, Cols: r.Cols, Timeout: wire.Duration(r.Timeout)}
 	if r.Cmd != "" {
 		w.Cmd = &r.Cmd
 	}
@@ -195,4 +199,10 @@ func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, req Outp
 		return ProcessEnd{}, err
 	}
 	return end, nil
+}
+
+// ResizeTerminal sets the size of a process's terminal (1-1000 rows and
+// columns) without attaching to it.
+func (c *Client) ResizeTerminal(ctx context.Context, id string, pid, rows, cols int) error {
+	return c.doJSON(ctx, agent, http.MethodPost, processPath(id, pid, "/resize"), nil, wire.TerminalSize{Rows: rows, Cols: cols}, nil)
 }

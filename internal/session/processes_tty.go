@@ -106,19 +106,51 @@ func (term *Terminal) Write(ctx context.Context, b []byte) error {
 // Resize sets the terminal's size; sizes not yet applied are replaced by
 // the newest.
 func (term *Terminal) Resize(rows, cols int) error {
+	if err := term.p.setSize(rows, cols); err != nil {
+		return err
+	}
+	term.resize.Add(1)
+	return nil
+}
+
+// ResizeTerminal sets the size of process pid's terminal in sandbox id,
+// without attaching to it (a resize is not audited: like what is typed,
+// it changes nothing outside the terminal). A process without a terminal,
+// or that exited, is a conflict.
+func (m *Manager) ResizeTerminal(id string, pid, rows, cols int) error {
+	p, err := m.proc(id, pid)
+	if err != nil {
+		return err
+	}
+	if !p.tty {
+		return errdefs.New(errdefs.ErrConflict, fmt.Sprintf("process %d has no terminal (spawn it with pty)", pid))
+	}
+	select {
+	case <-p.done:
+		return errdefs.New(errdefs.ErrConflict, fmt.Sprintf("process %d exited", pid))
+	default:
+	}
+	if err := p.setSize(rows, cols); err != nil {
+		return err
+	}
+	m.touch(id)
+	return nil
+}
+
+// setSize queues a size for p's terminal, replacing one not yet applied.
+func (p *process) setSize(rows, cols int) error {
 	if rows < 1 || rows > MaxTerminalSize || cols < 1 || cols > MaxTerminalSize {
 		return fmt.Errorf("%w: a terminal has 1 to %d rows and columns", sandbox.ErrInvalidRequest, MaxTerminalSize)
 	}
 	ws := sandbox.WindowSize{Rows: uint16(rows), Cols: uint16(cols)}
 	for {
 		select {
-		case term.p.resize <- ws:
-			term.resize.Add(1)
+		case p.resize <- ws:
 			return nil
 		default:
 		}
 		select {
-		case <-term.p.resize: // drop the stale size
+		case <-p.resize: // drop the stale size
 		default:
 		}
 	}

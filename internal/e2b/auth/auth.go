@@ -55,6 +55,11 @@ func (p *Principal) TrafficToken(sandboxID string) string {
 // (the official SDKs refuse keys not of the form e2b_<hex>).
 func APIKey(agentToken string) string { return "e2b_" + derive(agentToken, "api key", "") }
 
+// AccessTokenFor is the envd access token of sandboxID for the principal
+// of agentToken (what Principal.AccessToken answers), for callers that
+// hold the agent token itself: tests, and a sandbox created natively.
+func AccessTokenFor(agentToken, sandboxID string) string { return accessToken(agentToken, sandboxID) }
+
 func accessToken(agentToken, sandboxID string) string { return derive(agentToken, "envd", sandboxID) }
 
 // derive is HMAC-SHA256 keyed with the agent token over a purpose and a

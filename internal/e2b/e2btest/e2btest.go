@@ -25,6 +25,8 @@ import (
 	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/e2b"
+	"github.com/ironclaw/ironclaw/internal/e2b/auth"
+	"github.com/ironclaw/ironclaw/internal/e2b/envd"
 	"github.com/ironclaw/ironclaw/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/ironclaw/ironclaw/internal/e2b/envdpb/process/processconnect"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
@@ -145,6 +147,23 @@ func (e *Env) Create(t testing.TB, body map[string]any) Sandbox {
 	}
 	t.Cleanup(func() { e.Control(t, "DELETE", "/sandboxes/"+sb.SandboxID, nil, nil) })
 	return sb
+}
+
+// CreateNative creates a sandbox through the native API as the agent
+// whose token is in the data directory's file tokenFile ("agent.token", or
+// "agents/NAME.token"), with req, and gives its envd access token as that
+// agent's E2B principal would get it. The sandbox is destroyed when the
+// test ends.
+func (e *Env) CreateNative(t testing.TB, tokenFile string, req client.CreateRequest) Sandbox {
+	t.Helper()
+	tok := daemontest.Token(t, e.Dir, tokenFile)
+	cl := &client.Client{Addr: e.Addr, DataDir: e.Dir, Token: tok}
+	sb, err := cl.CreateSandbox(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = cl.DeleteSandbox(context.Background(), sb.ID) })
+	return Sandbox{SandboxID: sb.ID, EnvdVersion: envd.Version, EnvdAccessToken: auth.AccessTokenFor(tok, sb.ID)}
 }
 
 // envdHeaders adds what the SDKs send to envd: the routing headers and the

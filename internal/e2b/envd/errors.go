@@ -20,6 +20,12 @@ func rpcError(err error) error {
 	if errors.As(err, &ce) {
 		return connect.NewError(codeOf(ce.Code), errors.New(ce.Message))
 	}
+	var approval *client.ApprovalRequiredError
+	if errors.As(err, &approval) {
+		// The policy gates it: an operator approves the request, and the
+		// native API (with "approval") runs it; envd's calls cannot carry one.
+		return connect.NewError(connect.CodePermissionDenied, err)
+	}
 	switch {
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
