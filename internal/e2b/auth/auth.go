@@ -57,6 +57,10 @@ func APIKey(agentToken string) string { return "e2b_" + derive(agentToken, "api 
 
 func accessToken(agentToken, sandboxID string) string { return derive(agentToken, "envd", sandboxID) }
 
+// AccessTokenFor is the envd access token of sandboxID for the agent
+// token agentToken (what Principal.AccessToken answers).
+func AccessTokenFor(agentToken, sandboxID string) string { return accessToken(agentToken, sandboxID) }
+
 // derive is HMAC-SHA256 keyed with the agent token over a purpose and a
 // subject, as 40 hex digits: one-way, so no derived credential reveals the
 // agent token or another credential.

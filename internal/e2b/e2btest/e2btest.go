@@ -25,6 +25,8 @@ import (
 	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/e2b"
+	"github.com/ironclaw/ironclaw/internal/e2b/auth"
+	"github.com/ironclaw/ironclaw/internal/e2b/envd"
 	"github.com/ironclaw/ironclaw/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/ironclaw/ironclaw/internal/e2b/envdpb/process/processconnect"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
@@ -145,6 +147,20 @@ func (e *Env) Create(t testing.TB, body map[string]any) Sandbox {
 	}
 	t.Cleanup(func() { e.Control(t, "DELETE", "/sandboxes/"+sb.SandboxID, nil, nil) })
 	return sb
+}
+
+// CreateNative creates a sandbox through the native API (the agent's
+// client), deleted when the test ends, and returns it as create would:
+// its envd access token derived from the agent token.
+func (e *Env) CreateNative(t testing.TB) Sandbox {
+	t.Helper()
+	sb, err := e.Agent.CreateSandbox(context.Background(), client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.Agent.DeleteSandbox(context.Background(), sb.ID) })
+	tok := daemontest.Token(t, e.Dir, "agent.token")
+	return Sandbox{SandboxID: sb.ID, EnvdAccessToken: auth.AccessTokenFor(tok, sb.ID), EnvdVersion: envd.Version}
 }
 
 // envdHeaders adds what the SDKs send to envd: the routing headers and the
