@@ -325,7 +325,7 @@ func (s *fsService) ListDir(ctx context.Context, req *connect.Request[fspb.ListD
 		}
 		if client.IsCode(err, wire.CodeNotFound) || client.IsCode(err, wire.CodeInvalidArgument) {
 			// Say so when the path is there but is not a directory.
-			if e, serr := fsStat(ctx, api, id, p); serr == nil && e.Type != fspb.FileType_FILE_TYPE_DIRECTORY {
+			if e, serr := fsStat(ctx, api, id, p); serr == nil && e.Type == fspb.FileType_FILE_TYPE_FILE {
 				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", p))
 			}
 		}

@@ -169,7 +169,7 @@ func fsWatchStart(ctx context.Context, api *client.Client, id, p string, recursi
 		return snap, dirs, nil
 	}
 	if c := connect.CodeOf(err); c == connect.CodeNotFound || c == connect.CodeInvalidArgument {
-		if e, serr := fsStat(ctx, api, id, p); serr == nil && e.Type != fspb.FileType_FILE_TYPE_DIRECTORY {
+		if e, serr := fsStat(ctx, api, id, p); serr == nil && e.Type == fspb.FileType_FILE_TYPE_FILE {
 			return nil, 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %s not a directory", p))
 		}
 		if c == connect.CodeNotFound {
