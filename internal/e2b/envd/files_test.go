@@ -185,10 +185,14 @@ func TestFilesSignedURLs(t *testing.T) {
 		method string
 		q      url.Values
 	}{
-		"no signature":      {"GET", url.Values{"path": {"/workspace/s.txt"}}},
-		"wrong signature":   {"GET", wrong},
-		"expired":           {"GET", sign("/workspace/s.txt", "read", time.Now().Add(-time.Minute).Unix())},
-		"another path":      {"GET", func() url.Values { q := sign("/workspace/other", "read", 0); q.Set("path", "/workspace/s.txt"); return q }()},
+		"no signature":    {"GET", url.Values{"path": {"/workspace/s.txt"}}},
+		"wrong signature": {"GET", wrong},
+		"expired":         {"GET", sign("/workspace/s.txt", "read", time.Now().Add(-time.Minute).Unix())},
+		"another path": {"GET", func() url.Values {
+			q := sign("/workspace/other", "read", 0)
+			q.Set("path", "/workspace/s.txt")
+			return q
+		}()},
 		"read sig to write": {"POST", sign("/workspace/s.txt", "read", 0)},
 	} {
 		st, body, _ := do(t, anon, c.method, filesURL(env, c.q), "application/octet-stream", strings.NewReader("evil"))
