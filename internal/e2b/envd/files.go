@@ -155,6 +155,14 @@ func (f *filesHandler) upload(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	for name := range r.Header {
+		if strings.HasPrefix(name, "X-Metadata-") {
+			// envd 0.6.2 keeps these in xattrs; the SDKs send them only to
+			// a newer envd than Version, so this is a client that assumed.
+			filesError(w, http.StatusBadRequest, "file metadata (X-Metadata-* headers) is not supported here")
+			return
+		}
+	}
 	body := io.Reader(r.Body)
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":

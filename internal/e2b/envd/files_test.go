@@ -143,16 +143,19 @@ func TestFilesUploadDownload(t *testing.T) {
 		q      url.Values
 		ct     string
 		want   int
+		hdr    []string
 	}{
-		{"GET", url.Values{"path": {"/workspace/missing"}}, "", http.StatusNotFound},
-		{"GET", url.Values{"path": {"/workspace/up"}}, "", http.StatusBadRequest},
-		{"GET", url.Values{"path": {"/etc/passwd"}}, "", http.StatusBadRequest},
-		{"GET", url.Values{"path": {"/workspace/up/raw.txt"}, "username": {"bob"}}, "", http.StatusUnauthorized},
-		{"POST", url.Values{"path": {"/etc/x"}}, "application/octet-stream", http.StatusBadRequest},
-		{"POST", url.Values{}, "application/octet-stream", http.StatusBadRequest},
-		{"POST", url.Values{"path": {"/workspace/x"}}, "text/plain", http.StatusBadRequest},
+		{"GET", url.Values{"path": {"/workspace/missing"}}, "", http.StatusNotFound, nil},
+		{"GET", url.Values{"path": {"/workspace/up"}}, "", http.StatusBadRequest, nil},
+		{"GET", url.Values{"path": {"/etc/passwd"}}, "", http.StatusBadRequest, nil},
+		{"GET", url.Values{"path": {"/workspace/up/raw.txt"}, "username": {"bob"}}, "", http.StatusUnauthorized, nil},
+		{"POST", url.Values{"path": {"/etc/x"}}, "application/octet-stream", http.StatusBadRequest, nil},
+		{"POST", url.Values{}, "application/octet-stream", http.StatusBadRequest, nil},
+		{"POST", url.Values{"path": {"/workspace/x"}}, "text/plain", http.StatusBadRequest, nil},
+		{"POST", url.Values{"path": {"/workspace/x"}}, "application/octet-stream", http.StatusBadRequest, []string{"X-Metadata-Owner", "me"}},
+		{"POST", url.Values{"path": {"/workspace/x"}}, "application/octet-stream", http.StatusBadRequest, []string{"Content-Encoding", "br"}},
 	} {
-		st, body, _ := do(t, hc, c.method, filesURL(env, c.q), c.ct, strings.NewReader("x"))
+		st, body, _ := do(t, hc, c.method, filesURL(env, c.q), c.ct, strings.NewReader("x"), c.hdr...)
 		if st != c.want {
 			t.Fatalf("%s %v: %d %s, want %d", c.method, c.q, st, body, c.want)
 		}

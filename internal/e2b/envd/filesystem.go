@@ -241,7 +241,10 @@ func fsExec(ctx context.Context, api *client.Client, id string, argv ...string) 
 		strings.Contains(msg, "Directory not empty"), strings.Contains(msg, "File exists"):
 		code = connect.CodeFailedPrecondition
 	}
-	return connect.NewError(code, fmt.Errorf("%s: %s", argv[0], msg))
+	if !strings.HasPrefix(msg, argv[0]+":") {
+		msg = argv[0] + ": " + msg
+	}
+	return connect.NewError(code, errors.New(msg))
 }
 
 // fsTail keeps the first 4 KiB written to it (a command's stderr).
