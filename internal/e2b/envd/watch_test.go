@@ -184,3 +184,41 @@ func TestPolledWatchers(t *testing.T) {
 	_, err = fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/etc"}))
 	wantCode(t, "watch of /etc", err, connect.CodeInvalidArgument)
 }
+
+// A polled watcher fails rather than drop events: past 4096 queued,
+// GetWatcherEvents answers ResourceExhausted. A tree over 20000 entries
+// can be neither watched nor listed.
+func TestWatchAndListBounds(t *testing.T) {
+	env, sb, fs := fsEnv(t)
+	ctx := context.Background()
+	sh(t, env, sb, "mkdir /workspace/q")
+	cw, err := fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/workspace/q"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, env, sb, "cd /workspace/q && seq 5000 | xargs touch")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		res, err := fs.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: cw.Msg.GetWatcherId()}))
+		if err != nil {
+			wantCode(t, "an overflowing watcher", err, connect.CodeResourceExhausted)
+			break
+		}
+		if n := len(res.Msg.GetEvents()); n > 0 || time.Now().After(deadline) {
+			t.Fatalf("%d events, then no failure", n)
+		}
+	}
+	if _, err := fs.RemoveWatcher(ctx, connect.NewRequest(&fspb.RemoveWatcherRequest{WatcherId: cw.Msg.GetWatcherId()})); err != nil {
+		t.Fatal(err)
+	}
+
+	sh(t, env, sb, "cd /workspace/q && seq 5001 20001 | xargs touch")
+	_, err = fs.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: "/workspace/q"}))
+	wantCode(t, "a listing over the bound", err, connect.CodeResourceExhausted)
+	_, err = fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/workspace/q"}))
+	wantCode(t, "a watch over the bound", err, connect.CodeResourceExhausted)
+	sh(t, env, sb, "rm /workspace/q/20001")
+	ls, err := fs.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: "/workspace/q"}))
+	if err != nil || len(ls.Msg.GetEntries()) != 20000 {
+		t.Fatalf("a listing at the bound: %d %v", len(ls.Msg.GetEntries()), err)
+	}
+}
