@@ -40,6 +40,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if in.Body == nil {
 		in.Body = http.NoBody
 	}
+	if in.ContentLength == 0 && in.Body != http.NoBody {
+		// A client's 0 with a body means "unknown" (a reader whose length
+		// http.NewRequest could not tell); a server's means empty, and
+		// handlers would read nothing.
+		in.ContentLength = -1
+	}
 	in.RequestURI = req.URL.RequestURI()
 	in.RemoteAddr = t.RemoteAddr
 	if in.RemoteAddr == "" {

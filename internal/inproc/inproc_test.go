@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,4 +124,34 @@ func TestCallerCancelsBeforeHeaders(t *testing.T) {
 		t.Fatalf("err %v, want the deadline", err)
 	}
 	<-release
+}
+
+// A body of unknown length (a client's ContentLength 0 with a body) is
+// one of unknown length for the handler too (-1), not an empty one: what
+// reads it by the length (netlimit's guard, MaxBytesReader users) must
+// read it all.
+func TestBodyOfUnknownLength(t *testing.T) {
+	c := client(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, strconv.FormatInt(r.ContentLength, 10)+" "+string(b))
+	})
+	for _, c2 := range []struct {
+		body io.Reader
+		want string
+	}{
+		{io.MultiReader(strings.NewReader("streamed")), "-1 streamed"},
+		{strings.NewReader("known"), "5 known"},
+		{nil, "0 "},
+	} {
+		req, _ := http.NewRequest("PUT", "http://api.inproc/x", c2.body)
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if string(got) != c2.want {
+			t.Fatalf("handler saw %q, want %q", got, c2.want)
+		}
+	}
 }

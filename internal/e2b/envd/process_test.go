@@ -216,13 +216,6 @@ func ptyIn(b string) *rpc.ProcessInput {
 func yes() *bool { v := true; return &v }
 func no() *bool  { v := false; return &v }
 
-func wantCode(t *testing.T, what string, err error, code connect.Code) {
-	t.Helper()
-	if connect.CodeOf(err) != code {
-		t.Errorf("%s: %v, want %v", what, err, code)
-	}
-}
-
 func TestStartForeground(t *testing.T) {
 	f := newFixture(t)
 	t.Run("as commands.run sends it", func(t *testing.T) {
