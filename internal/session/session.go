@@ -1219,3 +1219,22 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	return errors.Join(errs...)
 }
+
+// Stats reports the resource use of a running or paused sandbox, with the
+// limits in force.
+func (m *Manager) Stats(ctx context.Context, id string) (sandbox.Stats, sandbox.Limits, error) {
+	m.mu.Lock()
+	e, err := m.liveLocked(id)
+	m.mu.Unlock()
+	if err != nil {
+		return sandbox.Stats{}, sandbox.Limits{}, err
+	}
+	st, err := e.sb.Stats(ctx)
+	if err != nil {
+		return sandbox.Stats{}, sandbox.Limits{}, fmt.Errorf("session: stats of %s: %w", id, err)
+	}
+	m.mu.Lock()
+	l := e.limits
+	m.mu.Unlock()
+	return st, l, nil
+}
