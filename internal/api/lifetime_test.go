@@ -50,7 +50,7 @@ func TestLifetimeRoute(t *testing.T) {
 	// Shorter works too, and an idle-only change leaves the TTL.
 	e.must(200, "POST", path, aTok, map[string]any{"ttl": "1m"}, &got)
 	e.must(200, "POST", path, aTok, map[string]any{"idle": "10m"}, &got)
-	if exp2, _ := time.Parse(time.RFC3339Nano, got.ExpiresAt); exp2.After(time.Now().Add(time.Minute+time.Second)) {
+	if exp2, _ := time.Parse(time.RFC3339Nano, got.ExpiresAt); exp2.After(time.Now().Add(time.Minute + time.Second)) {
 		t.Fatalf("an idle change moved the TTL: %s", got.ExpiresAt)
 	}
 	recs, err := e.log.Tail(context.Background(), 0, 1000)
