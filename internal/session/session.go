@@ -225,6 +225,9 @@ type Info struct {
 	LastUsedAt time.Time         `json:"last_used_at"`
 	EndedAt    time.Time         `json:"ended_at,omitzero"`
 	EndReason  string            `json:"end_reason,omitempty"`
+	// Limits are the limits in force while it runs or is paused (zero
+	// once it ended, or for a sandbox of an earlier daemon run).
+	Limits sandbox.Limits `json:"-"`
 }
 
 // Manager is safe for concurrent use. Close destroys what it runs.
@@ -751,6 +754,7 @@ func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
 		in := e.info
 		in.LastUsedAt = e.lastUsed
 		in.Labels = maps.Clone(in.Labels)
+		in.Limits = e.limits
 		m.mu.Unlock()
 		return in, nil
 	}
@@ -832,7 +836,7 @@ func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info,
 		// once a pause or resume is done; the live ones are fresher.
 		m.mu.Lock()
 		if e := m.live[in.ID]; e != nil {
-			in.LastUsedAt, in.State = e.lastUsed, e.info.State
+			in.LastUsedAt, in.State, in.Limits = e.lastUsed, e.info.State, e.limits
 		}
 		m.mu.Unlock()
 		out = append(out, in)

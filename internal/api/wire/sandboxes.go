@@ -17,6 +17,8 @@ type Sandbox struct {
 	// EndedAt and EndReason are set once it ended.
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 	EndReason string    `json:"end_reason,omitempty"`
+	// Limits are the limits in force while it runs or is paused.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // CreatedSandbox is the answer to POST /v1/sandboxes: the sandbox, plus
