@@ -75,6 +75,8 @@ export interface Sandbox {
   ended_at?: string;
   /** why it ended, once it did */
   end_reason?: string;
+  /** the limits in force, while it runs or is paused (sizes as numbers of bytes) */
+  limits?: Limits;
 }
 
 /**
