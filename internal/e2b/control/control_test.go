@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -548,5 +549,81 @@ func TestTemplatesAndUnknownRoutes(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusNotImplemented || !strings.Contains(e.Message, "Jupyter") {
 		t.Fatalf("port 49999: %d %+v", res.StatusCode, e)
+	}
+}
+
+// echoServer answers with its request line and the Authorization header it
+// saw (perl is in every Debian base system).
+const echoServer = `perl -MIO::Socket::INET -e '
+$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:3001", Listen => 16, ReuseAddr => 1) or die "listen: $!";
+while ($c = $s->accept) {
+	$l = <$c>; $l =~ s/\r?\n$//; $a = "";
+	while (defined($h = <$c>) && $h =~ /\S/) { $a = $1 if $h =~ /^X-Access-Token:\s*(.*?)\r?$/i }
+	print $c "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nline=[$l] token=[$a]\n"; close $c;
+}' >/dev/null 2>&1 </dev/null &`
+
+// A preview works end to end when the policy allows inbound ports: the
+// sandbox declares the daemon's --e2b-port list and its metadata's
+// ironclaw.ports, and a request with the sandbox's traffic token, routed
+// by header or by Host, reaches its server without the E2B credentials.
+func TestPreview(t *testing.T) {
+	env := e2btest.Start(t, func(c *daemon.Config) {
+		policy(t, "ports:\n  inbound: true\n")(c)
+		c.PortsListen, c.E2BPorts, c.E2BDomain = "127.0.0.1:0", []uint16{3000}, "sandboxes.example.com"
+	})
+	var sb struct {
+		SandboxID          string `json:"sandboxID"`
+		EnvdAccessToken    string `json:"envdAccessToken"`
+		TrafficAccessToken string `json:"trafficAccessToken"`
+	}
+	st, raw := env.Control(t, "POST", "/sandboxes", map[string]any{"templateID": "base", "timeout": 120,
+		"metadata": map[string]string{"ironclaw.ports": "3001", "app": "web"}}, &sb)
+	if st != http.StatusCreated {
+		t.Fatalf("create: %d %s", st, raw)
+	}
+	t.Cleanup(func() { env.Control(t, "DELETE", "/sandboxes/"+sb.SandboxID, nil, nil) })
+	if s := native(t, env, sb.SandboxID); s.Labels["ironclaw.ports"] != "" || s.Labels["app"] != "web" {
+		t.Fatalf("labels %v", s.Labels)
+	}
+	if _, err := env.Agent.Exec(context.Background(), sb.SandboxID, client.ExecRequest{Cmd: echoServer}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(port, token string, byHost bool) (int, string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			req, _ := http.NewRequest("GET", env.BaseURL+"/some/path?q=1", nil)
+			if byHost {
+				req, _ = http.NewRequest("GET", "http://"+env.Addr+"/some/path?q=1", nil)
+				req.Host = port + "-" + sb.SandboxID + ".sandboxes.example.com"
+			} else {
+				req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+				req.Header.Set("E2b-Sandbox-Port", port)
+			}
+			if token != "" {
+				req.Header.Set("E2B-Traffic-Access-Token", token)
+			}
+			req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			_, _ = io.Copy(&b, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusBadGateway || time.Now().After(deadline) {
+				return res.StatusCode, b.String()
+			}
+		}
+	}
+	want := "line=[GET /some/path?q=1 HTTP/1.1] token=[]\n"
+	if code, body := get("3001", sb.TrafficAccessToken, false); code != 200 || body != want {
+		t.Fatalf("by header: %d %q", code, body)
+	}
+	if code, body := get("3001", sb.TrafficAccessToken, true); code != 200 || body != want {
+		t.Fatalf("by host: %d %q", code, body)
+	}
+	// A port the sandbox did not declare is refused by the native API.
+	if code, body := get("4000", sb.TrafficAccessToken, false); code < 400 || code == http.StatusBadGateway {
+		t.Fatalf("undeclared port: %d %q", code, body)
 	}
 }
