@@ -110,10 +110,13 @@ func New(cfg Config) (http.Handler, error) {
 	h("GET /templates/aliases/{alias}", s.alias)
 	for _, p := range []string{"POST /templates", "POST /v2/templates", "POST /v3/templates", "POST /templates/{id}",
 		"PATCH /templates/{id}", "POST /templates/{id}/builds/{build}", "POST /v2/templates/{id}/builds/{build}",
-		"DELETE /templates/{id}", "POST /templates/tags"} {
+		"POST /templates/tags"} {
 		h(p, s.noBuilds)
 	}
-	for _, p := range []string{"POST /sandboxes/{id}/fork", "POST /sandboxes/{id}/snapshots", "GET /snapshots",
+	h("POST /sandboxes/{id}/snapshots", s.snapshot)
+	h("GET /snapshots", s.listSnapshots)
+	h("DELETE /templates/{id}", s.deleteTemplate)
+	for _, p := range []string{"POST /sandboxes/{id}/fork",
 		"PUT /sandboxes/{id}/network", "POST /sandboxes/{id}/refreshes", "GET /sandboxes/{id}/logs", "GET /v2/sandboxes/{id}/logs"} {
 		h(p, s.notServed)
 	}

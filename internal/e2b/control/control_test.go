@@ -627,3 +627,43 @@ func TestPreview(t *testing.T) {
 		t.Fatalf("undeclared port: %d %q", code, body)
 	}
 }
+
+// A snapshot (the native copy of /workspace) is a template a create may
+// name: the new sandbox starts with the snapshot's files. The SDKs delete
+// it as a template.
+func TestSnapshots(t *testing.T) {
+	env := e2btest.Start(t, nil)
+	ctx := context.Background()
+	src := env.Create(t, nil)
+	if err := env.Agent.PutFile(ctx, src.SandboxID, "/workspace/f", strings.NewReader("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var sn struct {
+		SnapshotID string   `json:"snapshotID"`
+		Names      []string `json:"names"`
+	}
+	if st, raw := env.Control(t, "POST", "/sandboxes/"+src.SandboxID+"/snapshots", map[string]any{}, &sn); st != http.StatusCreated || !strings.HasPrefix(sn.SnapshotID, "snap-") || len(sn.Names) != 1 {
+		t.Fatalf("snapshot: %d %s", st, raw)
+	}
+	var all []map[string]any
+	if st, raw := env.Control(t, "GET", "/snapshots?sandboxID="+src.SandboxID, nil, &all); st != 200 || len(all) != 1 || all[0]["snapshotID"] != sn.SnapshotID {
+		t.Fatalf("list: %d %s", st, raw)
+	}
+	fork := env.Create(t, map[string]any{"templateID": sn.SnapshotID, "timeout": 60})
+	var b strings.Builder
+	if err := env.Agent.GetFile(ctx, fork.SandboxID, "/workspace/f", &b); err != nil || b.String() != "kept" {
+		t.Fatalf("the fork's file: %q %v", b.String(), err)
+	}
+	if fork.TemplateID != "base" {
+		t.Fatalf("the fork's template: %q", fork.TemplateID)
+	}
+	if st, raw := env.Control(t, "DELETE", "/templates/"+sn.SnapshotID, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", st, raw)
+	}
+	st, raw := env.Control(t, "DELETE", "/templates/"+sn.SnapshotID, nil, nil)
+	wantError(t, 404, raw, st)
+	st, raw = env.Control(t, "POST", "/sandboxes", map[string]any{"templateID": sn.SnapshotID, "timeout": 60}, nil)
+	wantError(t, 404, raw, st)
+	st, raw = env.Control(t, "DELETE", "/templates/base", nil, nil)
+	wantError(t, 501, raw, st)
+}

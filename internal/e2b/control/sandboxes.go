@@ -131,6 +131,14 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p *auth.Principa
 		return errorf(http.StatusBadRequest, "templateID is required")
 	}
 	image, ok := s.template(b.TemplateID)
+	template, snapshot := b.TemplateID, ""
+	if !ok && strings.HasPrefix(b.TemplateID, snapshotPrefix) && validID(b.TemplateID) {
+		img, tpl, err := s.fromSnapshot(r, p, b.TemplateID)
+		if err != nil {
+			return err
+		}
+		image, template, snapshot, ok = img, tpl, b.TemplateID, true
+	}
 	if !ok {
 		return errorf(http.StatusNotFound, "template %s not found: this daemon serves %s (an operator maps more with serve --e2b-template ALIAS=IMAGE)",
 			quote(b.TemplateID), strings.Join(s.templateIDs(), ", "))
@@ -139,7 +147,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p *auth.Principa
 	if err != nil {
 		return err
 	}
-	req := client.CreateRequest{Image: image, Env: b.EnvVars}
+	req := client.CreateRequest{Image: image, Env: b.EnvVars, Snapshot: snapshot}
 	pause := b.AutoPause != nil && *b.AutoPause
 	if pause {
 		// On timeout, pause: the timeout is the sandbox's idle timeout,
@@ -153,7 +161,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p *auth.Principa
 	if err != nil {
 		return err
 	}
-	labels[labelTemplate] = b.TemplateID
+	labels[labelTemplate] = template
 	if pause {
 		labels[labelOnTimeout] = "pause"
 	}
@@ -469,9 +477,11 @@ func (s *server) active(r *http.Request, p *auth.Principal) (wire.Sandbox, error
 	return sb, nil
 }
 
+func isNotFound(err error) bool { return client.IsCode(err, wire.CodeNotFound) }
+
 // notFound words a native 404 as E2B does.
 func notFound(err error, id string) error {
-	if client.IsCode(err, wire.CodeNotFound) {
+	if isNotFound(err) {
 		return errorf(http.StatusNotFound, "sandbox %s not found", id)
 	}
 	return err
