@@ -209,6 +209,10 @@ func TestListByMetadataAndState(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("both: %+v", got)
 	}
+	got, _ = list(t, env, "?"+metadataQuery(map[string]string{"team": "x y"})+"&state=running&state=paused")
+	if len(got) != 2 {
+		t.Fatalf("both, repeated: %+v", got)
+	}
 	got, _ = list(t, env, "?"+metadataQuery(map[string]string{"team": "x y"})+"&state=paused")
 	if len(got) != 1 || got[0].SandboxID != b.SandboxID || got[0].State != "paused" {
 		t.Fatalf("paused: %+v", got)

@@ -369,9 +369,10 @@ func (s *server) listV2(w http.ResponseWriter, r *http.Request, p *auth.Principa
 		return err
 	}
 	states := map[string]bool{"running": true, "paused": true}
-	if v := q.Get("state"); v != "" {
+	if vs := q["state"]; len(vs) > 0 {
+		// The SDKs send state=running,paused; repeated is accepted too.
 		states = map[string]bool{}
-		for _, st := range strings.Split(v, ",") {
+		for _, st := range strings.Split(strings.Join(vs, ","), ",") {
 			if st != "running" && st != "paused" {
 				return errorf(http.StatusBadRequest, "state %s: running or paused", quote(st))
 			}
