@@ -238,6 +238,8 @@ func (s *Server) register() {
 	agent("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
 	agent("POST /v1/sandboxes/{id}/pause", s.pauseSandbox)
 	agent("POST /v1/sandboxes/{id}/resume", s.resumeSandbox)
+	agent("POST /v1/sandboxes/{id}/lifetime", s.setLifetime)
+	agent("GET /v1/sandboxes/{id}/stats", s.sandboxStats)
 	agent("POST /v1/sandboxes/{id}/snapshots", s.createSnapshot)
 	agent("GET /v1/snapshots", s.listSnapshots)
 	agent("GET /v1/snapshots/{id}", s.getSnapshot)

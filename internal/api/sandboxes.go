@@ -11,6 +11,7 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/gateway"
+	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/session"
 )
 
@@ -20,8 +21,13 @@ func view(in session.Info) wire.Sandbox {
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	return wire.Sandbox{ID: in.ID, State: in.State, Labels: labels, CreatedAt: utc(in.CreatedAt), ExpiresAt: utc(in.ExpiresAt),
+	out := wire.Sandbox{ID: in.ID, State: in.State, Labels: labels, CreatedAt: utc(in.CreatedAt), ExpiresAt: utc(in.ExpiresAt),
 		IdleTimeout: in.Idle.String(), LastUsedAt: utc(in.LastUsedAt), EndedAt: utc(in.EndedAt), EndReason: in.EndReason}
+	if l := in.Limits; session.Active(in.State) && l != (sandbox.Limits{}) {
+		out.Limits = &wire.Limits{Memory: wire.Bytes(l.MemoryBytes), Pids: l.Pids, CPUs: l.CPUs, Timeout: wire.Duration(l.Timeout),
+			Output: wire.Bytes(l.OutputBytes), Workspace: wire.Bytes(l.WorkspaceBytes), Tmp: wire.Bytes(l.TmpBytes), OpenFiles: l.OpenFiles}
+	}
+	return out
 }
 
 // utc is t in UTC; the zero time stays zero.

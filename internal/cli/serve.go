@@ -177,6 +177,10 @@ func (s *serveSettings) flags(f *pflag.FlagSet) {
 	f.StringVar(&cfg.AuditKeyFile, "audit-key", "", "key file authenticating the audit log, outside the data directory (default "+audit.DefaultKeyFile()+"; created 0600)")
 	f.StringVar(&cfg.AuditCheckpointFile, "audit-checkpoints", "", "file the audit log's head is checkpointed to, outside the data directory (default: one per data directory under "+filepath.Dir(audit.DefaultCheckpointFile("x"))+")")
 	f.StringVar(&cfg.AuditCheckpointURL, "audit-checkpoint-url", "", "URL that also receives every audit checkpoint as a JSON POST")
+	f.BoolVar(&cfg.DisableE2B, "no-e2b", false, "do not serve the E2B-compatible API under /e2b (docs/e2b.md)")
+	f.StringVar(&cfg.E2BDomain, "e2b-domain", "", "domain of E2B sandbox hosts <port>-<id>.DOMAIN (wildcard DNS to this daemon), reported to the SDKs as each sandbox's domain")
+	f.StringToStringVar(&cfg.E2BTemplates, "e2b-template", nil, "map an E2B template id or alias onto an image, ALIAS=IMAGE (repeatable; \"base\" is the host-toolchain view unless mapped)")
+	f.Var(e2bPortsFlag{&cfg.E2BPorts}, "e2b-port", "loopback port every E2B sandbox declares for previews, 1024-65535 (repeatable, or comma-separated)")
 	sizeOffVar(f, &cfg.StoreSizeWarn, "store-size-warn", defaults.StoreSizeWarn, "log a warning when the database grows past this `size`"+orOff)
 }
 
@@ -236,5 +240,31 @@ func layerSettings(f *pflag.FlagSet, file string) error {
 	})
 	return err
 }
+
+// e2bPortsFlag is a repeatable --e2b-port N[,N...].
+type e2bPortsFlag struct{ ports *[]uint16 }
+
+func (p e2bPortsFlag) String() string {
+	if p.ports == nil || len(*p.ports) == 0 {
+		return ""
+	}
+	return strings.Trim(fmt.Sprint(*p.ports), "[]")
+}
+
+func (p e2bPortsFlag) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		n, err := parsePort(strings.TrimSpace(f))
+		if err != nil {
+			return err
+		}
+		if n < 1024 {
+			return fmt.Errorf("port %d: sandbox ports are 1024-65535", n)
+		}
+		*p.ports = append(*p.ports, uint16(n))
+	}
+	return nil
+}
+
+func (e2bPortsFlag) Type() string { return "port" }
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

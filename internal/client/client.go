@@ -430,6 +430,43 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return sb, err
 }
 
+// ListSandboxesPage returns one page of the running and paused sandboxes
+// carrying every label given: at most limit (0: the daemon's default),
+// after the sandbox id after ("" from the start). Next on the answer, when
+// set, is the after of the following page.
+func (c *Client) ListSandboxesPage(ctx context.Context, labels map[string]string, after string, limit int) (wire.SandboxList, error) {
+	q := url.Values{}
+	for k, v := range labels {
+		q.Add("label", k+"="+v)
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out wire.SandboxList
+	err := c.doJSON(ctx, agent, http.MethodGet, "/v1/sandboxes", q, nil, &out)
+	return out, err
+}
+
+// SetLifetime gives a sandbox a new TTL counted from now and/or a new idle
+// timeout (0 leaves that one as it is), within the operator's ceiling.
+func (c *Client) SetLifetime(ctx context.Context, id string, ttl, idle time.Duration) (Sandbox, error) {
+	var sb Sandbox
+	body := wire.LifetimeRequest{TTL: wire.Duration(ttl), Idle: wire.Duration(idle)}
+	err := c.doJSON(ctx, agent, http.MethodPost, sandboxPath(id)+"/lifetime", nil, body, &sb)
+	return sb, err
+}
+
+// SandboxStats reports a running or paused sandbox's resource use and
+// limits.
+func (c *Client) SandboxStats(ctx context.Context, id string) (wire.SandboxStats, error) {
+	var st wire.SandboxStats
+	err := c.doJSON(ctx, agent, http.MethodGet, sandboxPath(id)+"/stats", nil, nil, &st)
+	return st, err
+}
+
 // PauseSandbox freezes a sandbox (no CPU; memory, files and processes
 // kept); the next request to it resumes it. Pausing a paused one is no
 // error.

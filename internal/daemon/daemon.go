@@ -110,9 +110,12 @@ type Config struct {
 	// DisableE2B; its key for the default agent is written to e2b.key.
 	// E2BDomain, if set, routes hosts <port>-<id>.<E2BDomain> to sandboxes;
 	// E2BTemplates maps template ids and aliases onto images.
+	// E2BPorts are the loopback ports every sandbox created through E2B
+	// declares, so its servers can be previewed (policy ports.inbound).
 	DisableE2B   bool
 	E2BDomain    string
 	E2BTemplates map[string]string
+	E2BPorts     []uint16
 	// PoolSize is how many sealed idle sandboxes are kept ready (0:
 	// defaults.PoolSize, 2; negative: none, no pool).
 	PoolSize int

@@ -24,7 +24,7 @@ func serveE2B(cfg Config, dir string, h http.Handler, agentTok string, agents []
 	for _, a := range agents {
 		all = append(all, auth.Agent{Name: "agent:" + a.Name, Token: a.Token})
 	}
-	es, err := e2b.New(e2b.Config{API: h, Agents: all, Domain: cfg.E2BDomain, Templates: cfg.E2BTemplates, Logf: logf})
+	es, err := e2b.New(e2b.Config{API: h, Agents: all, Domain: cfg.E2BDomain, Templates: cfg.E2BTemplates, Ports: cfg.E2BPorts, Logf: logf})
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,10 @@ const Prefix = "/e2b"
 // EnvdPort is the port E2B's SDKs address envd on.
 const EnvdPort = 49983
 
+// JupyterPort is the port of the code interpreter's Jupyter gateway
+// (@e2b/code-interpreter), which IronClaw does not run.
+const JupyterPort = 49999
+
 // Config configures a Server.
 type Config struct {
 	// API is the native API (api.Server.Handler()), called in process.
@@ -58,6 +62,9 @@ type Config struct {
 	// Templates maps E2B template ids or aliases onto images the native
 	// API accepts; see control.Config.
 	Templates map[string]string
+	// Ports are the loopback ports every sandbox created through E2B
+	// declares, so its servers can be previewed; see control.Config.
+	Ports []uint16
 	// Logf receives diagnostics; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -83,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctl, err := control.New(control.Config{Templates: cfg.Templates, Domain: cfg.Domain, Logf: cfg.Logf})
+	ctl, err := control.New(control.Config{Templates: cfg.Templates, Domain: cfg.Domain, Ports: cfg.Ports, Logf: cfg.Logf})
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +171,10 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request, id string, port
 		return
 	}
 	ctx := auth.WithSandbox(r.Context(), id)
+	if port == JupyterPort {
+		writeError(w, http.StatusNotImplemented, "the code interpreter's Jupyter port (49999) is not served: IronClaw runs no Jupyter gateway; run code with commands.run instead")
+		return
+	}
 	if port != EnvdPort {
 		p := s.keys.ByTrafficToken(id, r.Header.Get("E2B-Traffic-Access-Token"))
 		if p == nil {

@@ -7,6 +7,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,7 +57,9 @@ func newPreviews(logf func(string, ...any)) *previews {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(targetKey{}).(*url.URL)
 			pr.SetURL(t)
-			pr.Out.URL.Path = t.Path + pr.In.URL.Path
+			// The port URL's path ends in "/", the request's begins with
+			// one.
+			pr.Out.URL.Path = strings.TrimSuffix(t.Path, "/") + pr.In.URL.Path
 			pr.Out.URL.RawPath = ""
 			pr.Out.Header.Del("X-Access-Token")
 			pr.Out.Header.Del("E2B-Traffic-Access-Token")

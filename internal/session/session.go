@@ -225,6 +225,9 @@ type Info struct {
 	LastUsedAt time.Time         `json:"last_used_at"`
 	EndedAt    time.Time         `json:"ended_at,omitzero"`
 	EndReason  string            `json:"end_reason,omitempty"`
+	// Limits are the limits in force while it runs or is paused (zero
+	// once it ended, or for a sandbox of an earlier daemon run).
+	Limits sandbox.Limits `json:"-"`
 }
 
 // Manager is safe for concurrent use. Close destroys what it runs.
@@ -751,6 +754,7 @@ func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
 		in := e.info
 		in.LastUsedAt = e.lastUsed
 		in.Labels = maps.Clone(in.Labels)
+		in.Limits = e.limits
 		m.mu.Unlock()
 		return in, nil
 	}
@@ -832,7 +836,7 @@ func (m *Manager) query(ctx context.Context, where string, args ...any) ([]Info,
 		// once a pause or resume is done; the live ones are fresher.
 		m.mu.Lock()
 		if e := m.live[in.ID]; e != nil {
-			in.LastUsedAt, in.State = e.lastUsed, e.info.State
+			in.LastUsedAt, in.State, in.Limits = e.lastUsed, e.info.State, e.limits
 		}
 		m.mu.Unlock()
 		out = append(out, in)
@@ -1218,4 +1222,23 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// Stats reports the resource use of a running or paused sandbox, with the
+// limits in force.
+func (m *Manager) Stats(ctx context.Context, id string) (sandbox.Stats, sandbox.Limits, error) {
+	m.mu.Lock()
+	e, err := m.liveLocked(id)
+	m.mu.Unlock()
+	if err != nil {
+		return sandbox.Stats{}, sandbox.Limits{}, err
+	}
+	st, err := e.sb.Stats(ctx)
+	if err != nil {
+		return sandbox.Stats{}, sandbox.Limits{}, fmt.Errorf("session: stats of %s: %w", id, err)
+	}
+	m.mu.Lock()
+	l := e.limits
+	m.mu.Unlock()
+	return st, l, nil
 }

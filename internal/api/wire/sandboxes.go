@@ -17,6 +17,8 @@ type Sandbox struct {
 	// EndedAt and EndReason are set once it ended.
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 	EndReason string    `json:"end_reason,omitempty"`
+	// Limits are the limits in force while it runs or is paused.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // CreatedSandbox is the answer to POST /v1/sandboxes: the sandbox, plus
@@ -78,4 +80,32 @@ type Limits struct {
 // of a create, and POST /v1/sandboxes/{id}/egress.
 type EgressAllow struct {
 	Allow []string `json:"allow"`
+}
+
+// LifetimeRequest is POST /v1/sandboxes/{id}/lifetime: a new TTL counted
+// from now, a new idle timeout, or both (0: unchanged).
+type LifetimeRequest struct {
+	TTL  Duration `json:"ttl,omitempty"`
+	Idle Duration `json:"idle,omitempty"`
+}
+
+// SandboxStats is GET /v1/sandboxes/{id}/stats: a running or paused
+// sandbox's resource use now, and the limits in force.
+type SandboxStats struct {
+	ID    string    `json:"id"`
+	State string    `json:"state"`
+	At    time.Time `json:"at"`
+	// Uptime is the time since its creation.
+	Uptime          Duration `json:"uptime"`
+	MemoryBytes     int64    `json:"memory_bytes"`
+	MemoryPeakBytes int64    `json:"memory_peak_bytes"`
+	// CPUSeconds is the CPU time used since its creation.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	Pids       int64   `json:"pids"`
+	OOMKills   int64   `json:"oom_kills"`
+	// The limits in force.
+	MemoryLimitBytes int64   `json:"memory_limit_bytes"`
+	CPUs             float64 `json:"cpus"`
+	PidsLimit        int64   `json:"pids_limit"`
+	WorkspaceBytes   int64   `json:"workspace_bytes"`
 }

@@ -32,6 +32,8 @@ var goTypes = []struct {
 	{"CreateSandboxRequest", reflect.TypeFor[wire.CreateSandboxRequest]()},
 	{"Limits", reflect.TypeFor[wire.Limits]()},
 	{"EgressAllow", reflect.TypeFor[wire.EgressAllow]()},
+	{"LifetimeRequest", reflect.TypeFor[wire.LifetimeRequest]()},
+	{"SandboxStats", reflect.TypeFor[wire.SandboxStats]()},
 	{"ExecRequest", reflect.TypeFor[wire.ExecRequest]()},
 	{"ExecOutputFrame", reflect.TypeFor[wire.ExecOutputFrame]()},
 	{"ExecExitFrame", reflect.TypeFor[wire.ExecExitFrame]()},

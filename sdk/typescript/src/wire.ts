@@ -75,6 +75,8 @@ export interface Sandbox {
   ended_at?: string;
   /** why it ended, once it did */
   end_reason?: string;
+  /** the limits in force, while it runs or is paused (sizes as numbers of bytes) */
+  limits?: Limits;
 }
 
 /**
@@ -122,6 +124,33 @@ export interface CreateSandboxRequest {
    * (a fork)
    */
   snapshot?: string;
+}
+
+/** At least one member; absent or "0s" leaves that one as it is. */
+export interface LifetimeRequest {
+  ttl?: Duration;
+  idle?: Duration;
+}
+
+/** A running or paused sandbox's resource use, and its limits in force. */
+export interface SandboxStats {
+  id: string;
+  state: SandboxState;
+  /** when the figures were read */
+  at: string;
+  uptime: Duration;
+  memory_bytes: number;
+  memory_peak_bytes: number;
+  /** CPU time used since its creation */
+  cpu_seconds: number;
+  /** tasks now */
+  pids: number;
+  oom_kills: number;
+  memory_limit_bytes: number;
+  cpus: number;
+  pids_limit: number;
+  /** the size of its /workspace */
+  workspace_bytes: number;
 }
 
 /**
