@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/e2b/e2btest"
 )
 
@@ -21,7 +20,7 @@ func TestKeyFileAndAuthentication(t *testing.T) {
 	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(env.APIKey) {
 		t.Fatalf("key %q is not of the form e2b_<hex>", env.APIKey)
 	}
-	st, err := os.Stat(filepath.Join(env.Dir, daemon.E2BKeyFile))
+	st, err := os.Stat(filepath.Join(env.Dir, e2btest.KeyFile))
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("e2b.key: %v %v", st.Mode(), err)
 	}

@@ -48,7 +48,7 @@ var (
 		"internal/sandbox/docker", "internal/sandbox/backend",
 	}
 	// testKits: helpers for tests, never linked into the binary.
-	testKits = []string{"internal/testutil/...", "internal/sandbox/conformance", "internal/sandbox/sandboxtest"}
+	testKits = []string{"internal/testutil/...", "internal/sandbox/conformance", "internal/sandbox/sandboxtest", "internal/e2b/e2btest"}
 )
 
 func join(lists ...[]string) []string { return slices.Concat(lists...) }
@@ -143,8 +143,8 @@ var rules = []rule{
 		why: "main is thin: the command line is a library only main uses",
 	},
 	{
-		pkgs: []string{"internal/daemon"}, usedBy: []string{"cmd/...", "internal/cli"},
-		why: "the daemon is `ironclaw serve`: only the CLI starts it",
+		pkgs: []string{"internal/daemon"}, usedBy: []string{"cmd/...", "internal/cli", "internal/e2b/e2btest"},
+		why: "the daemon is `ironclaw serve`: only the CLI starts it (and the E2B test kit, whose tests drive the whole daemon as the SDKs do)",
 	},
 	{
 		pkgs: []string{"internal/api", "internal/api/console"}, usedBy: []string{"internal/daemon"},

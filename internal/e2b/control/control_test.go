@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
-	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/e2b/e2btest"
 	"github.com/ironclaw/ironclaw/internal/e2b/envd"
@@ -23,8 +22,8 @@ func TestMain(m *testing.M) { e2btest.Main(m) }
 
 // policy writes a policy file for the daemon: a TTL ceiling of an hour,
 // one allowed host, and unknown hosts asked of an operator.
-func policy(t *testing.T, extra string) func(*daemon.Config) {
-	return func(c *daemon.Config) {
+func policy(t *testing.T, extra string) func(*e2btest.Config) {
+	return func(c *e2btest.Config) {
 		p := filepath.Join(t.TempDir(), "policy.yaml")
 		body := "limits:\n  max: {ttl: 1h}\negress:\n  allow: [\"api.github.com\"]\n  unknown: ask\n" + extra
 		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
@@ -65,7 +64,7 @@ func native(t *testing.T, env *e2btest.Env, id string) client.Sandbox {
 // unless one is set; the native sandbox has the timeout as its TTL and
 // the template in its labels.
 func TestCreate(t *testing.T) {
-	env := e2btest.Start(t, func(c *daemon.Config) { c.E2BTemplates = map[string]string{"mine": ""} })
+	env := e2btest.Start(t, func(c *e2btest.Config) { c.E2BTemplates = map[string]string{"mine": ""} })
 	var raw map[string]any
 	st, body := env.Control(t, "POST", "/sandboxes", map[string]any{"templateID": "base", "timeout": 300, "secure": true,
 		"allow_internet_access": true, "envVars": map[string]string{"A": "1"}}, &raw)
@@ -106,7 +105,7 @@ func TestCreate(t *testing.T) {
 
 // The domain, when set, is every sandbox's.
 func TestCreateReportsTheDomain(t *testing.T) {
-	env := e2btest.Start(t, func(c *daemon.Config) { c.E2BDomain = "sandboxes.example.com" })
+	env := e2btest.Start(t, func(c *e2btest.Config) { c.E2BDomain = "sandboxes.example.com" })
 	sb := env.Create(t, nil)
 	if sb.Domain == nil || *sb.Domain != "sandboxes.example.com" {
 		t.Fatalf("domain %v", sb.Domain)
@@ -444,18 +443,12 @@ func mustJSON(v any) []byte {
 // Another agent's sandbox is 404 to every route, exactly like one that
 // never existed.
 func TestAnotherAgentsSandboxIsNotFound(t *testing.T) {
-	env := e2btest.Start(t, func(c *daemon.Config) {
-		if _, err := daemon.AddAgent(c.DataDir, "other"); err != nil {
-			t.Fatal(err)
-		}
+	env := e2btest.Start(t, func(c *e2btest.Config) {
+		e2btest.AddAgent(t, c, "other")
 	})
-	b, err := os.ReadFile(filepath.Join(env.Dir, daemon.AgentsDir, "other.e2b.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	sb := env.Create(t, nil)
 	other := *env
-	other.APIKey = strings.TrimSpace(string(b))
+	other.APIKey = env.AgentKey(t, "other")
 	p := "/sandboxes/" + sb.SandboxID
 	for _, c := range []struct {
 		method, path string
@@ -513,7 +506,7 @@ func TestMetrics(t *testing.T) {
 // are refused clearly; unknown routes are 404 in E2B's body; the code
 // interpreter's port is not served.
 func TestTemplatesAndUnknownRoutes(t *testing.T) {
-	env := e2btest.Start(t, func(c *daemon.Config) { c.E2BTemplates = map[string]string{"mastra-0123456789abcdef": ""} })
+	env := e2btest.Start(t, func(c *e2btest.Config) { c.E2BTemplates = map[string]string{"mastra-0123456789abcdef": ""} })
 	for _, a := range []string{"base", "mastra-0123456789abcdef"} {
 		var out struct {
 			TemplateID string `json:"templateID"`
@@ -571,7 +564,7 @@ while ($c = $s->accept) {
 // ironclaw.ports, and a request with the sandbox's traffic token, routed
 // by header or by Host, reaches its server without the E2B credentials.
 func TestPreview(t *testing.T) {
-	env := e2btest.Start(t, func(c *daemon.Config) {
+	env := e2btest.Start(t, func(c *e2btest.Config) {
 		policy(t, "ports:\n  inbound: true\n")(c)
 		c.PortsListen, c.E2BPorts, c.E2BDomain = "127.0.0.1:0", []uint16{3000}, "sandboxes.example.com"
 	})

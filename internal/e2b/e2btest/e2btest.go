@@ -198,3 +198,29 @@ func (e *Env) Process(sb Sandbox) processconnect.ProcessClient {
 func (e *Env) Filesystem(sb Sandbox) filesystemconnect.FilesystemClient {
 	return filesystemconnect.NewFilesystemClient(e.EnvdHTTP(sb), e.BaseURL, connect.WithProtoJSON())
 }
+
+// Config is the daemon's configuration, which Start's mod adjusts (its
+// tests need not import the daemon themselves).
+type Config = daemon.Config
+
+// KeyFile is the data directory's file with the default agent's E2B key.
+const KeyFile = daemon.E2BKeyFile
+
+// AddAgent adds a named agent token to c's data directory before the
+// daemon starts (in Start's mod); its E2B key is then AgentKey(t, name).
+func AddAgent(t testing.TB, c *Config, name string) {
+	t.Helper()
+	if _, err := daemon.AddAgent(c.DataDir, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// AgentKey is the E2B key of the named agent (agents/NAME.e2b.key).
+func (e *Env) AgentKey(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.Dir, daemon.AgentsDir, name+".e2b.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}

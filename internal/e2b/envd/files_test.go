@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 	"github.com/ironclaw/ironclaw/internal/e2b/e2btest"
 )
@@ -213,7 +212,7 @@ func TestFilesSignedURLs(t *testing.T) {
 // An upload over the native upload limit is 413 in envd's error body,
 // and leaves the file as it was.
 func TestFilesUploadTooLarge(t *testing.T) {
-	env := e2btest.Start(t, func(c *daemon.Config) { c.MaxUploadBytes = 1024 })
+	env := e2btest.Start(t, func(c *e2btest.Config) { c.MaxUploadBytes = 1024 })
 	sb := env.CreateNative(t, "agent.token", client.CreateRequest{})
 	hc := env.EnvdHTTP(sb)
 	q := url.Values{"path": {"/workspace/big"}}

@@ -14,7 +14,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/ironclaw/ironclaw/internal/client"
-	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 	"github.com/ironclaw/ironclaw/internal/e2b/e2btest"
@@ -139,10 +138,8 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	env := e2btest.Start(t, func(c *daemon.Config) {
-		if _, err := daemon.AddAgent(c.DataDir, "bob"); err != nil {
-			t.Fatal(err)
-		}
+	env := e2btest.Start(t, func(c *e2btest.Config) {
+		e2btest.AddAgent(t, c, "bob")
 	})
 	sb := env.CreateNative(t, client.AgentTokenFile, client.CreateRequest{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -743,7 +740,7 @@ func TestStartNeedsTheApprovalAnExecWould(t *testing.T) {
 	if err := os.WriteFile(pol, []byte("exec:\n  require_approval: ['echo gated']\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := e2btest.Start(t, func(c *daemon.Config) { c.PolicyFile = pol })
+	env := e2btest.Start(t, func(c *e2btest.Config) { c.PolicyFile = pol })
 	sb := env.CreateNative(t, client.AgentTokenFile, client.CreateRequest{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
