@@ -109,6 +109,10 @@ func createRequest(b wire.CreateSandboxRequest) (session.CreateRequest, error) {
 	}
 	req.Snapshot = b.Snapshot
 	req.TTL, req.Idle = time.Duration(b.TTL), time.Duration(b.Idle)
+	if err := session.CheckIdleAction(b.IdleAction); err != nil {
+		return req, badRequest("idle_action: want destroy or pause")
+	}
+	req.IdleAction = b.IdleAction
 	if err := req.Spec.WithDefaults().Validate(); err != nil {
 		return req, badRequest(strings.TrimPrefix(err.Error(), sandbox.ErrInvalidSpec.Error()+": "))
 	}

@@ -22,7 +22,7 @@ func view(in session.Info) wire.Sandbox {
 		labels = map[string]string{}
 	}
 	out := wire.Sandbox{ID: in.ID, State: in.State, Labels: labels, CreatedAt: utc(in.CreatedAt), ExpiresAt: utc(in.ExpiresAt),
-		IdleTimeout: in.Idle.String(), LastUsedAt: utc(in.LastUsedAt), EndedAt: utc(in.EndedAt), EndReason: in.EndReason}
+		IdleTimeout: in.Idle.String(), IdleAction: in.IdleAction, LastUsedAt: utc(in.LastUsedAt), EndedAt: utc(in.EndedAt), EndReason: in.EndReason}
 	if l := in.Limits; session.Active(in.State) && l != (sandbox.Limits{}) {
 		out.Limits = &wire.Limits{Memory: wire.Bytes(l.MemoryBytes), Pids: l.Pids, CPUs: l.CPUs, Timeout: wire.Duration(l.Timeout),
 			Output: wire.Bytes(l.OutputBytes), Workspace: wire.Bytes(l.WorkspaceBytes), Tmp: wire.Bytes(l.TmpBytes), OpenFiles: l.OpenFiles}

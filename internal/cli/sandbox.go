@@ -109,6 +109,7 @@ when its --image-registry allows the registry.`,
 	f.StringVar(&req.Image, "image", "", "root filesystem (default: the host-toolchain view): a local image on the daemon's host (a path: /, . or ~ first, or an existing path) or a registry reference such as ghcr.io/org/app:1")
 	durationVar(f, &req.TTL, "ttl", "", 0, "lifetime (default: the daemon's)")
 	durationVar(f, &req.Idle, "idle", "", 0, "idle timeout (default: the daemon's)")
+	f.StringVar(&req.IdleAction, "idle-action", "", "what the idle timeout does: destroy or pause (default: the policy's limits.idle_action)")
 	f.StringVar(&req.Limits.Memory, "memory", "", "memory limit (e.g. 256M)")
 	f.Int64Var(&req.Limits.Pids, "pids", 0, "maximum number of processes and threads")
 	f.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU bandwidth in CPUs")

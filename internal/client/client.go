@@ -341,6 +341,9 @@ type CreateRequest struct {
 	Limits Limits
 	TTL    time.Duration // 0: the daemon's default
 	Idle   time.Duration // 0: the daemon's default
+	// IdleAction is what the idle timeout does: "destroy" or "pause" (""
+	// the policy's).
+	IdleAction string
 	Labels map[string]string
 	// EgressAllow adds hosts to the sandbox's egress allowlist.
 	EgressAllow []string
@@ -355,7 +358,7 @@ type CreateRequest struct {
 // Wire is r as the API's create body.
 func (r CreateRequest) Wire() (wire.CreateSandboxRequest, error) {
 	w := wire.CreateSandboxRequest{Image: r.Image, Env: r.Env, Labels: r.Labels,
-		TTL: wire.Duration(r.TTL), Idle: wire.Duration(r.Idle), Snapshot: r.Snapshot}
+		TTL: wire.Duration(r.TTL), Idle: wire.Duration(r.Idle), IdleAction: r.IdleAction, Snapshot: r.Snapshot}
 	if len(r.EgressAllow) > 0 {
 		w.Egress = &wire.EgressAllow{Allow: r.EgressAllow}
 	}

@@ -62,6 +62,31 @@ func TestIdlePauseResumesOnNextRequest(t *testing.T) {
 	f.verify(t)
 }
 
+// A sandbox's own idle action overrides the policy's, both ways, and is
+// reported; an unknown one is refused and creates nothing.
+func TestIdleActionPerSandbox(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, Options{ReapEvery: 20 * time.Millisecond}) // the policy's: destroy
+	pausing := create(t, m, "agent", CreateRequest{Idle: 150 * time.Millisecond, IdleAction: IdlePause})
+	ending := create(t, m, "agent", CreateRequest{Idle: 150 * time.Millisecond})
+	if pausing.IdleAction != IdlePause || ending.IdleAction != IdleDestroy {
+		t.Fatalf("idle actions reported %q and %q", pausing.IdleAction, ending.IdleAction)
+	}
+	waitState(t, m, pausing.ID, StatePaused, 2*time.Second)
+	waitState(t, m, ending.ID, StateReaped, 2*time.Second)
+
+	m2 := f.manager(t, Options{ReapEvery: 20 * time.Millisecond, IdleAction: IdlePause})
+	ends := create(t, m2, "agent", CreateRequest{Idle: 150 * time.Millisecond, IdleAction: IdleDestroy})
+	waitState(t, m2, ends.ID, StateReaped, 2*time.Second)
+
+	if _, err := m.Create(context.Background(), "agent", CreateRequest{IdleAction: "hibernate"}); !errors.Is(err, sandbox.ErrInvalidSpec) {
+		t.Fatalf("idle action hibernate: %v, want ErrInvalidSpec", err)
+	}
+	if n := m.Running(); n != 1 {
+		t.Fatalf("Running() = %d after a refused create, want 1 (the paused one)", n)
+	}
+}
+
 // Explicit pause and resume; a busy sandbox is not paused; without
 // idle_action pause an idle sandbox ends as before.
 func TestPauseResume(t *testing.T) {

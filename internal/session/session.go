@@ -14,6 +14,7 @@
 package session
 
 import (
+	"cmp"
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 
 	"context"
@@ -176,10 +177,13 @@ type CreateRequest struct {
 	Spec sandbox.Spec
 	// Image, if set, replaces Spec.Root with the root Options.Images makes
 	// of it: a local image or directory, or a registry reference.
-	Image  string
-	TTL    time.Duration // 0: Options.DefaultTTL
-	Idle   time.Duration // 0: Options.DefaultIdle
-	Labels map[string]string
+	Image string
+	TTL   time.Duration // 0: Options.DefaultTTL
+	Idle  time.Duration // 0: Options.DefaultIdle
+	// IdleAction is what its idle timeout does: IdleDestroy or IdlePause;
+	// "" is Options.IdleAction (the policy's limits.idle_action).
+	IdleAction string
+	Labels     map[string]string
 	// EgressAllow adds hosts ("api.github.com", "*.pypi.org:443") to the
 	// sandbox's egress allowlist; it needs Options.Egress.
 	EgressAllow []string
@@ -217,14 +221,17 @@ type Info struct {
 	State string `json:"state"`
 	// Principal created it ("agent", "agent:NAME", an operator's name);
 	// agent tokens see only their own sandboxes.
-	Principal  string            `json:"principal"`
-	Labels     map[string]string `json:"labels"`
-	CreatedAt  time.Time         `json:"created_at"`
-	ExpiresAt  time.Time         `json:"expires_at,omitzero"`
-	Idle       time.Duration     `json:"idle_timeout"`
-	LastUsedAt time.Time         `json:"last_used_at"`
-	EndedAt    time.Time         `json:"ended_at,omitzero"`
-	EndReason  string            `json:"end_reason,omitempty"`
+	Principal string            `json:"principal"`
+	Labels    map[string]string `json:"labels"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt time.Time         `json:"expires_at,omitzero"`
+	Idle      time.Duration     `json:"idle_timeout"`
+	// IdleAction is what the idle timeout does (IdleDestroy or IdlePause;
+	// "" in records of earlier daemons: the policy's).
+	IdleAction string    `json:"idle_action,omitempty"`
+	LastUsedAt time.Time `json:"last_used_at"`
+	EndedAt    time.Time `json:"ended_at,omitzero"`
+	EndReason  string    `json:"end_reason,omitempty"`
 	// Limits are the limits in force while it runs or is paused (zero
 	// once it ended, or for a sandbox of an earlier daemon run).
 	Limits sandbox.Limits `json:"-"`
@@ -395,6 +402,9 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if req.TTL < 0 || req.Idle < 0 {
 		return Info{}, fmt.Errorf("%w: ttl and idle timeout must not be negative", sandbox.ErrInvalidSpec)
 	}
+	if err := CheckIdleAction(req.IdleAction); err != nil {
+		return Info{}, err
+	}
 	switch {
 	case m.opts.Egress != nil:
 		if err := m.opts.Egress.Check(req.EgressAllow); err != nil {
@@ -514,7 +524,8 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if idle == 0 {
 		idle = m.opts.DefaultIdle
 	}
-	info = Info{ID: sb.ID(), State: StateRunning, Principal: actor, Labels: maps.Clone(req.Labels), CreatedAt: now, Idle: idle, LastUsedAt: now}
+	info = Info{ID: sb.ID(), State: StateRunning, Principal: actor, Labels: maps.Clone(req.Labels), CreatedAt: now, Idle: idle, LastUsedAt: now,
+		IdleAction: cmp.Or(req.IdleAction, m.opts.IdleAction, IdleDestroy)}
 	if info.Labels == nil {
 		info.Labels = map[string]string{}
 	}
@@ -1153,6 +1164,15 @@ func (m *Manager) retry() {
 	}
 }
 
+// idleAction is what a sandbox's idle timeout does: its own, else the
+// policy's.
+func (m *Manager) idleAction(in Info) string {
+	if in.IdleAction != "" {
+		return in.IdleAction
+	}
+	return m.opts.IdleAction
+}
+
 // reap ends sandboxes past their TTL or idle timeout.
 func (m *Manager) reap() {
 	defer close(m.done)
@@ -1177,7 +1197,7 @@ func (m *Manager) reap() {
 			case e.pause.paused:
 				// Idle already, and frozen: only its TTL ends it.
 			case e.info.Idle > 0 && e.busy == 0 && now.Sub(e.lastUsed) > e.info.Idle:
-				if m.opts.IdleAction == IdlePause {
+				if m.idleAction(e.info) == IdlePause {
 					toPause = append(toPause, id)
 				} else {
 					dues = append(dues, due{id, "idle"})

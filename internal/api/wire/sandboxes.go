@@ -12,8 +12,10 @@ type Sandbox struct {
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// IdleTimeout is a Go duration string; "0s" is none.
-	IdleTimeout string    `json:"idle_timeout"`
-	LastUsedAt  time.Time `json:"last_used_at"`
+	IdleTimeout string `json:"idle_timeout"`
+	// IdleAction is what the idle timeout does: destroy or pause.
+	IdleAction string    `json:"idle_action,omitempty"`
+	LastUsedAt time.Time `json:"last_used_at"`
 	// EndedAt and EndReason are set once it ended.
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 	EndReason string    `json:"end_reason,omitempty"`
@@ -47,9 +49,12 @@ type CreateSandboxRequest struct {
 	Env    map[string]string `json:"env,omitempty"`
 	Limits *Limits           `json:"limits,omitempty"`
 	// TTL and Idle: 0 is the daemon's default.
-	TTL    Duration          `json:"ttl,omitempty"`
-	Idle   Duration          `json:"idle,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
+	TTL  Duration `json:"ttl,omitempty"`
+	Idle Duration `json:"idle,omitempty"`
+	// IdleAction is what the idle timeout does: destroy or pause; "" is
+	// the policy's limits.idle_action.
+	IdleAction string            `json:"idle_action,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
 	// Egress adds hosts to the sandbox's allowlist; those the policy does
 	// not cover are filed as a sandbox.widen request.
 	Egress *EgressAllow `json:"egress,omitempty"`

@@ -379,14 +379,18 @@ func TestPauseConnectResume(t *testing.T) {
 }
 
 // autoPause (@mastra/e2b sends lifecycle onTimeout: pause) makes the
-// timeout the native idle timeout, under the policy's idle action; its
-// timeout changes move the idle timeout.
+// timeout the native idle timeout, whose action is pause whatever the
+// policy's (here destroy); its timeout changes move the idle timeout. A
+// sandbox without it keeps the policy's.
 func TestAutoPause(t *testing.T) {
 	env := e2btest.Start(t, policy(t, ""))
 	sb := env.Create(t, map[string]any{"templateID": "base", "timeout": 120, "autoPause": true, "autoResume": map[string]any{"enabled": true}})
 	s := native(t, env, sb.SandboxID)
-	if s.IdleTimeout != "2m0s" || s.Labels["e2b.on_timeout"] != "pause" {
+	if s.IdleTimeout != "2m0s" || s.IdleAction != "pause" || s.Labels["e2b.on_timeout"] != "pause" {
 		t.Fatalf("native: %+v", s)
+	}
+	if plain := native(t, env, env.Create(t, nil).SandboxID); plain.IdleAction != "destroy" {
+		t.Fatalf("a sandbox without autoPause: idle action %q", plain.IdleAction)
 	}
 	var d struct {
 		Lifecycle struct {

@@ -151,9 +151,9 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p *auth.Principa
 	pause := b.AutoPause != nil && *b.AutoPause
 	if pause {
 		// On timeout, pause: the timeout is the sandbox's idle timeout,
-		// and the daemon's policy limits.idle_action: pause pauses it
-		// then (see docs/e2b.md); its TTL stays the daemon's.
-		req.Idle = timeout
+		// whose action is pause (whatever the policy's); its TTL stays
+		// the daemon's, which still ends it (see docs/e2b.md).
+		req.Idle, req.IdleAction = timeout, "pause"
 	} else {
 		req.TTL = timeout
 	}

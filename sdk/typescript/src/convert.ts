@@ -159,6 +159,7 @@ export function createRequest(o: SandboxOptions): wire.CreateSandboxRequest {
       ports: o.ports === undefined ? undefined : [...o.ports],
       ttl: durationOption('ttlMs', o.ttlMs, o.ttl),
       idle: durationOption('idleMs', o.idleMs, o.idle),
+      idle_action: o.idleAction,
       limits: o.limits === undefined ? undefined : limits(o.limits),
       snapshot: o.snapshot,
     },

@@ -99,6 +99,8 @@ export interface SandboxOptions extends ConnectionOptions {
   ttlMs?: number;
   /** Idle timeout of the sandbox, in milliseconds. @default the daemon's */
   idleMs?: number;
+  /** What the idle timeout does: `destroy` it, or `pause` it until its next request (its TTL still ends it). @default the policy's `limits.idle_action` */
+  idleAction?: 'destroy' | 'pause';
   /** @deprecated Use `ttlMs`. Milliseconds or a Go duration string. */
   ttl?: Duration;
   /** @deprecated Use `idleMs`. Milliseconds or a Go duration string. */

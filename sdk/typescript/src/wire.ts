@@ -70,6 +70,8 @@ export interface Sandbox {
   expires_at?: string;
   /** a Go duration; "0s" is none */
   idle_timeout: string;
+  /** what the idle timeout does (absent for sandboxes of daemons before 0.3) */
+  idle_action?: 'destroy' | 'pause';
   last_used_at: string;
   /** once it ended */
   ended_at?: string;
@@ -106,6 +108,11 @@ export interface CreateSandboxRequest {
   limits?: Limits;
   ttl?: Duration;
   idle?: Duration;
+  /**
+   * what the idle timeout does; absent, the policy's limits.idle_action. A paused sandbox still
+   * ends at its TTL.
+   */
+  idle_action?: 'destroy' | 'pause';
   /**
    * at most 32; keys 1-63 bytes of letters, digits and . _ / - (starting with a letter or digit;
    * the ironclaw. prefix is the daemon's); values at most 255 bytes of printable text
