@@ -13,11 +13,11 @@ import (
 
 // Bounds.
 const (
-	MaxSecrets     = 256       // secrets in all, the policy's included
-	MaxHosts       = 16        // hosts (egress rules) per secret
-	MaxPerSandbox  = 16        // secrets one sandbox may ask for
-	MaxValueBytes  = 16 << 10  // one value
-	MaxFormatBytes = 256       // a Format, "{value}" included
+	MaxSecrets     = 256      // secrets in all, the policy's included
+	MaxHosts       = 16       // hosts (egress rules) per secret
+	MaxPerSandbox  = 16       // secrets one sandbox may ask for
+	MaxValueBytes  = 16 << 10 // one value
+	MaxFormatBytes = 256      // a Format, "{value}" included
 	maxNameBytes   = 64
 	maxEnvBytes    = 128
 	maxHeaderBytes = 64

@@ -281,7 +281,6 @@ func TestHostileSecretsCountBound(t *testing.T) {
 	}
 }
 
-
 func TestPolicySecretsReadOnly(t *testing.T) {
 	k := newKit(t)
 	k.set(t, Meta{Name: "shadowed", Hosts: []string{"api.example.com"}}, "api-value")

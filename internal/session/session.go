@@ -109,6 +109,22 @@ type Options struct {
 	// Processes bound every sandbox's background processes (processes.go);
 	// zero fields take the defaults.
 	Processes ProcessLimits
+	// Secrets, if set, grants CreateRequest.Secrets (brokered credentials,
+	// issue 15); without it a create that asks for secrets is refused.
+	Secrets SecretsAccess
+}
+
+// SecretsAccess is what the session layer needs of the brokered secrets
+// (package secrets' Grants).
+type SecretsAccess interface {
+	// Check validates the secrets a create asks for before anything is
+	// made.
+	Check(names []string) error
+	// Attach grants them to the sandbox (or files their approvals) and
+	// returns the environment (ENV=placeholder) its every command gets.
+	Attach(ctx context.Context, sandbox, principal string, names []string) (env []string, err error)
+	// Detach drops the sandbox's grants: it ended.
+	Detach(sandbox string)
 }
 
 // ImageResolver turns an image reference into a root, under the operator's
@@ -193,6 +209,10 @@ type CreateRequest struct {
 	// Snapshot, if set, fills the new sandbox's /workspace from that
 	// snapshot (a fork); the caller checks it may use it.
 	Snapshot string
+	// Secrets names brokered secrets the sandbox may use through the
+	// egress broker (it sees placeholders only); they need
+	// Options.Secrets.
+	Secrets []string
 }
 
 // VolumeMount asks for a named volume at a path inside the sandbox.
@@ -400,6 +420,14 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	case len(req.EgressAllow) > 0:
 		return Info{}, fmt.Errorf("%w: egress: this daemon runs no egress broker", sandbox.ErrInvalidSpec)
 	}
+	if len(req.Secrets) > 0 {
+		if m.opts.Secrets == nil {
+			return Info{}, fmt.Errorf("%w: secrets: this daemon brokers no secrets (it needs an egress broker)", sandbox.ErrInvalidSpec)
+		}
+		if err := m.opts.Secrets.Check(req.Secrets); err != nil {
+			return Info{}, err
+		}
+	}
 	if req.Image != "" {
 		if m.opts.Images == nil {
 			return Info{}, fmt.Errorf("%w: this daemon serves no images", sandbox.ErrInvalidSpec)
@@ -543,6 +571,9 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if snap != nil {
 		created["snapshot"] = snap.info.ID
 	}
+	if len(req.Secrets) > 0 {
+		created["secrets"] = req.Secrets // names; values never reach a sandbox or a record
+	}
 	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}); err != nil {
 		return Info{}, fmt.Errorf("session: audit: %w", err)
 	}
@@ -553,6 +584,15 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		if err != nil {
 			return Info{}, err
 		}
+	}
+	if len(req.Secrets) > 0 {
+		// After the sandbox is on record: the approvals filed name it.
+		undo = append(undo, func(context.Context) { m.opts.Secrets.Detach(info.ID) })
+		senv, err := m.opts.Secrets.Attach(ctx, info.ID, actor, req.Secrets)
+		if err != nil {
+			return Info{}, err
+		}
+		extraEnv = append(extraEnv, senv...)
 	}
 	if volumeHolder != "" {
 		// Before the sandbox is live, so that its end (watch, finish)
@@ -1047,6 +1087,9 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	}
 	if m.opts.Model != nil {
 		m.opts.Model.Revoke(id)
+	}
+	if m.opts.Secrets != nil {
+		m.opts.Secrets.Detach(id)
 	}
 	if e.serving != nil {
 		_ = e.serving.Close()
