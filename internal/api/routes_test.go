@@ -40,7 +40,7 @@ func (stubVolumes) Delete(context.Context, string, string, bool) error { return 
 // the role the document names: a route cannot be added, dropped or
 // opened up on one side only.
 func TestRoutesMatchTheDocument(t *testing.T) {
-	e := newEnv(t, envOpts{gateway: true, cfg: Config{Model: stubModel{}, Console: http.NotFoundHandler(), Volumes: stubVolumes{}}})
+	e := newEnv(t, envOpts{gateway: true, secrets: true, cfg: Config{Model: stubModel{}, Console: http.NotFoundHandler(), Volumes: stubVolumes{}}})
 	doc, err := apiDoc()
 	if err != nil {
 		t.Fatal(err)

@@ -177,6 +177,11 @@ type Config struct {
 	// must lie outside DataDir. AuditCheckpointURL, if set, also receives
 	// every checkpoint as a JSON POST.
 	AuditCheckpointFile, AuditCheckpointURL string
+	// SecretsKeyFile holds the key that seals the brokered secrets at
+	// rest (<data dir>/secrets.json; issue 15). "" means secrets.key
+	// beside AuditKeyFile. It is created (0600) on first start; a file
+	// other users can access, or one inside DataDir, is refused.
+	SecretsKeyFile string
 	// StoreSizeWarn is the database size in bytes past which a warning is
 	// logged (0: defaults.StoreSizeWarn, 1 GiB; negative: none, never).
 	StoreSizeWarn int64
@@ -356,6 +361,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cfg.Egress.Allow = append(slices.Clone(cfg.Egress.Allow), pol.Egress.Allow...)
 	cfg.Egress.AllowPrivate = append(slices.Clone(cfg.Egress.AllowPrivate), pol.Egress.AllowPrivate...)
 	cfg.Egress.DenyUnknown = cfg.Egress.DenyUnknown || pol.Egress.Unknown == policy.UnknownDeny
+	// The policy's secrets are read now: a missing one stops the start,
+	// and the audit log redacts their values wherever they might appear.
+	policyValues, err := policySecretValues(pol, os.Getenv)
+	if err != nil {
+		return err
+	}
 
 	// Everything below is closed in reverse order; the closers run with a
 	// fresh context because ctx is usually already cancelled by then.
@@ -383,7 +394,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The API tokens and the provider keys are redacted wherever they might
 	// appear in an audit record.
 	alog, err := audit.New(ctx, st, audit.Options{
-		Redactor:       audit.NewRedactor(append(secretsOf(os.Getenv), agentTok, operTok)...),
+		Redactor:       audit.NewRedactor(append(append(secretsOf(os.Getenv), agentTok, operTok), stringsOf(policyValues)...)...),
 		Key:            akey,
 		CheckpointFile: cpFile,
 		CheckpointURL:  cfg.AuditCheckpointURL,
@@ -411,6 +422,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		port := uint16(cfg.Model.Port)
 		model = modelAccess{Proxy: proxy, port: port}
 		poolPorts = []uint16{port}
+	}
+	asker := &secretAsker{}
+	secretStore, grants, err := openSecrets(cfg, dir, pol, policyValues, alog, asker, logf)
+	if err != nil {
+		return err
 	}
 	var eg session.EgressAccess
 	var egAccess *egressAccess
@@ -481,7 +497,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		SnapshotDir:  filepath.Join(dir, "snapshots"),
 		Quotas: session.Quotas{SandboxesPerPrincipal: lim.PerAgent.Sandboxes, ExecsPerPrincipal: lim.PerAgent.Execs,
 			ExecsPerSandbox: lim.PerSandbox.Execs},
-		Gate: pol.Exec.Gate,
+		Gate:    pol.Exec.Gate,
+		Secrets: sessionSecrets(egAccess, grants),
 	})
 	if err != nil {
 		return err
@@ -499,7 +516,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The gateway: approved requests act through the session manager,
 	// and the egress brokers ask it about unknown hosts.
 	toolReg := tools.New(st)
-	acts := &actions{mgr: mgr, eg: egAccess, tools: toolReg, log: alog, logf: logf}
+	acts := &actions{mgr: mgr, eg: egAccess, tools: toolReg, secrets: grants, log: alog, logf: logf}
 	gopts := gateway.Options{Store: st, Audit: alog, Timeout: time.Duration(pol.Approvals.Timeout),
 		MaxPending: pol.Approvals.MaxPending, MaxPendingPerPrincipal: pol.Approvals.MaxPendingPerPrincipal,
 		MaxPendingTotal: pol.Approvals.MaxPendingTotal, Actions: acts.table(), Logf: logf,
@@ -537,6 +554,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		egAccess.gw.Store(gw)
 		covers = egAccess.Covers
 	}
+	asker.gw.Store(gw)
 	var ui http.Handler
 	if !cfg.DisableConsole {
 		ui = console.Handler()
@@ -574,6 +592,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		RateBuckets:          cfg.RateBuckets,
 		Logf:                 logf,
 		Model:                proxy,
+		Secrets:              secretStore,
 	}, mgr, alog, reg)
 	if err != nil {
 		return err

@@ -97,7 +97,7 @@ func (g *Grants) resolveNames(names []string) ([]*record, error) {
 		}
 		r, ok := g.st.current(n)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, n)
+			return nil, fmt.Errorf("%w: no secret is named %s", ErrInvalid, n)
 		}
 		if other, dup := envs[r.meta.Env]; dup {
 			return nil, fmt.Errorf("%w: %s and %s both set %s; ask for one of them", ErrInvalid, other, n, r.meta.Env)

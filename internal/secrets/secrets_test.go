@@ -558,7 +558,7 @@ func TestHostileSecretsAttachBounds(t *testing.T) {
 	}{
 		{[]string{"a", "b"}, ErrInvalid},
 		{[]string{"a", "a"}, ErrInvalid},
-		{[]string{"missing"}, ErrNotFound},
+		{[]string{"missing"}, ErrInvalid},
 		{[]string{"Bad"}, ErrInvalid},
 		{many, ErrInvalid},
 		{[]string{"ask"}, ErrUnavailable},

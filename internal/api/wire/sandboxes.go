@@ -59,6 +59,11 @@ type CreateSandboxRequest struct {
 	Ports []uint16 `json:"ports,omitempty"`
 	// Snapshot, if set, fills /workspace from that snapshot (a fork).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Secrets names brokered secrets (GET /v1/secrets) the sandbox may
+	// use: it sees a placeholder in each one's env variable, and the
+	// egress broker puts the value into requests to the secret's hosts.
+	// A secret whose grant is "ask" files a secret.use approval.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Limits are a sandbox's resource limits; zero fields take the daemon's
