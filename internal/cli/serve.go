@@ -175,6 +175,7 @@ func (s *serveSettings) flags(f *pflag.FlagSet) {
 	f.StringSliceVar(&cfg.ImageDirs, "image-dir", nil, "directory beneath which API clients may name local images: directories, OCI layouts, tarballs (repeatable; default: none)")
 	f.StringSliceVar(&cfg.ImageRegistries, "image-registry", nil, "registry host API clients may pull images from, e.g. ghcr.io or localhost:5000 (repeatable; default: none)")
 	f.StringVar(&cfg.AuditKeyFile, "audit-key", "", "key file authenticating the audit log, outside the data directory (default "+audit.DefaultKeyFile()+"; created 0600)")
+	f.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "key file sealing the brokered secrets at rest, outside the data directory (default: secrets.key beside the audit key; created 0600)")
 	f.StringVar(&cfg.AuditCheckpointFile, "audit-checkpoints", "", "file the audit log's head is checkpointed to, outside the data directory (default: one per data directory under "+filepath.Dir(audit.DefaultCheckpointFile("x"))+")")
 	f.StringVar(&cfg.AuditCheckpointURL, "audit-checkpoint-url", "", "URL that also receives every audit checkpoint as a JSON POST")
 	sizeOffVar(f, &cfg.StoreSizeWarn, "store-size-warn", defaults.StoreSizeWarn, "log a warning when the database grows past this `size`"+orOff)
