@@ -196,6 +196,15 @@ func (b *Broker) serveIntercept(w http.ResponseWriter, r *http.Request, a *attem
 		},
 		ErrorLog: log.New(logWriter{b}, "", 0),
 	}
+	// The server's goroutine for the connection ends after it reports
+	// the connection closed or hijacked: wait for that, not just Serve.
+	connDone := make(chan struct{})
+	var connOnce sync.Once
+	ic.srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed || st == http.StateHijacked {
+			connOnce.Do(func() { close(connDone) })
+		}
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -254,6 +263,7 @@ func (b *Broker) serveIntercept(w http.ResponseWriter, r *http.Request, a *attem
 	ic.srv.Serve(&oneListener{c: tc, done: raw.done, closed: make(chan struct{})})
 	ic.srv.Close()
 	raw.Close()
+	<-connDone
 	ic.wg.Wait()
 	stopIdle()
 	b.record(audit.KindEgressAllow, a)
@@ -393,7 +403,7 @@ func (b *Broker) swap(w http.ResponseWriter, r *http.Request, host string, port 
 		return false
 	}
 	if len(names) > 0 {
-		if err := b.audit(KindSecretInject, map[string]any{"secrets": names, "host": host, "port": port,
+		if err := b.audit(KindSecretInject, map[string]any{"names": names, "host": host, "port": port,
 			"method": r.Method, "path": path}); err != nil {
 			http.Error(w, "ironclaw egress: the injection's audit record could not be written; the request was not sent", http.StatusServiceUnavailable)
 			return false
