@@ -227,10 +227,11 @@ func New(cfg Config) (*Broker, error) {
 		MaxResponseHeaderBytes: 1 << 20,
 	}
 	b.proxy = &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     b.transport,
-		FlushInterval: -1, // stream
-		ErrorHandler:  b.proxyError,
+		Rewrite:        rewrite,
+		Transport:      b.transport,
+		FlushInterval:  -1, // stream
+		ErrorHandler:   b.proxyError,
+		ModifyResponse: scrubResponse,
 	}
 	b.itransport = &http.Transport{
 		Proxy:                  nil,
@@ -244,10 +245,11 @@ func New(cfg Config) (*Broker, error) {
 		MaxResponseHeaderBytes: 1 << 20,
 	}
 	b.iproxy = &httputil.ReverseProxy{
-		Rewrite:       irewrite,
-		Transport:     b.itransport,
-		FlushInterval: -1,
-		ErrorHandler:  b.iproxyError,
+		Rewrite:        irewrite,
+		Transport:      b.itransport,
+		FlushInterval:  -1,
+		ErrorHandler:   b.iproxyError,
+		ModifyResponse: scrubResponse,
 	}
 	return b, nil
 }
@@ -622,8 +624,10 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, a *attempt
 	}
 	defer b.leave()
 	intercept := b.cfg.Secrets != nil && b.cfg.Secrets.Intercept(b.cfg.Session, host, port)
-	if !intercept && !b.checkPlain(w, r, host, port) {
-		return
+	if !intercept {
+		if _, ok := b.checkPlain(w, r, host, port); !ok {
+			return
+		}
 	}
 	addrs, f := b.admitAndBegin(r.Context(), a, isIP)
 	if f != nil {
@@ -779,6 +783,7 @@ type dialPlan struct {
 	body   *netlimit.Body // nil without a body
 	host   string         // intercepted: the TLS server name to verify
 	h1only bool           // intercepted: offer only HTTP/1.1 (upgrades)
+	scrub  []scrubPair    // what the response is scrubbed of (scrub.go)
 }
 
 // dialFromContext is the forwarding Transport's dialer: it dials only the
@@ -887,20 +892,26 @@ func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) 
 	// the body unread, and the server's discarding of it is bounded too.
 	guarded := netlimit.LimitBody(w, r, b.cfg.Body)
 	intercept := b.cfg.Secrets != nil && b.cfg.Secrets.Intercept(b.cfg.Session, host, port)
-	if !intercept && !b.checkPlain(w, r, host, port) {
-		return
+	if !intercept {
+		if _, ok := b.checkPlain(w, r, host, port); !ok {
+			return
+		}
 	}
 	addrs, f := b.admitAndBegin(r.Context(), a, isIP)
 	if f != nil {
 		b.refuse(w, a, f)
 		return
 	}
-	if intercept && !b.checkPlain(w, r, host, port) {
-		a.status = http.StatusForbidden
-		b.record(audit.KindEgressAllow, a)
-		return
+	var pairs []scrubPair
+	if intercept {
+		var ok bool
+		if pairs, ok = b.checkPlain(w, r, host, port); !ok {
+			a.status = http.StatusForbidden
+			b.record(audit.KindEgressAllow, a)
+			return
+		}
 	}
-	plan := &dialPlan{addrs: addrs, port: port, a: a, body: guarded}
+	plan := &dialPlan{addrs: addrs, port: port, a: a, body: guarded, scrub: pairs}
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), ctxKey{}, plan))
 	defer cancel()
 	stop := context.AfterFunc(b.ctx, cancel)

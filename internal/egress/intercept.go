@@ -371,45 +371,52 @@ func (b *Broker) headerPlaceholder(h http.Header) bool {
 }
 
 // swap fills in the secrets of r's headers for host:port, refusing (and
-// recording) misuse and denial; it returns false if r was answered. It
-// records secret.inject before the request goes anywhere.
-func (b *Broker) swap(w http.ResponseWriter, r *http.Request, host string, port int) bool {
+// recording) misuse and denial; ok is false if r was answered. It records
+// secret.inject before the request goes anywhere, and returns what its
+// response is to be scrubbed of (scrub.go).
+func (b *Broker) swap(w http.ResponseWriter, r *http.Request, host string, port int) (pairs []scrubPair, ok bool) {
 	path := r.URL.Path
 	if b.hasPlaceholder([]byte(r.URL.RequestURI())) {
 		b.misuse(w, host, port, r.Method, path, "url", nil)
-		return false
+		return nil, false
 	}
 	delete(r.Header, "Proxy-Authorization") // never forwarded; not swapped either
+	before := r.Header.Clone()
 	names, err := b.cfg.Secrets.Swap(r.Context(), b.cfg.Session, host, port, r.Header)
 	switch {
 	case errors.Is(err, ErrSecretMisuse):
 		b.misuse(w, host, port, r.Method, path, "headers", err)
-		return false
+		return nil, false
 	case errors.Is(err, ErrSecretDenied):
 		d := &attempt{start: time.Now(), method: r.Method, host: host, port: port, err: err.Error()}
 		b.refuseSimple(w, d, http.StatusForbidden, "secret_denied",
 			fmt.Sprintf("the use of a secret this request carries was denied for this sandbox: %v", err))
-		return false
+		return nil, false
 	case r.Context().Err() != nil:
-		return false
+		return nil, false
 	case err != nil:
 		d := &attempt{start: time.Now(), method: r.Method, host: host, port: port, err: err.Error()}
 		b.refuseSimple(w, d, http.StatusServiceUnavailable, "secret_error", "the brokered secrets could not be filled in")
-		return false
+		return nil, false
 	}
 	if b.headerPlaceholder(r.Header) {
 		// Swap left a placeholder: never forward one.
 		b.misuse(w, host, port, r.Method, path, "headers", errors.New("a placeholder was left after the swap"))
-		return false
+		return nil, false
 	}
 	if len(names) > 0 {
 		if err := b.audit(KindSecretInject, map[string]any{"names": names, "host": host, "port": port,
 			"method": r.Method, "path": path}); err != nil {
 			http.Error(w, "ironclaw egress: the injection's audit record could not be written; the request was not sent", http.StatusServiceUnavailable)
-			return false
+			return nil, false
 		}
 	}
-	return true
+	pairs = scrubPairs(before, r.Header)
+	if len(pairs) > 0 {
+		// Identity bodies only, so that the response can be scrubbed.
+		r.Header.Del("Accept-Encoding")
+	}
+	return pairs, true
 }
 
 // refuseSimple answers a refusal inside an admitted connection.
@@ -447,11 +454,12 @@ func (ic *intercepted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer b.requests.Add(-1)
 	guarded := netlimit.LimitBody(w, r, b.cfg.Body)
-	if !b.swap(w, r, a.host, a.port) {
+	pairs, ok := b.swap(w, r, a.host, a.port)
+	if !ok {
 		return
 	}
 	ra := &attempt{start: time.Now(), method: r.Method, host: a.host, port: a.port}
-	plan := &dialPlan{addrs: ic.addrs, port: a.port, a: ra, body: guarded, host: a.host,
+	plan := &dialPlan{addrs: ic.addrs, port: a.port, a: ra, body: guarded, host: a.host, scrub: pairs,
 		h1only: r.ProtoMajor == 1 && httpguts(r.Header)}
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), ctxKey{}, plan))
 	defer cancel()
@@ -554,11 +562,12 @@ func (b *Broker) iproxyError(w http.ResponseWriter, r *http.Request, err error) 
 
 // checkPlain runs the secrets rules for a plain-HTTP request (or a
 // CONNECT that is passed through): a host with secrets gets them swapped
-// into its headers; anything else carrying a placeholder in its target,
-// URL or headers is refused. It returns false if r was answered.
-func (b *Broker) checkPlain(w http.ResponseWriter, r *http.Request, host string, port int) bool {
+// into its headers (pairs: what to scrub its response of); anything else
+// carrying a placeholder in its target, URL or headers is refused. ok is
+// false if r was answered.
+func (b *Broker) checkPlain(w http.ResponseWriter, r *http.Request, host string, port int) (pairs []scrubPair, ok bool) {
 	if b.cfg.Secrets == nil {
-		return true
+		return nil, true
 	}
 	if r.Method != http.MethodConnect && b.cfg.Secrets.Intercept(b.cfg.Session, host, port) {
 		return b.swap(w, r, host, port)
@@ -571,10 +580,10 @@ func (b *Broker) checkPlain(w http.ResponseWriter, r *http.Request, host string,
 	switch {
 	case b.hasPlaceholder([]byte(target)):
 		b.misuse(w, host, port, r.Method, path, "url", nil)
-		return false
+		return nil, false
 	case b.headerPlaceholder(r.Header):
 		b.misuse(w, host, port, r.Method, path, "headers", nil)
-		return false
+		return nil, false
 	}
-	return true
+	return nil, true
 }

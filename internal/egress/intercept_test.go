@@ -137,7 +137,7 @@ func isetup(t *testing.T, h2 bool, mod func(*Config), handler http.Handler) *ien
 			}
 			w.Header().Set("X-Proto", r.Proto)
 			w.Header().Set("X-Echo-Authorization", r.Header.Get("Authorization"))
-			io.WriteString(w, "hello "+r.URL.Path)
+			io.WriteString(w, "hello "+r.URL.Path+" auth="+r.Header.Get("Authorization"))
 		})
 	}
 	ie.up = httptest.NewUnstartedServer(handler)
@@ -222,7 +222,7 @@ func testInterceptSwap(t *testing.T, h2 bool) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "hello /repos/x" {
+	if resp.StatusCode != 200 || string(body) != "hello /repos/x auth=Bearer "+ghPH {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)
 	}
 	wantProto := "HTTP/1.1"
@@ -232,8 +232,12 @@ func testInterceptSwap(t *testing.T, h2 bool) {
 	if resp.Proto != wantProto || resp.Header.Get("X-Proto") != wantProto {
 		t.Errorf("client proto %s, upstream proto %s, want %s both", resp.Proto, resp.Header.Get("X-Proto"), wantProto)
 	}
-	if got := resp.Header.Get("X-Echo-Authorization"); got != "Bearer "+ghValue {
+	if got := (<-ie.seen).Header.Get("Authorization"); got != "Bearer "+ghValue {
 		t.Errorf("upstream saw Authorization %q", got)
+	}
+	// The echo is scrubbed: the sandbox never sees the value.
+	if got := resp.Header.Get("X-Echo-Authorization"); got != "Bearer "+ghPH {
+		t.Errorf("echoed header reached the client as %q", got)
 	}
 	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName != ie.ca.Certificate().Subject.CommonName {
 		t.Errorf("client did not see the daemon CA's leaf")
@@ -258,8 +262,11 @@ func TestInterceptBasicAuthSwap(t *testing.T) {
 	}
 	resp.Body.Close()
 	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+ghValue))
-	if got := resp.Header.Get("X-Echo-Authorization"); got != want {
+	if got := (<-ie.seen).Header.Get("Authorization"); got != want {
 		t.Errorf("upstream saw %q, want %q", got, want)
+	}
+	if got, _ := basicPart(resp.Header.Get("X-Echo-Authorization")); got != "x-access-token:"+ghPH {
+		t.Errorf("echo reached the client as %q", got)
 	}
 }
 
@@ -711,4 +718,48 @@ func TestCAPersists(t *testing.T) {
 	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "api.example.com", Roots: pool}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestScrubReaderAcrossReads(t *testing.T) {
+	pairs := []scrubPair{{[]byte("SECRETVALUE"), []byte("ph-1")}, {[]byte("c2VjcmV0"), []byte("cGg=")}}
+	in := "a SECRETVALUE b SECRETVAL c SECRETVALUESECRETVALUE c2VjcmV0 SECRETV"
+	for _, chunk := range []int{1, 2, 3, 5, 7, 64} {
+		r := newScrubReader(io.NopCloser(&slowReader{s: in, n: chunk}), pairs)
+		got, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "a ph-1 b SECRETVAL c ph-1ph-1 cGg= SECRETV"
+		if string(got) != want {
+			t.Fatalf("chunk %d: %q, want %q", chunk, got, want)
+		}
+	}
+}
+
+// TestScrubReaderStreams: a tail that cannot start a value is not held.
+func TestScrubReaderStreams(t *testing.T) {
+	pr, pw := io.Pipe()
+	r := newScrubReader(pr, []scrubPair{{[]byte("SECRETVALUE"), []byte("x")}})
+	go pw.Write([]byte("data: 1\n"))
+	buf := make([]byte, 64)
+	n, err := r.Read(buf)
+	if err != nil || string(buf[:n]) != "data: 1\n" {
+		t.Fatalf("%q %v", buf[:n], err)
+	}
+	pw.Close()
+}
+
+type slowReader struct {
+	s string
+	n int
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if r.s == "" {
+		return 0, io.EOF
+	}
+	k := min(r.n, len(r.s), len(p))
+	copy(p, r.s[:k])
+	r.s = r.s[k:]
+	return k, nil
 }
