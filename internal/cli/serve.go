@@ -169,6 +169,7 @@ func (s *serveSettings) flags(f *pflag.FlagSet) {
 	intOffVar(f, &cfg.Egress.Port, "egress-port", defaults.EgressPort, "port of the egress broker inside every sandbox"+orOff)
 	f.StringSliceVar(&cfg.Egress.Allow, "egress-allow", nil, "hosts every sandbox may reach through the broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
 	f.StringSliceVar(&cfg.Egress.AllowPrivate, "egress-allow-private", nil, "CIDRs reachable although private or loopback (repeatable; for tests)")
+	f.StringArrayVar(&cfg.Egress.TrustCA, "egress-trust-ca", nil, "PEM file of CA certificates the broker trusts, beside the system's, when it verifies hosts whose TLS it terminates to inject secrets (repeatable)")
 	f.BoolVar(&cfg.Egress.DenyUnknown, "egress-deny-unknown", false, "refuse hosts off the allowlist at once instead of asking an operator (policy: egress.unknown: deny)")
 	f.StringVar(&cfg.PolicyFile, "policy", "", "policy file (YAML): egress allowlist, unknown hosts ask|deny, approval timeout and webhooks, commands needing approval")
 	f.BoolVar(&cfg.DisableConsole, "no-console", false, "do not serve the web console at /ui/")

@@ -428,15 +428,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	if cfg.Egress.Secrets == nil {
+		cfg.Egress.Secrets = grants // the broker swaps what the grants allow
+	}
 	var eg session.EgressAccess
 	var egAccess *egressAccess
+	var trustDir string      // the sandboxes' trust files (sandbox.TrustDir)
 	if cfg.Egress.Port > 0 { // negative: none
-		e, err := newEgressAccess(ctx, cfg.Egress, st, alog, logf)
+		e, err := newEgressAccess(ctx, cfg.Egress, st, alog, logf, dir)
 		if err != nil {
 			return err
 		}
 		eg, egAccess = e, e
 		poolPorts = append(poolPorts, e.Port())
+		trustDir = e.trustDir
 	}
 	// Opened before the runtime, so closed after it: no sandbox holds a
 	// volume when its filesystem is unmounted.
@@ -456,7 +461,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		closers = append(closers, func(c context.Context) error { return vols.m.Close(c) })
 		sessionVolumes, apiVolumes = vols, vols
 	}
-	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, Logf: logf, Exe: cfg.InitExe})
+	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, PoolTrust: trustDir, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
 	}
@@ -498,6 +503,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Quotas: session.Quotas{SandboxesPerPrincipal: lim.PerAgent.Sandboxes, ExecsPerPrincipal: lim.PerAgent.Execs,
 			ExecsPerSandbox: lim.PerSandbox.Execs},
 		Gate:    pol.Exec.Gate,
+		Trust:   trustDir,
 		Secrets: sessionSecrets(egAccess, grants),
 	})
 	if err != nil {

@@ -25,10 +25,9 @@ const FileName = "secrets.json"
 
 // Audit kinds.
 const (
-	KindSet    = "secret.set"    // a secret created or rotated (intent first)
-	KindRemove = "secret.rm"     // a secret removed (intent first)
-	KindGrant  = "secret.grant"  // a secret granted, asked for or refused for a sandbox
-	KindMisuse = "secret.misuse" // a placeholder sent where its secret may not go (the broker's)
+	KindSet    = "secret.set"   // a secret created or rotated (intent first)
+	KindRemove = "secret.rm"    // a secret removed (intent first)
+	KindGrant  = "secret.grant" // a secret granted, asked for or refused for a sandbox
 )
 
 // fileFormat names the file's layout and is part of every record's

@@ -81,6 +81,11 @@ type Options struct {
 	// Egress, if set, gives every sandbox an egress broker on its own
 	// loopback (HTTP_PROXY/HTTPS_PROXY), admitting only its allowlist.
 	Egress EgressAccess
+	// Trust, if set, is the host directory of the trust files every
+	// sandbox sees read-only at sandbox.TrustDir (Spec.Trust: the system's
+	// CA bundle and the egress broker's CA); every exec then gets
+	// sandbox.TrustEnv.
+	Trust string
 	// Inside bounds the servers on every sandbox's loopback (connections
 	// per sandbox, timeouts; see package netlimit); zero takes the defaults.
 	Inside netlimit.Config
@@ -497,6 +502,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	}
 	req.Spec.Network.LoopbackTCP = append(slices.Clone(req.Spec.Network.LoopbackTCP), req.Ports...)
 	req.Spec.Gate = slices.Clone(m.opts.Gate)
+	req.Spec.Trust = m.opts.Trust
 	req.Spec.Network.ExposedTCP = slices.Clone(req.Spec.Network.ExposedTCP)
 	if m.opts.Model != nil {
 		req.Spec.Network.ExposedTCP = append(req.Spec.Network.ExposedTCP, m.opts.Model.Port())
@@ -530,6 +536,9 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		}
 		undo = append(undo, func(context.Context) { _ = egressSrv.Close(); _ = broker.Close() })
 		extraEnv = append(extraEnv, egressEnv(m.opts.Egress.Port())...)
+	}
+	if m.opts.Trust != "" {
+		extraEnv = append(extraEnv, sandbox.TrustEnv...)
 	}
 	now := m.opts.Now()
 	ttl, idle := req.TTL, req.Idle
