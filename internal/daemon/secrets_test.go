@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/secrets"
 )
 
@@ -311,5 +313,84 @@ curl -sS https://other.test:%[2]s/npm -H "Authorization: Bearer $NPM_TOKEN"
 		if bytes.Contains(b, []byte(v)) {
 			t.Fatal("a value is in the secrets file in the clear")
 		}
+	}
+}
+
+// The secrets key lives outside the data directory, like the audit key;
+// the store survives a restart and refuses another key; policy secrets
+// are read-only, read from the daemon's environment, and redacted from
+// the audit log.
+func TestHostileSecretsDaemonCustodyAndPolicy(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "data")
+	key, cps := daemontest.Custody(dir)
+	base := Config{Listen: "127.0.0.1:0", DataDir: dir, PoolSize: -1, AuditKeyFile: key, AuditCheckpointFile: cps}
+	inside := base
+	inside.SecretsKeyFile = filepath.Join(dir, "secrets.key")
+	if err := Run(context.Background(), inside); err == nil || !strings.Contains(err.Error(), "inside the data directory") {
+		t.Fatalf("a secrets key in the data dir: %v", err)
+	}
+	const value = "policy_VALUE_abcdefabcdef0123456789"
+	pol := writePolicy(t, root, `secrets:
+  - name: pol
+    hosts: ["api.test"]
+    value_env: IRONCLAW_TEST_POLICY_SECRET
+    grant: all
+`)
+	missing := base
+	missing.PolicyFile = pol
+	if err := Run(context.Background(), missing); err == nil || !strings.Contains(err.Error(), "IRONCLAW_TEST_POLICY_SECRET") {
+		t.Fatalf("a policy secret whose variable is unset: %v", err)
+	}
+	t.Setenv("IRONCLAW_TEST_POLICY_SECRET", value)
+
+	r := startDaemon(t, dir, func(c *Config) { c.PolicyFile = pol; c.Model.Provider = "mock" })
+	op := r.client(t, true)
+	ctx := context.Background()
+	list, err := op.ListSecrets(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != "pol" || list[0].Source != "policy" {
+		t.Fatalf("ListSecrets = %+v, %v", list, err)
+	}
+	var ce *client.Error
+	if _, err := op.SetSecret(ctx, "pol", client.SecretSettings{Hosts: []string{"a.test"}}, []byte("x")); !errors.As(err, &ce) || ce.Status != 409 {
+		t.Fatalf("SetSecret(policy secret) = %v, want 409", err)
+	}
+	if err := op.RemoveSecret(ctx, "pol"); !errors.As(err, &ce) || ce.Status != 409 {
+		t.Fatalf("RemoveSecret(policy secret) = %v, want 409", err)
+	}
+	if _, err := op.SetSecret(ctx, "kept", client.SecretSettings{Hosts: []string{"a.test"}}, []byte("kept-value")); err != nil {
+		t.Fatal(err)
+	}
+	// A command that spells the policy value: its record is redacted.
+	cl := r.client(t, false)
+	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{Secrets: []string{"pol"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "echo " + value + " >/dev/null"}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := op.AuditTail(ctx, 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		if bytes.Contains(rec.Data, []byte(value)) || bytes.Contains(rec.Data, []byte("kept-value")) {
+			t.Fatalf("audit record %s holds a value: %s", rec.Kind, rec.Data)
+		}
+	}
+	r.stop(t)
+
+	// Restart: the API secret is there; under another key the start fails.
+	r = startDaemon(t, dir, nil)
+	list, err = r.client(t, true).ListSecrets(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != "kept" || list[0].Version != 1 {
+		t.Fatalf("after restart: %+v, %v", list, err)
+	}
+	r.stop(t)
+	other := base
+	other.SecretsKeyFile = filepath.Join(root, "other", "secrets.key")
+	if err := Run(context.Background(), other); err == nil || !strings.Contains(err.Error(), "sealed with key") {
+		t.Fatalf("another key: %v", err)
 	}
 }
