@@ -575,3 +575,48 @@ func TestHostileSecretsAttachBounds(t *testing.T) {
 		t.Fatalf("Attach with a failing asker = %v, grants %v", err, failing.Of("sb"))
 	}
 }
+
+// A write that fails (here: the file's place is taken by a directory, so
+// the rename fails) changes nothing: the old value stays in force and on
+// record, and no temporary file is left behind.
+func TestHostileSecretsFailedWriteChangesNothing(t *testing.T) {
+	k := newKit(t)
+	k.set(t, Meta{Name: "github", Hosts: []string{"api.github.com"}, Grant: GrantAll}, "old-value")
+	path := filepath.Join(k.dir, FileName)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.st.Set(context.Background(), "operator", Meta{Name: "github", Hosts: []string{"evil.example.com"}, Grant: GrantAll}, []byte("new-value")); err == nil {
+		t.Fatal("Set succeeded although the file could not be written")
+	}
+	if err := k.st.Remove(context.Background(), "operator", "github"); err == nil {
+		t.Fatal("Remove succeeded although the file could not be written")
+	}
+	m, err := k.st.Get("github")
+	if err != nil || m.Version != 1 || m.Hosts[0] != "api.github.com" {
+		t.Fatalf("after failed writes: %+v, %v", m, err)
+	}
+	r, _ := k.st.current("github")
+	if v, _ := k.st.value(r); string(v) != "old-value" {
+		t.Fatalf("value after a failed write = %q", v)
+	}
+	ents, _ := os.ReadDir(k.dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".secrets-") {
+			t.Fatalf("a temporary file is left: %s", e.Name())
+		}
+	}
+	// Both failures are on record as results with an error.
+	errs := 0
+	for _, rec := range records(t, k.log) {
+		if (rec.Kind == KindSet || rec.Kind == KindRemove) && bytes.Contains(rec.Data, []byte(`"error"`)) {
+			errs++
+		}
+	}
+	if errs != 2 {
+		t.Fatalf("%d failed results on record, want 2", errs)
+	}
+}

@@ -15,9 +15,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/errdefs"
 )
 
 // FileName is the store's file in the data directory.
@@ -440,6 +442,9 @@ func (s *Store) write(st *state) error {
 	}
 	if werr == nil {
 		werr = os.Rename(tmp.Name(), s.path)
+	}
+	if errors.Is(werr, syscall.ENOSPC) || errors.Is(werr, syscall.EDQUOT) {
+		return fmt.Errorf("%w: secrets: the disk is full; nothing was changed", errdefs.ErrInsufficientStorage)
 	}
 	if werr != nil {
 		return fmt.Errorf("secrets: write %s: %w", s.path, werr)
