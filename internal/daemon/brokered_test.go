@@ -340,4 +340,3 @@ func brokerExec(t *testing.T, cl *client.Client, id, script string, env map[stri
 	}
 	return out.String()
 }
-
