@@ -310,6 +310,8 @@ type attempt struct {
 	// intent is the connection's audit record, durable before the dial;
 	// record ends it.
 	intent *audit.Intent
+	// intercepted: the broker terminated the CONNECT's TLS (secrets).
+	intercepted bool
 }
 
 func (b *Broker) record(kind string, a *attempt) {
@@ -332,6 +334,9 @@ func (b *Broker) record(kind string, a *attempt) {
 	}
 	if a.err != "" {
 		data["error"] = a.err
+	}
+	if a.intercepted {
+		data["intercepted"] = true
 	}
 	if kind == audit.KindEgressAllow {
 		data["duration_ms"] = time.Since(a.start).Milliseconds()
@@ -625,7 +630,7 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, a *attempt
 	defer b.leave()
 	intercept := b.cfg.Secrets != nil && b.cfg.Secrets.Intercept(b.cfg.Session, host, port)
 	if !intercept {
-		if _, ok := b.checkPlain(w, r, host, port); !ok {
+		if !b.checkPlain(w, r, host, port) {
 			return
 		}
 	}
@@ -635,7 +640,7 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, a *attempt
 		return
 	}
 	if intercept {
-		a.method = "CONNECT+TLS" // audit: the broker terminated its TLS
+		a.intercepted = true
 		b.serveIntercept(w, r, a, addrs)
 		return
 	}
@@ -891,27 +896,16 @@ func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) 
 	// Before anything wraps the body, and before admit: a refusal leaves
 	// the body unread, and the server's discarding of it is bounded too.
 	guarded := netlimit.LimitBody(w, r, b.cfg.Body)
-	intercept := b.cfg.Secrets != nil && b.cfg.Secrets.Intercept(b.cfg.Session, host, port)
-	if !intercept {
-		if _, ok := b.checkPlain(w, r, host, port); !ok {
-			return
-		}
+	// Placeholders never travel in cleartext (see checkPlain).
+	if !b.checkPlain(w, r, host, port) {
+		return
 	}
 	addrs, f := b.admitAndBegin(r.Context(), a, isIP)
 	if f != nil {
 		b.refuse(w, a, f)
 		return
 	}
-	var pairs []scrubPair
-	if intercept {
-		var ok bool
-		if pairs, ok = b.checkPlain(w, r, host, port); !ok {
-			a.status = http.StatusForbidden
-			b.record(audit.KindEgressAllow, a)
-			return
-		}
-	}
-	plan := &dialPlan{addrs: addrs, port: port, a: a, body: guarded, scrub: pairs}
+	plan := &dialPlan{addrs: addrs, port: port, a: a, body: guarded}
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), ctxKey{}, plan))
 	defer cancel()
 	stop := context.AfterFunc(b.ctx, cancel)

@@ -345,6 +345,11 @@ func (b *Broker) misuse(w http.ResponseWriter, host string, port int, method, pa
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusForbidden)
+	if where == "plain_http" {
+		io.WriteString(w, fmt.Sprintf("ironclaw egress: this plain-HTTP request to %s:%d carries the placeholder of a brokered secret; "+
+			"secrets are only injected over TLS (use https://); it was refused and recorded\n", host, port))
+		return
+	}
 	io.WriteString(w, fmt.Sprintf("ironclaw egress: this request carries the placeholder of a brokered secret (in its %s) "+
 		"that is not for host %s:%d; it was refused and recorded\n", where, host, port))
 }
@@ -561,16 +566,24 @@ func (b *Broker) iproxyError(w http.ResponseWriter, r *http.Request, err error) 
 }
 
 // checkPlain runs the secrets rules for a plain-HTTP request (or a
-// CONNECT that is passed through): a host with secrets gets them swapped
-// into its headers (pairs: what to scrub its response of); anything else
-// carrying a placeholder in its target, URL or headers is refused. ok is
-// false if r was answered.
-func (b *Broker) checkPlain(w http.ResponseWriter, r *http.Request, host string, port int) (pairs []scrubPair, ok bool) {
+// CONNECT that is passed through): a placeholder in its target, URL or
+// headers is refused and recorded, whatever the host (a host with secrets
+// gets them only over TLS). ok is false if r was answered.
+func (b *Broker) checkPlain(w http.ResponseWriter, r *http.Request, host string, port int) bool {
 	if b.cfg.Secrets == nil {
-		return nil, true
+		return true
 	}
 	if r.Method != http.MethodConnect && b.cfg.Secrets.Intercept(b.cfg.Session, host, port) {
-		return b.swap(w, r, host, port)
+		// A host with secrets, in cleartext: the broker never puts a
+		// value on the wire unencrypted (a sandbox could downgrade
+		// https:// to http:// for anyone on the path to read it). A
+		// request without placeholders passes; one with them is refused.
+		if b.hasPlaceholder([]byte(r.URL.String())) || b.headerPlaceholder(r.Header) {
+			b.misuse(w, host, port, r.Method, r.URL.Path, "plain_http",
+				errors.New("secrets are injected only into TLS connections the broker terminates; use https://"))
+			return false
+		}
+		return true
 	}
 	path := r.URL.Path
 	target := r.URL.String()
@@ -580,10 +593,10 @@ func (b *Broker) checkPlain(w http.ResponseWriter, r *http.Request, host string,
 	switch {
 	case b.hasPlaceholder([]byte(target)):
 		b.misuse(w, host, port, r.Method, path, "url", nil)
-		return nil, false
+		return false
 	case b.headerPlaceholder(r.Header):
 		b.misuse(w, host, port, r.Method, path, "headers", nil)
-		return nil, false
+		return false
 	}
-	return nil, true
+	return true
 }

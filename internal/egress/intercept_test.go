@@ -242,6 +242,10 @@ func testInterceptSwap(t *testing.T, h2 bool) {
 	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName != ie.ca.Certificate().Subject.CommonName {
 		t.Errorf("client did not see the daemon CA's leaf")
 	}
+	c.Transport.(*http.Transport).CloseIdleConnections()
+	if r := ie.records(t, audit.KindEgressAllow, 1)[0]; r["method"] != "CONNECT" || r["intercepted"] != true {
+		t.Errorf("intercepted CONNECT record %v", r)
+	}
 	inj := ie.records(t, KindSecretInject, 1)[0]
 	if inj["host"] != "example.com" || inj["method"] != "GET" || inj["path"] != "/repos/x" || fmt.Sprint(inj["names"]) != "[gh]" {
 		t.Errorf("secret.inject = %v", inj)
@@ -547,8 +551,8 @@ func TestPassThroughForHostsWithoutSecrets(t *testing.T) {
 		t.Errorf("pass-through changed the request: %q", got)
 	}
 	r := ie.records(t, audit.KindEgressAllow, 1)[0]
-	if r["method"] != "CONNECT" {
-		t.Errorf("method %v", r["method"])
+	if r["method"] != "CONNECT" || r["intercepted"] != nil {
+		t.Errorf("pass-through record %v", r)
 	}
 }
 
@@ -762,4 +766,89 @@ func (r *slowReader) Read(p []byte) (int, error) {
 	copy(p, r.s[:k])
 	r.s = r.s[k:]
 	return k, nil
+}
+
+func TestPlainHTTPNeverCarriesSecrets(t *testing.T) {
+	ie := isetup(t, false, nil, nil)
+	hit := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit <- struct{}{} }))
+	defer up.Close()
+	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	ie.allow.Add(Rule{Host: "plain.com", Port: mustAtoi(port)})
+	ie.secrets.add("p", "ironclaw-secret-p-dddddddddddddddddddddddddddddddd", "pval", "plain.com:"+port)
+	pu, _ := url.Parse(ie.proxy.URL)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
+	req, _ := http.NewRequest("GET", "http://plain.com:"+port+"/", nil)
+	req.Header.Set("Authorization", "Bearer ironclaw-secret-p-dddddddddddddddddddddddddddddddd")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || !strings.Contains(string(b), "only injected over TLS") {
+		t.Fatalf("placeholder over plain HTTP to its own host: %d %q", resp.StatusCode, b)
+	}
+	if m := ie.records(t, KindSecretMisuse, 1)[0]; m["where"] != "plain_http" {
+		t.Errorf("misuse %v", m)
+	}
+	select {
+	case <-hit:
+		t.Fatal("the request went out in cleartext")
+	default:
+	}
+	// Without a placeholder the host is an ordinary plain-HTTP host.
+	resp, err = c.Get("http://plain.com:" + port + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("plain request without placeholder: %d", resp.StatusCode)
+	}
+}
+
+// TestBoundsH2Settings: an intercepted HTTP/2 connection advertises the
+// stream and header bounds.
+func TestBoundsH2Settings(t *testing.T) {
+	ie := isetup(t, true, nil, nil)
+	conn := ie.connect(t, "example.com:443")
+	pool := x509.NewCertPool()
+	pool.AddCert(ie.ca.Certificate())
+	tc := tls.Client(conn, &tls.Config{ServerName: "example.com", RootCAs: pool, NextProtos: []string{"h2"}})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN %q", p)
+	}
+	io.WriteString(tc, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	tc.Write([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0}) // empty SETTINGS
+	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(tc)
+	for {
+		var hdr [9]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			t.Fatal(err)
+		}
+		n := int(hdr[0])<<16 | int(hdr[1])<<8 | int(hdr[2])
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(br, payload); err != nil {
+			t.Fatal(err)
+		}
+		if hdr[3] != 4 || hdr[4]&1 != 0 {
+			continue
+		}
+		got := map[uint16]uint32{}
+		for i := 0; i+6 <= len(payload); i += 6 {
+			got[uint16(payload[i])<<8|uint16(payload[i+1])] = uint32(payload[i+2])<<24 | uint32(payload[i+3])<<16 | uint32(payload[i+4])<<8 | uint32(payload[i+5])
+		}
+		if got[3] != DefaultMaxStreams {
+			t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS %d, want %d", got[3], DefaultMaxStreams)
+		}
+		if v, ok := got[6]; !ok || v > DefaultMaxHeaderBytes+4096 {
+			t.Errorf("SETTINGS_MAX_HEADER_LIST_SIZE %d (set %v), want about %d", v, ok, DefaultMaxHeaderBytes)
+		}
+		return
+	}
 }

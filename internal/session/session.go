@@ -167,8 +167,10 @@ type limitUpdater interface {
 // direct: the model proxy lives there.
 func egressEnv(port uint16) []string {
 	p := fmt.Sprintf("http://127.0.0.1:%d", port)
+	// NODE_USE_ENV_PROXY: Node (22.21 and later) routes fetch and https
+	// through these only when asked to.
 	return []string{"HTTP_PROXY=" + p, "HTTPS_PROXY=" + p, "http_proxy=" + p, "https_proxy=" + p,
-		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost"}
+		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost", "NODE_USE_ENV_PROXY=1"}
 }
 
 // ModelAccess is what the session layer needs of the model proxy.

@@ -148,7 +148,8 @@ const (
 	KindBind MountKind = "bind"
 	// KindCopy is a read-only directory showing the regular files of the
 	// host directory Source as they are when the sandbox is made (at most
-	// sandbox.MaxTrustFiles of sandbox.MaxTrustFileBytes): small public
+	// sandbox.MaxTrustFiles of sandbox.MaxTrustFileBytes; the directory and
+	// files readable by others, its parents need not be): small public
 	// files the daemon owns, which the sandbox must read whatever host uid
 	// its backend runs it as (the trust bundle, sandbox.TrustDir). The
 	// container backends copy them into the sandbox's own state
@@ -337,6 +338,10 @@ func CopyFiles(dir string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		if fi.Mode().Perm()&0o004 == 0 {
+			// What every backend shows must be the same: public files only.
+			return nil, fmt.Errorf("%s is not readable by others (mode %04o)", filepath.Join(dir, de.Name()), fi.Mode().Perm())
+		}
 		if fi.Size() > sandbox.MaxTrustFileBytes {
 			return nil, fmt.Errorf("%s is larger than %d bytes", filepath.Join(dir, de.Name()), sandbox.MaxTrustFileBytes)
 		}
@@ -355,6 +360,9 @@ func checkCopy(dir string) error {
 	}
 	if !st.IsDir() {
 		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st.Mode().Perm()&0o005 != 0o005 {
+		return fmt.Errorf("%s is not readable and searchable by others (mode %04o)", dir, st.Mode().Perm())
 	}
 	_, err = CopyFiles(dir)
 	return err
