@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -28,44 +27,6 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 )
 
-// brokerSecrets is a one-secret egress.Secrets: placeholder ph stands for
-// value at host:port, for every sandbox.
-type brokerSecrets struct {
-	name, ph, value, host string
-	port                  int
-}
-
-func (s *brokerSecrets) Intercept(_, host string, port int) bool {
-	return host == s.host && port == s.port
-}
-
-func (s *brokerSecrets) Swap(_ context.Context, _, host string, port int, h http.Header) ([]string, error) {
-	var swapped []string
-	for k, vs := range h {
-		for i, v := range vs {
-			nv := v
-			if scheme, cred, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Basic") {
-				if raw, err := base64.StdEncoding.DecodeString(cred); err == nil && bytes.Contains(raw, []byte(s.ph)) {
-					nv = scheme + " " + base64.StdEncoding.EncodeToString(bytes.ReplaceAll(raw, []byte(s.ph), []byte(s.value)))
-				}
-			}
-			nv = strings.ReplaceAll(nv, s.ph, s.value)
-			if nv == v {
-				continue
-			}
-			if host != s.host || port != s.port {
-				return nil, fmt.Errorf("secret %s: %w", s.name, egress.ErrSecretMisuse)
-			}
-			vs[i] = nv
-			swapped = []string{s.name}
-		}
-		h[k] = vs
-	}
-	return swapped, nil
-}
-
-func (s *brokerSecrets) Contains(_ string, b []byte) bool { return bytes.Contains(b, []byte(s.ph)) }
-
 // secretRig is a TLS upstream (secret.test, with the tests' own CA) that
 // echoes the Authorization it got and serves a git repository to those
 // presenting the real value, and a plain-HTTP one (other.test).
@@ -74,7 +35,6 @@ type secretRig struct {
 	caFile    string
 	port      int // the TLS upstream's
 	plainPort int
-	secrets   *brokerSecrets
 	mu        sync.Mutex
 	auths     []string // Authorization values the TLS upstream saw
 	plainHits int
@@ -124,7 +84,6 @@ func newSecretRig(t *testing.T) *secretRig {
 	}))
 	t.Cleanup(plain.Close)
 	g.plainPort = plain.Listener.Addr().(*net.TCPAddr).Port
-	g.secrets = &brokerSecrets{name: "gh", ph: "ironclaw-secret-gh-" + strings.Repeat("ab", 16), value: brokerValue, host: "secret.test", port: g.port}
 	return g
 }
 
@@ -206,11 +165,23 @@ func testBrokeredSecrets(t *testing.T, g *secretRig, runtime, node string) {
 		c.Egress.DenyUnknown = true
 		c.Egress.Resolver = fakeDNS{"secret.test": "127.0.0.1", "other.test": "127.0.0.1"}
 		c.Egress.TrustCA = []string{g.caFile}
-		c.Egress.Secrets = g.secrets
 	})
 	cl, op := r.client(t, false), r.client(t, true)
 	ctx := context.Background()
-	sb := daemontest.CreateSandbox(t, cl)
+	// The daemon's own secrets (package secrets): set by the operator,
+	// granted at the create, the placeholder the daemon's.
+	if _, err := op.SetSecret(ctx, "gh", client.SecretSettings{Hosts: []string{"secret.test:" + ports}, Env: "GH_TOKEN", Grant: "all"},
+		[]byte(brokerValue)); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{Secrets: []string{"gh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := brokerExec(t, cl, sb.ID, `printf %s "$GH_TOKEN"`, nil)
+	if !strings.HasPrefix(ph, "ironclaw-secret-gh-") || len(ph) != len("ironclaw-secret-gh-")+32 {
+		t.Fatalf("GH_TOKEN inside = %q, want the daemon's placeholder", ph)
+	}
 	script := fmt.Sprintf(`
 set -u
 echo "env SSL_CERT_FILE=$SSL_CERT_FILE NODE_EXTRA_CA_CERTS=$NODE_EXTRA_CA_CERTS GIT_SSL_CAINFO=$GIT_SSL_CAINFO"
@@ -229,9 +200,8 @@ echo "leak-env: $(env | grep -c %[6]s)"
 echo "leak-proc: $(grep -c %[6]s /proc/self/environ)"
 echo "leak-files: $(grep -rl %[6]s /workspace /tmp 2>/dev/null | wc -l)"
 `, ports, sandbox.TrustBundle, sandbox.SystemBundle, sandbox.TrustDir, g.plainPort, brokerValue)
-	env := map[string]string{"GH_TOKEN": g.secrets.ph}
+	var env map[string]string // GH_TOKEN is the daemon's
 	got := brokerExec(t, cl, sb.ID, script, env)
-	ph := g.secrets.ph
 	for _, want := range []string{
 		"env SSL_CERT_FILE=" + sandbox.TrustBundle + " NODE_EXTRA_CA_CERTS=" + sandbox.TrustCA + " GIT_SSL_CAINFO=" + sandbox.TrustBundle,
 		"etc bundle readable", "trust dir read-only",
