@@ -28,7 +28,7 @@ type kit struct {
 	st           *Store
 }
 
-func newKit(t *testing.T) *kit {
+func newKit(t testing.TB) *kit {
 	t.Helper()
 	root := t.TempDir()
 	k := &kit{dir: filepath.Join(root, "data"), keyFile: filepath.Join(root, "conf", "secrets.key")}
@@ -45,7 +45,7 @@ func newKit(t *testing.T) *kit {
 	return k
 }
 
-func (k *kit) reopen(t *testing.T) {
+func (k *kit) reopen(t testing.TB) {
 	t.Helper()
 	st, err := Open(filepath.Join(k.dir, FileName), k.key, Options{Audit: k.log})
 	if err != nil {
@@ -63,7 +63,7 @@ func (k *kit) set(t *testing.T, m Meta, v string) Meta {
 	return got
 }
 
-func records(t *testing.T, l *audit.Log) []audit.Record {
+func records(t testing.TB, l *audit.Log) []audit.Record {
 	t.Helper()
 	recs, err := l.Tail(context.Background(), 0, 10000)
 	if err != nil {
