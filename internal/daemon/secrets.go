@@ -172,8 +172,14 @@ func (a *secretAsker) Wait(ctx context.Context, id string) (bool, string, error)
 		if ap, err = gw.Wait(ctx, id, time.Until(deadline)); err != nil {
 			return false, "", err
 		}
-		if err := ctx.Err(); err != nil {
-			return false, "", err
+		if ap.Pending() {
+			// Still pending after Wait: a closed gateway answers at once;
+			// do not spin on it.
+			select {
+			case <-ctx.Done():
+				return false, "", ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
 	switch ap.State {
