@@ -199,9 +199,13 @@ curl -sS https://other.test:%[2]s/npm -H "Authorization: Bearer $NPM_TOKEN"
 	}
 
 	// grant ask: the request waits for the operator's decision.
-	sb2, err := cl.CreateSandbox(ctx, client.CreateRequest{Secrets: []string{"asked", "denied"}})
+	created, err := cl.CreateSandboxFiled(ctx, client.CreateRequest{Secrets: []string{"asked", "denied"}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	sb2 := created.Sandbox
+	if len(created.Approvals) != 2 || created.Approvals[0].Kind != "secret.use" || created.Approvals[1].Kind != "secret.use" {
+		t.Fatalf("the create answers with approvals %+v, want its two secret.use requests", created.Approvals)
 	}
 	before := len(up.saw())
 	done := make(chan string, 1)

@@ -22,7 +22,8 @@ type Sandbox struct {
 // CreatedSandbox is the answer to POST /v1/sandboxes: the sandbox, plus
 // the sandbox.widen request filed for what the create asked beyond the
 // operator's ceilings and allowlist (ApprovalError says why none could be
-// filed; the sandbox exists either way).
+// filed; the sandbox exists either way), and the secret.use requests filed
+// for the secrets it asked for whose grant is "ask".
 type CreatedSandbox struct {
 	Sandbox
 	Approvals     []Approval `json:"approvals,omitempty"`

@@ -78,8 +78,8 @@ export interface Sandbox {
 }
 
 /**
- * The created sandbox, and the sandbox.widen request filed for what was asked beyond the ceilings
- * and the allowlist.
+ * The created sandbox, the sandbox.widen request filed for what was asked beyond the ceilings and
+ * the allowlist, and the secret.use requests filed for the secrets asked for whose grant is ask.
  */
 export interface CreatedSandbox extends Sandbox {
   approvals?: Approval[];
