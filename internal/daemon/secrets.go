@@ -156,6 +156,12 @@ func (a *secretAsker) Ask(ctx context.Context, sandbox, principal string, m secr
 	return ap.ID, nil
 }
 
+func (a *secretAsker) Withdraw(ctx context.Context, sandbox string) {
+	if gw := a.gw.Load(); gw != nil {
+		_, _ = gw.Withdraw(ctx, sandbox, "withdrawn: the sandbox's create failed")
+	}
+}
+
 func (a *secretAsker) Wait(ctx context.Context, id string) (bool, string, error) {
 	gw := a.gw.Load()
 	if gw == nil {

@@ -30,6 +30,9 @@ type Asker interface {
 	// Wait blocks until the approval is decided or ctx ends; detail says
 	// why it was not approved (denied by whom, expired, withdrawn).
 	Wait(ctx context.Context, approval string) (approved bool, detail string, err error)
+	// Withdraw ends the sandbox's pending requests: its create failed
+	// after some were filed.
+	Withdraw(ctx context.Context, sandbox string)
 }
 
 // GrantsOptions configure NewGrants.
@@ -141,9 +144,13 @@ func (g *Grants) Attach(ctx context.Context, sandbox, principal string, names []
 	}
 	g.sbs[sandbox] = list
 	g.mu.Unlock()
+	filed := false
 	defer func() {
 		if err != nil {
 			g.Detach(sandbox)
+			if filed {
+				g.ask.Withdraw(context.WithoutCancel(ctx), sandbox)
+			}
 		}
 	}()
 	for i, r := range recs {
@@ -162,6 +169,7 @@ func (g *Grants) Attach(ctx context.Context, sandbox, principal string, names []
 			if err != nil {
 				return nil, fmt.Errorf("secrets: asking to use %s: %w", r.meta.Name, err)
 			}
+			filed = true
 			gr.mu.Lock()
 			gr.approval = id
 			gr.mu.Unlock()

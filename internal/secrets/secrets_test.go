@@ -307,16 +307,24 @@ func TestPolicySecretsReadOnly(t *testing.T) {
 
 // fakeAsker stands in for the gateway.
 type fakeAsker struct {
-	mu       sync.Mutex
-	asked    []string
-	decide   map[string]chan bool
-	failWith error
+	mu        sync.Mutex
+	asked     []string
+	decide    map[string]chan bool
+	failWith  error
+	failAfter int // fail with failWith after this many asks
+	withdrawn []string
+}
+
+func (f *fakeAsker) Withdraw(_ context.Context, sandbox string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.withdrawn = append(f.withdrawn, sandbox)
 }
 
 func (f *fakeAsker) Ask(_ context.Context, sandbox, principal string, m Meta) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failWith != nil {
+	if f.failWith != nil && len(f.asked) >= f.failAfter {
 		return "", f.failWith
 	}
 	id := "ap-" + sandbox + "-" + m.Name
@@ -570,9 +578,23 @@ func TestHostileSecretsAttachBounds(t *testing.T) {
 			t.Fatalf("a refused Attach left grants")
 		}
 	}
-	failing := newGrants(t, k, &fakeAsker{failWith: errors.New("too many pending")})
+	fa := &fakeAsker{failWith: errors.New("too many pending")}
+	failing := newGrants(t, k, fa)
 	if _, err := failing.Attach(context.Background(), "sb", "agent", []string{"a", "ask"}); err == nil || len(failing.Of("sb")) != 0 {
 		t.Fatalf("Attach with a failing asker = %v, grants %v", err, failing.Of("sb"))
+	}
+	if len(fa.withdrawn) != 0 {
+		t.Fatalf("withdrew %v although nothing was filed", fa.withdrawn)
+	}
+	// The second ask fails: the first one filed is withdrawn.
+	k.set(t, Meta{Name: "ask2", Hosts: []string{"d.com"}, Env: "ASK_TWO"}, "v")
+	fa2 := &fakeAsker{failWith: errors.New("too many pending"), failAfter: 1}
+	failing2 := newGrants(t, k, fa2)
+	if _, err := failing2.Attach(context.Background(), "sb", "agent", []string{"ask", "ask2"}); err == nil || len(failing2.Of("sb")) != 0 {
+		t.Fatalf("Attach failing at the second ask = %v", err)
+	}
+	if len(fa2.withdrawn) != 1 || fa2.withdrawn[0] != "sb" {
+		t.Fatalf("withdrawn %v, want [sb]", fa2.withdrawn)
 	}
 }
 
