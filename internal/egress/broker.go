@@ -785,10 +785,11 @@ type dialPlan struct {
 	addrs  []netip.Addr
 	port   int
 	a      *attempt
-	body   *netlimit.Body // nil without a body
-	host   string         // intercepted: the TLS server name to verify
-	h1only bool           // intercepted: offer only HTTP/1.1 (upgrades)
-	scrub  []scrubPair    // what the response is scrubbed of (scrub.go)
+	body   *netlimit.Body   // nil without a body
+	host   string           // intercepted: the TLS server name to verify
+	h1only bool             // intercepted: offer only HTTP/1.1 (upgrades)
+	scrub  []scrubPair      // what the response is scrubbed of (scrub.go)
+	scan   *placeholderScan // plain HTTP: the body's look-out (nil: none)
 }
 
 // dialFromContext is the forwarding Transport's dialer: it dials only the
@@ -822,6 +823,10 @@ func (b *Broker) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if p != nil {
 		p.a.proxyFail.Store(&err)
+	}
+	if p != nil && p.scan != nil && p.scan.hit.Load() {
+		b.misuse(w, p.a.host, p.port, r.Method, r.URL.Path, "body", nil)
+		return
 	}
 	if errors.Is(err, netlimit.ErrSlowBody) {
 		// Before the context check: the failed read cancelled the request.
@@ -911,8 +916,14 @@ func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) 
 	stop := context.AfterFunc(b.ctx, cancel)
 	defer stop()
 	out := r.WithContext(ctx)
+	var scan *placeholderScan
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = countBody{r.Body, &a.up}
+		if b.cfg.Secrets != nil {
+			scan = &placeholderScan{ReadCloser: out.Body, b: b}
+			out.Body = scan
+			plan.scan = scan
+		}
 	}
 	sw := &statusWriter{ResponseWriter: w, a: a}
 	b.proxy.ServeHTTP(sw, out)
