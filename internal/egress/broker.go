@@ -139,6 +139,7 @@ type Broker struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
+	misuses  denials      // secret.misuse records, aggregated like refusals
 	active   atomic.Int64 // tunnels and requests in flight
 	requests atomic.Int64 // requests in flight inside intercepted connections
 	denials  denials
@@ -215,6 +216,7 @@ func New(cfg Config) (*Broker, error) {
 		b.cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	b.denials = denials{b: b, window: b.cfg.DenyWindow, maxKeys: b.cfg.MaxDenyKeys}
+	b.misuses = denials{b: b, kind: KindSecretMisuse, window: b.cfg.DenyWindow, maxKeys: b.cfg.MaxDenyKeys}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.transport = &http.Transport{
 		Proxy:                  nil, // never chain to the daemon's own proxy settings
@@ -285,6 +287,7 @@ func (b *Broker) Close() error {
 	b.transport.CloseIdleConnections()
 	b.itransport.CloseIdleConnections()
 	b.denials.flush(true)
+	b.misuses.flush(true)
 	b.wg.Wait()
 	return nil
 }

@@ -916,3 +916,26 @@ func TestScrubGzipResponse(t *testing.T) {
 		t.Fatalf("gzip echo reached the client as %q (%s)", b, resp.Header.Get("Content-Encoding"))
 	}
 }
+
+// TestBoundsMisuseRecordsAggregated: a misuse loop writes one record in
+// full and one summary, not one record per attempt.
+func TestBoundsMisuseRecordsAggregated(t *testing.T) {
+	ie := isetup(t, false, nil, nil)
+	pu, _ := url.Parse(ie.proxy.URL)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
+	for i := 0; i < 20; i++ {
+		resp, err := c.Get("http://plain.com/?t=" + ghPH)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 403 {
+			t.Fatalf("attempt %d: %d", i, resp.StatusCode)
+		}
+	}
+	ie.b.Close()
+	recs := ie.records(t, KindSecretMisuse, 2)
+	if len(recs) != 2 || recs[1]["summary"] != true || recs[1]["count"] != float64(19) {
+		t.Fatalf("misuse records %v", recs)
+	}
+}
