@@ -139,6 +139,7 @@ type Broker struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
+	misuses  denials      // secret.misuse records, aggregated like refusals
 	active   atomic.Int64 // tunnels and requests in flight
 	requests atomic.Int64 // requests in flight inside intercepted connections
 	denials  denials
@@ -215,6 +216,7 @@ func New(cfg Config) (*Broker, error) {
 		b.cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	b.denials = denials{b: b, window: b.cfg.DenyWindow, maxKeys: b.cfg.MaxDenyKeys}
+	b.misuses = denials{b: b, kind: KindSecretMisuse, window: b.cfg.DenyWindow, maxKeys: b.cfg.MaxDenyKeys}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.transport = &http.Transport{
 		Proxy:                  nil, // never chain to the daemon's own proxy settings
@@ -285,6 +287,7 @@ func (b *Broker) Close() error {
 	b.transport.CloseIdleConnections()
 	b.itransport.CloseIdleConnections()
 	b.denials.flush(true)
+	b.misuses.flush(true)
 	b.wg.Wait()
 	return nil
 }
@@ -785,10 +788,11 @@ type dialPlan struct {
 	addrs  []netip.Addr
 	port   int
 	a      *attempt
-	body   *netlimit.Body // nil without a body
-	host   string         // intercepted: the TLS server name to verify
-	h1only bool           // intercepted: offer only HTTP/1.1 (upgrades)
-	scrub  []scrubPair    // what the response is scrubbed of (scrub.go)
+	body   *netlimit.Body   // nil without a body
+	host   string           // intercepted: the TLS server name to verify
+	h1only bool             // intercepted: offer only HTTP/1.1 (upgrades)
+	scrub  []scrubPair      // what the response is scrubbed of (scrub.go)
+	scan   *placeholderScan // plain HTTP: the body's look-out (nil: none)
 }
 
 // dialFromContext is the forwarding Transport's dialer: it dials only the
@@ -822,6 +826,10 @@ func (b *Broker) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if p != nil {
 		p.a.proxyFail.Store(&err)
+	}
+	if p != nil && p.scan != nil && p.scan.hit.Load() {
+		b.misuse(w, p.a.host, p.port, r.Method, r.URL.Path, "body", nil)
+		return
 	}
 	if errors.Is(err, netlimit.ErrSlowBody) {
 		// Before the context check: the failed read cancelled the request.
@@ -911,8 +919,14 @@ func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) 
 	stop := context.AfterFunc(b.ctx, cancel)
 	defer stop()
 	out := r.WithContext(ctx)
+	var scan *placeholderScan
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = countBody{r.Body, &a.up}
+		if b.cfg.Secrets != nil {
+			scan = &placeholderScan{ReadCloser: out.Body, b: b}
+			out.Body = scan
+			plan.scan = scan
+		}
 	}
 	sw := &statusWriter{ResponseWriter: w, a: a}
 	b.proxy.ServeHTTP(sw, out)

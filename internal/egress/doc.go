@@ -147,7 +147,14 @@
 //     to a host the secret names, and so is a CONNECT whose target or
 //     headers carry one. To hosts without secrets CONNECT is passed
 //     through unchanged: what the sandbox sends inside that TLS the broker
-//     cannot see, but a placeholder there is worthless.
+//     cannot see, but a placeholder there is worthless. A plain-HTTP
+//     request body to any host is read with a look-out for placeholders
+//     (across reads): one ends the request, 403, secret.misuse (where
+//     body).
+//   - secret.misuse records (host, port, method, path, where: url,
+//     headers, body, plain_http) are aggregated as refusals are (below),
+//     keyed by (host, port, where): a misuse loop writes at most
+//     2*MaxDenyKeys+1 of them a window.
 //
 // The sandbox's trust: every sandbox gets (sandbox.Spec.Trust, set by the
 // daemon) the read-only directory sandbox.TrustDir (/.ironclaw-ca) holding

@@ -340,7 +340,11 @@ func (b *Broker) misuse(w http.ResponseWriter, host string, port int, method, pa
 	if err != nil {
 		data["error"] = err.Error()
 	}
-	_ = b.audit(KindSecretMisuse, data)
+	if b.misuses.note(denyKey{host, port, where}) {
+		// Aggregated like refusals: the first of each (host, port,
+		// where) a window in full, then a summary with the count.
+		_ = b.audit(KindSecretMisuse, data)
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")

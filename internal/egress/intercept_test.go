@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -850,5 +851,91 @@ func TestBoundsH2Settings(t *testing.T) {
 			t.Errorf("SETTINGS_MAX_HEADER_LIST_SIZE %d (set %v), want about %d", v, ok, DefaultMaxHeaderBytes)
 		}
 		return
+	}
+}
+
+func TestSecretMisuseInPlainBody(t *testing.T) {
+	ie := isetup(t, false, nil, nil)
+	got := make(chan []byte, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- b
+	}))
+	defer up.Close()
+	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	ie.allow.Add(Rule{Host: "plain.com", Port: mustAtoi(port)})
+	pu, _ := url.Parse(ie.proxy.URL)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
+	// The placeholder straddles two writes of a streamed body.
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte(strings.Repeat("x", 1000) + ghPH[:20]))
+		time.Sleep(50 * time.Millisecond)
+		pw.Write([]byte(ghPH[20:] + "rest"))
+		pw.Close()
+	}()
+	resp, err := c.Post("http://plain.com:"+port+"/upload", "text/plain", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Fatalf("placeholder in a plain body: %d", resp.StatusCode)
+	}
+	if m := ie.records(t, KindSecretMisuse, 1)[0]; m["where"] != "body" {
+		t.Errorf("misuse %v", m)
+	}
+	select {
+	case b := <-got:
+		if bytes.Contains(b, []byte(ghPH)) {
+			t.Fatal("the whole placeholder reached the upstream")
+		}
+	case <-time.After(time.Second):
+	}
+}
+
+func TestScrubGzipResponse(t *testing.T) {
+	ie := isetup(t, false, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, "echo "+r.Header.Get("Authorization"))
+		zw.Close()
+	}))
+	req, _ := http.NewRequest("GET", "https://example.com/", nil)
+	req.Header.Set("Authorization", "Bearer "+ghPH)
+	req.Header.Set("Accept-Encoding", "gzip")
+	tr := ie.iclient(t, false).Transport.(*http.Transport)
+	tr.DisableCompression = true
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "echo Bearer "+ghPH || resp.Header.Get("Content-Encoding") != "" {
+		t.Fatalf("gzip echo reached the client as %q (%s)", b, resp.Header.Get("Content-Encoding"))
+	}
+}
+
+// TestBoundsMisuseRecordsAggregated: a misuse loop writes one record in
+// full and one summary, not one record per attempt.
+func TestBoundsMisuseRecordsAggregated(t *testing.T) {
+	ie := isetup(t, false, nil, nil)
+	pu, _ := url.Parse(ie.proxy.URL)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
+	for i := 0; i < 20; i++ {
+		resp, err := c.Get("http://plain.com/?t=" + ghPH)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 403 {
+			t.Fatalf("attempt %d: %d", i, resp.StatusCode)
+		}
+	}
+	ie.b.Close()
+	recs := ie.records(t, KindSecretMisuse, 2)
+	if len(recs) != 2 || recs[1]["summary"] != true || recs[1]["count"] != float64(19) {
+		t.Fatalf("misuse records %v", recs)
 	}
 }

@@ -2,10 +2,13 @@ package egress
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 )
 
 // A response to a request whose headers got secrets may echo them (an
@@ -59,7 +62,13 @@ func scrubPairs(before, after http.Header) []scrubPair {
 	for k, vs := range after {
 		bvs := before[k]
 		for i, v := range vs {
-			if i >= len(bvs) || bvs[i] == v {
+			if i >= len(bvs) {
+				// A value the swap added: nothing the sandbox sent stands
+				// for it.
+				add(v, "[brokered secret]")
+				continue
+			}
+			if bvs[i] == v {
 				continue
 			}
 			diff(v, bvs[i])
@@ -200,8 +209,66 @@ func scrubResponse(resp *http.Response) error {
 		// An upgraded connection's frames pass as they are.
 		return nil
 	}
-	resp.Body = newScrubReader(resp.Body, p.scrub)
+	body := resp.Body
+	switch strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))) {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		// Asked for identity, sent gzip anyway: decoded, so that it can
+		// be scrubbed.
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return fmt.Errorf("egress: a gzip response that cannot be scrubbed: %w", err)
+		}
+		body = readCloser{zr, resp.Body}
+		resp.Header.Del("Content-Encoding")
+	default:
+		// An encoding the broker cannot read might hide a value.
+		return fmt.Errorf("egress: the response to a request that got a secret is %s-encoded and cannot be scrubbed", resp.Header.Get("Content-Encoding"))
+	}
+	resp.Body = newScrubReader(body, p.scrub)
 	resp.Header.Del("Content-Length")
 	resp.ContentLength = -1
 	return nil
+}
+
+type readCloser struct {
+	io.Reader
+	c io.Closer
+}
+
+func (r readCloser) Close() error { return r.c.Close() }
+
+// placeholderScan is a plain-HTTP request body to a host without secrets,
+// read with a look-out for placeholders: one makes the read fail, so the
+// request ends there (the broker answers 403 and records secret.misuse).
+type placeholderScan struct {
+	io.ReadCloser
+	b    *Broker
+	tail []byte // the last bytes read, in case a placeholder straddles reads
+	hit  atomic.Bool
+}
+
+// maxPlaceholder bounds a placeholder's length: the prefix, a 64-byte
+// name, a dash and 32 hex digits.
+const maxPlaceholder = len(placeholderPrefix) + 64 + 1 + 32
+
+var errPlaceholderInBody = fmt.Errorf("the request body carries the placeholder of a brokered secret")
+
+func (p *placeholderScan) Read(b []byte) (int, error) {
+	if p.hit.Load() {
+		return 0, errPlaceholderInBody
+	}
+	n, err := p.ReadCloser.Read(b)
+	if n > 0 {
+		win := append(p.tail, b[:n]...)
+		if p.b.hasPlaceholder(win) {
+			p.hit.Store(true)
+			return 0, errPlaceholderInBody
+		}
+		if len(win) > maxPlaceholder {
+			win = win[len(win)-maxPlaceholder:]
+		}
+		p.tail = append(p.tail[:0], win...)
+	}
+	return n, err
 }
