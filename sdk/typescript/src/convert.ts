@@ -161,6 +161,7 @@ export function createRequest(o: SandboxOptions): wire.CreateSandboxRequest {
       idle: durationOption('idleMs', o.idleMs, o.idle),
       limits: o.limits === undefined ? undefined : limits(o.limits),
       snapshot: o.snapshot,
+      secrets: o.secrets === undefined ? undefined : [...o.secrets],
     },
   );
 }
