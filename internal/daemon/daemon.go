@@ -393,8 +393,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// The API tokens and the provider keys are redacted wherever they might
 	// appear in an audit record.
+	redactor := audit.NewRedactor(append(append(secretsOf(os.Getenv), agentTok, operTok), stringsOf(policyValues)...)...)
 	alog, err := audit.New(ctx, st, audit.Options{
-		Redactor:       audit.NewRedactor(append(append(secretsOf(os.Getenv), agentTok, operTok), stringsOf(policyValues)...)...),
+		Redactor:       redactor,
 		Key:            akey,
 		CheckpointFile: cpFile,
 		CheckpointURL:  cfg.AuditCheckpointURL,
@@ -424,7 +425,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		poolPorts = []uint16{port}
 	}
 	asker := &secretAsker{}
-	secretStore, grants, err := openSecrets(cfg, dir, pol, policyValues, alog, asker, logf)
+	secretStore, grants, err := openSecrets(cfg, dir, pol, policyValues, alog, redactor, asker, logf)
 	if err != nil {
 		return err
 	}

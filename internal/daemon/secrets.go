@@ -102,8 +102,9 @@ func trimNewline(b []byte) []byte {
 }
 
 // openSecrets opens the secrets store with its key, adds the policy's
-// secrets and makes the grants, which ask the gateway through asker.
-func openSecrets(cfg Config, dir string, pol *policy.Policy, values [][]byte, alog *audit.Log, asker *secretAsker, logf func(string, ...any)) (*secrets.Store, *secrets.Grants, error) {
+// secrets and makes the grants, which ask the gateway through asker. The
+// values are handed to the audit log's redactor.
+func openSecrets(cfg Config, dir string, pol *policy.Policy, values [][]byte, alog *audit.Log, redactor *audit.Redactor, asker *secretAsker, logf func(string, ...any)) (*secrets.Store, *secrets.Grants, error) {
 	keyFile, err := secretsKeyFile(cfg, dir)
 	if err != nil {
 		return nil, nil, err
@@ -115,7 +116,9 @@ func openSecrets(cfg Config, dir string, pol *policy.Policy, values [][]byte, al
 	if created {
 		logf("secrets key created in %s (keep it; without it the stored secrets cannot be opened)", keyFile)
 	}
-	st, err := secrets.Open(filepath.Join(dir, secrets.FileName), key, secrets.Options{Audit: alog})
+	// Every current value is redacted from the audit log, as the
+	// daemon's tokens and keys are.
+	st, err := secrets.Open(filepath.Join(dir, secrets.FileName), key, secrets.Options{Audit: alog, Redact: redactor.SetExtra})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -362,24 +362,28 @@ func TestHostileSecretsDaemonCustodyAndPolicy(t *testing.T) {
 	if err := op.RemoveSecret(ctx, "pol"); !errors.As(err, &ce) || ce.Status != 409 {
 		t.Fatalf("RemoveSecret(policy secret) = %v, want 409", err)
 	}
-	if _, err := op.SetSecret(ctx, "kept", client.SecretSettings{Hosts: []string{"a.test"}}, []byte("kept-value")); err != nil {
+	const kept = "kept_VALUE_9876543210fedcba"
+	if _, err := op.SetSecret(ctx, "kept", client.SecretSettings{Hosts: []string{"a.test"}}, []byte(kept)); err != nil {
 		t.Fatal(err)
 	}
-	// A command that spells the policy value: its record is redacted.
+	// Commands that spell the policy value and the API-set one: their
+	// records are redacted.
 	cl := r.client(t, false)
 	sb, err := cl.CreateSandbox(ctx, client.CreateRequest{Secrets: []string{"pol"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "echo " + value + " >/dev/null"}); err != nil {
-		t.Fatal(err)
+	for _, v := range []string{value, kept} {
+		if _, err := cl.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "echo " + v + " >/dev/null"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	recs, err := op.AuditTail(ctx, 0, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, rec := range recs {
-		if bytes.Contains(rec.Data, []byte(value)) || bytes.Contains(rec.Data, []byte("kept-value")) {
+		if bytes.Contains(rec.Data, []byte(value)) || bytes.Contains(rec.Data, []byte(kept)) {
 			t.Fatalf("audit record %s holds a value: %s", rec.Kind, rec.Data)
 		}
 	}

@@ -49,10 +49,11 @@ type Auditor interface {
 // Store keeps the secrets. It is safe for concurrent use; readers never
 // wait for a writer's file write.
 type Store struct {
-	key  *Key
-	path string
-	log  Auditor
-	now  func() time.Time
+	key    *Key
+	path   string
+	log    Auditor
+	now    func() time.Time
+	redact func([]string)
 
 	wmu  sync.Mutex            // serialises changes
 	view atomic.Pointer[state] // immutable; replaced whole by every change
@@ -112,7 +113,16 @@ type Options struct {
 	Audit Auditor
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Redact, if set, is given every current value (of at least
+	// minRedactBytes) at Open and after every change: the audit log's
+	// redactor (audit.Redactor.SetExtra), so that a value that reaches a
+	// record by some other way is still not written.
+	Redact func(values []string)
 }
+
+// minRedactBytes is the shortest value handed to Options.Redact: a
+// shorter one would redact common words everywhere.
+const minRedactBytes = 8
 
 // Open reads the store in path (FileName in the data directory), a
 // missing file being an empty store. Every record is opened once, so a
@@ -122,7 +132,7 @@ func Open(path string, key *Key, opts Options) (*Store, error) {
 	if key == nil {
 		return nil, fmt.Errorf("%w: none given", ErrKey)
 	}
-	s := &Store{key: key, path: path, log: opts.Audit, now: opts.Now}
+	s := &Store{key: key, path: path, log: opts.Audit, now: opts.Now, redact: opts.Redact}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -158,8 +168,25 @@ func Open(path string, key *Key, opts Options) (*Store, error) {
 			st.api[r.meta.Name] = r
 		}
 	}
-	s.view.Store(st)
+	s.publish(st)
 	return s, nil
+}
+
+// publish makes st the store's contents and tells Options.Redact.
+func (s *Store) publish(st *state) {
+	s.view.Store(st)
+	if s.redact == nil {
+		return
+	}
+	var vals []string
+	for _, m := range []map[string]*record{st.api, st.policy} {
+		for _, r := range m {
+			if v, err := s.value(r); err == nil && len(v) >= minRedactBytes {
+				vals = append(vals, string(v))
+			}
+		}
+	}
+	s.redact(vals)
 }
 
 func readFile(path string) ([]byte, error) {
@@ -279,7 +306,7 @@ func (s *Store) AddPolicy(m Meta, value []byte) error {
 		return err
 	}
 	next.policy[m.Name] = r
-	s.view.Store(next)
+	s.publish(next)
 	return nil
 }
 
@@ -330,7 +357,7 @@ func (s *Store) Set(ctx context.Context, actor string, m Meta, value []byte) (Me
 		_, _ = in.End(context.WithoutCancel(ctx), map[string]any{"error": err.Error()})
 		return Meta{}, err
 	}
-	s.view.Store(next)
+	s.publish(next)
 	if _, err := in.End(context.WithoutCancel(ctx), map[string]any{"version": m.Version}); err != nil {
 		return m, fmt.Errorf("secrets: set, but its result record could not be written: %w", err)
 	}
@@ -367,7 +394,7 @@ func (s *Store) Remove(ctx context.Context, actor, name string) error {
 		_, _ = in.End(context.WithoutCancel(ctx), map[string]any{"error": err.Error()})
 		return err
 	}
-	s.view.Store(next)
+	s.publish(next)
 	if _, err := in.End(context.WithoutCancel(ctx), map[string]any{"removed": true}); err != nil {
 		return fmt.Errorf("secrets: removed, but its result record could not be written: %w", err)
 	}
