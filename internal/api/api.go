@@ -90,6 +90,8 @@ type Config struct {
 	Tools ToolLister
 	// Volumes, if set, serves /v1/volumes (volumes.go).
 	Volumes Volumes
+	// Secrets, if set, serves the operator's /v1/secrets (secrets.go).
+	Secrets Secrets
 	// Ports, if set, issues port URLs and tunnels (ports.go); nil answers
 	// 403 (policy ports.inbound is off).
 	Ports *Ports
@@ -256,6 +258,11 @@ func (s *Server) register() {
 		agent("DELETE /v1/volumes/{name}", s.deleteVolume)
 	}
 	s.processRoutes(agent)
+	if s.cfg.Secrets != nil {
+		oper("PUT /v1/secrets/{name}", s.putSecret)
+		oper("GET /v1/secrets", s.listSecrets)
+		oper("DELETE /v1/secrets/{name}", s.deleteSecret)
+	}
 	oper("GET /v1/audit", s.auditTail)
 	oper("GET /v1/audit/verify", s.auditVerify)
 	oper("GET /v1/audit/export", s.auditExport)

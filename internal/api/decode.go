@@ -96,7 +96,8 @@ func createRequest(b wire.CreateSandboxRequest) (session.CreateRequest, error) {
 	if b.Egress != nil {
 		req.EgressAllow = b.Egress.Allow // checked by the session layer
 	}
-	req.Ports = b.Ports // checked by the session layer
+	req.Ports = b.Ports     // checked by the session layer
+	req.Secrets = b.Secrets // checked by the session layer (package secrets)
 	for _, v := range b.Volumes {
 		req.Volumes = append(req.Volumes, session.VolumeMount(v)) // checked by the volumes
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/secrets"
 	"github.com/ironclaw/ironclaw/internal/session"
 	"github.com/ironclaw/ironclaw/internal/testutil/leakcheck"
 	"github.com/ironclaw/ironclaw/internal/testutil/stack"
@@ -51,6 +52,8 @@ type env struct {
 	client *http.Client
 	reg    *prometheus.Registry
 	logs   *logSink
+	// secrets is the store with envOpts.secrets.
+	secrets *secrets.Store
 }
 
 type logSink struct {
@@ -76,12 +79,20 @@ type envOpts struct {
 	poolSize int
 	// gateway gives the server a real approval gateway on the same store.
 	gateway bool
+	// secrets gives the server and the sessions a real secrets store and
+	// grants (no approvals: grant ask is refused).
+	secrets bool
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	st := stack.New(t, native.Options{PoolSize: o.poolSize})
 	rt, db, log := st.Runtime, st.Store, st.Log
+	var secretStore *secrets.Store
+	if o.secrets {
+		secretStore, o.sess.Secrets = newSecrets(t, log)
+		o.cfg.Secrets = secretStore
+	}
 	var srvp atomic.Pointer[Server]
 	o.sess.OnEnd = func(id, state, reason string) {
 		if s := srvp.Load(); s != nil {
@@ -93,7 +104,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close(context.Background()) })
-	e := &env{t: t, rt: rt, m: m, log: log, reg: prometheus.NewRegistry(), logs: &logSink{}}
+	e := &env{t: t, rt: rt, m: m, log: log, reg: prometheus.NewRegistry(), logs: &logSink{}, secrets: secretStore}
 	cfg := o.cfg
 	cfg.AgentToken, cfg.OperatorToken = agentTok, operTok
 	if cfg.RatePerSecond == 0 {

@@ -40,7 +40,7 @@ func (stubVolumes) Delete(context.Context, string, string, bool) error { return 
 // the role the document names: a route cannot be added, dropped or
 // opened up on one side only.
 func TestRoutesMatchTheDocument(t *testing.T) {
-	e := newEnv(t, envOpts{gateway: true, cfg: Config{Model: stubModel{}, Console: http.NotFoundHandler(), Volumes: stubVolumes{}}})
+	e := newEnv(t, envOpts{gateway: true, secrets: true, cfg: Config{Model: stubModel{}, Console: http.NotFoundHandler(), Volumes: stubVolumes{}}})
 	doc, err := apiDoc()
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestErrorCodesAreWireConstants(t *testing.T) {
 // a member it does not name, on every route that takes it, whatever the
 // member claims to be (an approval's decider, a sandbox's owner).
 func TestHostileUndocumentedMembersAreRefused(t *testing.T) {
-	e := newEnv(t, envOpts{gateway: true, cfg: Config{Volumes: stubVolumes{}}})
+	e := newEnv(t, envOpts{gateway: true, secrets: true, cfg: Config{Volumes: stubVolumes{}}})
 	doc, err := apiDoc()
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestHostileUndocumentedMembersAreRefused(t *testing.T) {
 		if r.Op.Role == "operator" {
 			tok = operTok
 		}
-		path := strings.NewReplacer("{id}", s.ID).Replace(r.Path)
+		path := strings.NewReplacer("{id}", s.ID, "{name}", "a-name").Replace(r.Path)
 		if strings.HasPrefix(r.Path, "/v1/approvals/{id}") {
 			path = strings.Replace(r.Path, "{id}", filed.ID, 1)
 		}

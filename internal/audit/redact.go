@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -109,6 +110,9 @@ func secretSpan(s string, i int) (start, end int) {
 type Redactor struct {
 	patterns *regexp.Regexp
 	exact    *strings.Replacer // nil when there are no exact secrets
+	// extra are exact secrets that change while the daemon runs (the
+	// brokered secrets' values; SetExtra), nil when there are none.
+	extra atomic.Pointer[strings.Replacer]
 }
 
 // NewRedactor returns a Redactor that also removes each of secrets (the
@@ -116,25 +120,39 @@ type Redactor struct {
 // else is taken at its word, so do not pass short common strings.
 func NewRedactor(secrets ...string) *Redactor {
 	r := &Redactor{patterns: regexp.MustCompile(keyPatterns)}
+	r.exact = exactReplacer(secrets)
+	return r
+}
+
+// exactReplacer replaces each non-empty secret with Redacted; nil for none.
+func exactReplacer(secrets []string) *strings.Replacer {
 	var list []string
 	for _, s := range secrets {
 		if s != "" {
 			list = append(list, s)
 		}
 	}
-	if len(list) > 0 {
-		// strings.Replacer tries the old strings in argument order at each
-		// position, so longer secrets go first: a secret that contains
-		// another must be removed whole, not leave its tail behind.
-		slices.SortFunc(list, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-		list = slices.Compact(list)
-		pairs := make([]string, 0, 2*len(list))
-		for _, s := range list {
-			pairs = append(pairs, s, Redacted)
-		}
-		r.exact = strings.NewReplacer(pairs...)
+	if len(list) == 0 {
+		return nil
 	}
-	return r
+	// strings.Replacer tries the old strings in argument order at each
+	// position, so longer secrets go first: a secret that contains
+	// another must be removed whole, not leave its tail behind.
+	slices.SortFunc(list, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	list = slices.Compact(list)
+	pairs := make([]string, 0, 2*len(list))
+	for _, s := range list {
+		pairs = append(pairs, s, Redacted)
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// SetExtra replaces the exact secrets that change while the daemon runs
+// (the brokered secrets' current values), beside those NewRedactor was
+// given. It is safe to call while records are appended; a record
+// canonicalised before the call may not see the new set.
+func (r *Redactor) SetExtra(secrets []string) {
+	r.extra.Store(exactReplacer(secrets))
 }
 
 // RedactString returns s with every exact secret and credential-shaped
@@ -151,7 +169,10 @@ func (r *Redactor) RedactString(s string) string {
 // replaceExact replaces the exact secrets.
 func (r *Redactor) replaceExact(s string) string {
 	if r.exact != nil {
-		return r.exact.Replace(s)
+		s = r.exact.Replace(s)
+	}
+	if x := r.extra.Load(); x != nil {
+		s = x.Replace(s)
 	}
 	return s
 }

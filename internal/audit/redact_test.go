@@ -362,3 +362,22 @@ func TestCanonicalizeFastPath(t *testing.T) {
 		t.Errorf("map[string]string: fast %s slow %s", fast, slow)
 	}
 }
+
+// SetExtra's secrets (the brokered secrets' values, which change while
+// the daemon runs) are redacted beside NewRedactor's, and replaced whole
+// by the next call.
+func TestRedactorSetExtra(t *testing.T) {
+	r := NewRedactor("base-secret-0123456789")
+	in := "a base-secret-0123456789 b dynamic-value-abcdef c"
+	if got := r.RedactString(in); got != "a "+Redacted+" b dynamic-value-abcdef c" {
+		t.Fatalf("before SetExtra: %q", got)
+	}
+	r.SetExtra([]string{"dynamic-value-abcdef", ""})
+	if got := r.RedactString(in); got != "a "+Redacted+" b "+Redacted+" c" {
+		t.Fatalf("after SetExtra: %q", got)
+	}
+	r.SetExtra(nil)
+	if got := r.RedactString(in); got != "a "+Redacted+" b dynamic-value-abcdef c" {
+		t.Fatalf("after SetExtra(nil): %q", got)
+	}
+}

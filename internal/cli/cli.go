@@ -56,7 +56,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fmt.Errorf("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newRunCmd(e), newDoctorCmd(e), newVersionCmd(e), newServeCmd(e), newSandboxCmd(e), newAuditCmd(e), newApprovalsCmd(e), newToolsCmd(e), newVolumeCmd(e), newOperatorCmd(e), newAgentCmd(e), newE2BCmd(e))
+	root.AddCommand(newRunCmd(e), newDoctorCmd(e), newVersionCmd(e), newServeCmd(e), newSandboxCmd(e), newAuditCmd(e), newApprovalsCmd(e), newToolsCmd(e), newVolumeCmd(e), newSecretCmd(e), newOperatorCmd(e), newAgentCmd(e), newE2BCmd(e))
 	root.SetArgs(args)
 	// One context for every command: the first SIGINT, SIGTERM or SIGHUP
 	// cancels it, a second one ends the process.

@@ -72,7 +72,8 @@ when its --image-registry allows the registry.`,
 		Example: `  id=$(ironclaw sandbox create --label team=a --memory 256M --idle 10m)
   ironclaw sandbox create --image ghcr.io/org/app:1
   ironclaw sandbox create --image ./rootfs
-  ironclaw sandbox create --volume notes:/workspace/notes`,
+  ironclaw sandbox create --volume notes:/workspace/notes
+  ironclaw sandbox create --secret github`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			var err error
@@ -105,6 +106,7 @@ when its --image-registry allows the registry.`,
 	f.Var(portsFlag{&req.Ports}, "port", "a loopback TCP port (1024-65535) the sandbox's servers may listen on, reachable inbound with port-url and port-forward when the policy allows (repeatable)")
 	f.StringArrayVar(&vols, "volume", nil, "mount a volume of yours, NAME:/PATH (under /workspace or a new top-level directory; repeatable; see 'ironclaw volume')")
 	f.StringArrayVar(&req.EgressAllow, "allow-host", nil, "host the sandbox may reach through its egress broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
+	f.StringArrayVar(&req.Secrets, "secret", nil, "a brokered secret the sandbox may use: it sees a placeholder, the egress broker puts in the value (repeatable; see 'ironclaw secret')")
 	f.StringVar(&req.Snapshot, "from-snapshot", "", "start /workspace as this snapshot (snap-..., from 'sandbox snapshot')")
 	f.StringVar(&req.Image, "image", "", "root filesystem (default: the host-toolchain view): a local image on the daemon's host (a path: /, . or ~ first, or an existing path) or a registry reference such as ghcr.io/org/app:1")
 	durationVar(f, &req.TTL, "ttl", "", 0, "lifetime (default: the daemon's)")

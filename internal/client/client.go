@@ -353,6 +353,9 @@ type CreateRequest struct {
 	Ports []uint16
 	// Snapshot, if set, starts /workspace as that snapshot (a fork).
 	Snapshot string
+	// Secrets names brokered secrets the sandbox may use (it sees
+	// placeholders; the egress broker puts in the values).
+	Secrets []string
 }
 
 // Wire is r as the API's create body.
@@ -362,7 +365,7 @@ func (r CreateRequest) Wire() (wire.CreateSandboxRequest, error) {
 	if len(r.EgressAllow) > 0 {
 		w.Egress = &wire.EgressAllow{Allow: r.EgressAllow}
 	}
-	w.Volumes, w.Ports = r.Volumes, r.Ports
+	w.Volumes, w.Ports, w.Secrets = r.Volumes, r.Ports, r.Secrets
 	l, err := r.Limits.wire()
 	if err != nil {
 		return w, err

@@ -62,7 +62,7 @@ func newBrokerRig(b *testing.B, allow []string, body []byte) *brokerRig {
 	for i := range allow {
 		allow[i] = strings.ReplaceAll(allow[i], "PORT", port)
 	}
-	eg, err := newEgressAccess(ctx, EgressConfig{Allow: allow, AllowPrivate: []string{"127.0.0.0/8"}, Resolver: anyTestName{}}, st, log, nil)
+	eg, err := newEgressAccess(ctx, EgressConfig{Allow: allow, AllowPrivate: []string{"127.0.0.0/8"}, Resolver: anyTestName{}}, st, log, nil, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -180,6 +180,11 @@ type Config struct {
 	// must lie outside DataDir. AuditCheckpointURL, if set, also receives
 	// every checkpoint as a JSON POST.
 	AuditCheckpointFile, AuditCheckpointURL string
+	// SecretsKeyFile holds the key that seals the brokered secrets at
+	// rest (<data dir>/secrets.json; issue 15). "" means secrets.key
+	// beside AuditKeyFile. It is created (0600) on first start; a file
+	// other users can access, or one inside DataDir, is refused.
+	SecretsKeyFile string
 	// StoreSizeWarn is the database size in bytes past which a warning is
 	// logged (0: defaults.StoreSizeWarn, 1 GiB; negative: none, never).
 	StoreSizeWarn int64
@@ -359,6 +364,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cfg.Egress.Allow = append(slices.Clone(cfg.Egress.Allow), pol.Egress.Allow...)
 	cfg.Egress.AllowPrivate = append(slices.Clone(cfg.Egress.AllowPrivate), pol.Egress.AllowPrivate...)
 	cfg.Egress.DenyUnknown = cfg.Egress.DenyUnknown || pol.Egress.Unknown == policy.UnknownDeny
+	// The policy's secrets are read now: a missing one stops the start,
+	// and the audit log redacts their values wherever they might appear.
+	policyValues, err := policySecretValues(pol, os.Getenv)
+	if err != nil {
+		return err
+	}
 
 	// Everything below is closed in reverse order; the closers run with a
 	// fresh context because ctx is usually already cancelled by then.
@@ -385,8 +396,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// The API tokens and the provider keys are redacted wherever they might
 	// appear in an audit record.
+	redactor := audit.NewRedactor(append(append(secretsOf(os.Getenv), agentTok, operTok), stringsOf(policyValues)...)...)
 	alog, err := audit.New(ctx, st, audit.Options{
-		Redactor:       audit.NewRedactor(append(secretsOf(os.Getenv), agentTok, operTok)...),
+		Redactor:       redactor,
 		Key:            akey,
 		CheckpointFile: cpFile,
 		CheckpointURL:  cfg.AuditCheckpointURL,
@@ -415,15 +427,25 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		model = modelAccess{Proxy: proxy, port: port}
 		poolPorts = []uint16{port}
 	}
+	asker := &secretAsker{}
+	secretStore, grants, err := openSecrets(cfg, dir, pol, policyValues, alog, redactor, asker, logf)
+	if err != nil {
+		return err
+	}
+	if cfg.Egress.Secrets == nil {
+		cfg.Egress.Secrets = grants // the broker swaps what the grants allow
+	}
 	var eg session.EgressAccess
 	var egAccess *egressAccess
+	var trustDir string      // the sandboxes' trust files (sandbox.TrustDir)
 	if cfg.Egress.Port > 0 { // negative: none
-		e, err := newEgressAccess(ctx, cfg.Egress, st, alog, logf)
+		e, err := newEgressAccess(ctx, cfg.Egress, st, alog, logf, dir)
 		if err != nil {
 			return err
 		}
 		eg, egAccess = e, e
 		poolPorts = append(poolPorts, e.Port())
+		trustDir = e.trustDir
 	}
 	// Opened before the runtime, so closed after it: no sandbox holds a
 	// volume when its filesystem is unmounted.
@@ -443,7 +465,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		closers = append(closers, func(c context.Context) error { return vols.m.Close(c) })
 		sessionVolumes, apiVolumes = vols, vols
 	}
-	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, Logf: logf, Exe: cfg.InitExe})
+	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, PoolTrust: trustDir, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
 	}
@@ -484,7 +506,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		SnapshotDir:  filepath.Join(dir, "snapshots"),
 		Quotas: session.Quotas{SandboxesPerPrincipal: lim.PerAgent.Sandboxes, ExecsPerPrincipal: lim.PerAgent.Execs,
 			ExecsPerSandbox: lim.PerSandbox.Execs},
-		Gate: pol.Exec.Gate,
+		Gate:    pol.Exec.Gate,
+		Trust:   trustDir,
+		Secrets: sessionSecrets(egAccess, grants),
 	})
 	if err != nil {
 		return err
@@ -502,7 +526,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The gateway: approved requests act through the session manager,
 	// and the egress brokers ask it about unknown hosts.
 	toolReg := tools.New(st)
-	acts := &actions{mgr: mgr, eg: egAccess, tools: toolReg, log: alog, logf: logf}
+	acts := &actions{mgr: mgr, eg: egAccess, tools: toolReg, secrets: grants, log: alog, logf: logf}
 	gopts := gateway.Options{Store: st, Audit: alog, Timeout: time.Duration(pol.Approvals.Timeout),
 		MaxPending: pol.Approvals.MaxPending, MaxPendingPerPrincipal: pol.Approvals.MaxPendingPerPrincipal,
 		MaxPendingTotal: pol.Approvals.MaxPendingTotal, Actions: acts.table(), Logf: logf,
@@ -540,6 +564,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		egAccess.gw.Store(gw)
 		covers = egAccess.Covers
 	}
+	asker.gw.Store(gw)
 	var ui http.Handler
 	if !cfg.DisableConsole {
 		ui = console.Handler()
@@ -577,6 +602,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		RateBuckets:          cfg.RateBuckets,
 		Logf:                 logf,
 		Model:                proxy,
+		Secrets:              secretStore,
 	}, mgr, alog, reg)
 	if err != nil {
 		return err

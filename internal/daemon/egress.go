@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -66,6 +67,15 @@ type EgressConfig struct {
 	// KiB; negative: none); Idle, the wait for one read (0:
 	// defaults.InsideBodyIdle, 1m; negative: none).
 	Body netlimit.BodyLimits
+	// TrustCA are PEM files of CA certificates the broker trusts, beside
+	// the system's roots, when it verifies the hosts whose TLS it
+	// terminates (serve --egress-trust-ca; tests' own upstream CA).
+	TrustCA []string
+	// Secrets, if set, brokers credentials: the broker terminates TLS for
+	// the hosts it names and swaps placeholders for values (see package
+	// egress). The daemon's secrets store; tests may give a fake.
+	Secrets egress.Secrets
+
 	// DenyWindow is the window in which repeated refusals are aggregated
 	// into one summary record (0: defaults.EgressDenyWindow, 1m;
 	// negative: none, every refusal recorded in full).
@@ -101,9 +111,16 @@ type egressAccess struct {
 	logf    func(string, ...any)
 	gw      atomic.Pointer[gateway.Gateway] // set once the gateway exists
 	bounds  egress.Config                   // the bounds every broker gets
+	// ca signs the leaves of intercepted hosts; roots verify those
+	// hosts; trustDir is the host directory every sandbox sees at
+	// sandbox.TrustDir (trust.go).
+	ca       *egress.CA
+	roots    *x509.CertPool
+	trustDir string
+	secrets  egress.Secrets
 }
 
-func newEgressAccess(ctx context.Context, ec EgressConfig, st *store.Store, log *audit.Log, logf func(string, ...any)) (*egressAccess, error) {
+func newEgressAccess(ctx context.Context, ec EgressConfig, st *store.Store, log *audit.Log, logf func(string, ...any), dataDir string) (*egressAccess, error) {
 	port := ec.Port
 	if port == 0 { // a zero EgressConfig, not through Config.withDefaults
 		port = defaults.EgressPort
@@ -115,6 +132,14 @@ func newEgressAccess(ctx context.Context, ec EgressConfig, st *store.Store, log 
 	}
 	e.bounds = egress.Config{MaxActive: ec.MaxConns, Total: netlimit.NewBudget(total), MaxWaiting: ec.MaxWaiting,
 		MaxWaitingPerHost: ec.MaxWaitingPerHost, IdleTimeout: ec.TunnelIdle, Body: ec.Body, DenyWindow: ec.DenyWindow}
+	var err error
+	if e.ca, e.trustDir, err = egressTrust(dataDir, logf); err != nil {
+		return nil, err
+	}
+	if e.roots, err = egress.UpstreamRoots(ec.TrustCA...); err != nil {
+		return nil, err
+	}
+	e.secrets = ec.Secrets
 	if err := e.Check(ec.Allow); err != nil {
 		return nil, fmt.Errorf("egress allowlist: %w", err)
 	}
@@ -192,6 +217,7 @@ func (e *egressAccess) Broker(sess string, allow []string) (session.EgressBroker
 	cfg := e.bounds
 	cfg.Session, cfg.Allow, cfg.Shared, cfg.Unknown = sess, list, e.shared, unknown
 	cfg.AllowPrivate, cfg.Resolver, cfg.Log, cfg.Logf = e.private, e.resolve, e.log, e.logf
+	cfg.CA, cfg.UpstreamRoots, cfg.Secrets = e.ca, e.roots, e.secrets
 	b, err := egress.New(cfg)
 	if err != nil {
 		return nil, err

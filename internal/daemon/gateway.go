@@ -11,6 +11,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/gateway/kinds"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/secrets"
 	"github.com/ironclaw/ironclaw/internal/session"
 	"github.com/ironclaw/ironclaw/internal/tools"
 )
@@ -36,9 +37,11 @@ type actions struct {
 	mgr   *session.Manager
 	eg    *egressAccess // nil without a broker
 	tools *tools.Registry
-	log   *audit.Log
-	logf  func(string, ...any)
-	wg    sync.WaitGroup // spawned agents' commands
+	// secrets carries out secret.use approvals; nil without secrets
+	secrets *secrets.Grants
+	log     *audit.Log
+	logf    func(string, ...any)
+	wg      sync.WaitGroup // spawned agents' commands
 }
 
 func (x *actions) table() map[string]gateway.Action {
@@ -51,6 +54,9 @@ func (x *actions) table() map[string]gateway.Action {
 	}
 	if x.tools != nil {
 		env.Tools = x.tools
+	}
+	if x.secrets != nil {
+		env.Secrets = x.secrets
 	}
 	return gateway.Actions(env)
 }

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +96,32 @@ type Config struct {
 	// records every refusal in full.
 	DenyWindow  time.Duration
 	MaxDenyKeys int
+
+	// Secrets, if set, brokers credentials (see the package doc): the
+	// broker terminates TLS for the hosts it names, with CA, swaps the
+	// sandbox's placeholders for the real values in request headers and
+	// refuses placeholders sent anywhere else. Nil: no interception, every
+	// CONNECT is passed through.
+	Secrets Secrets
+	// CA signs the leaf certificates of intercepted hosts; required with
+	// Secrets.
+	CA *CA
+	// UpstreamRoots verifies intercepted hosts' own certificates; nil is
+	// the system's roots (see UpstreamRoots for adding more).
+	UpstreamRoots *x509.CertPool
+	// HandshakeTimeout bounds each TLS handshake of an intercepted
+	// connection, the client's with the broker and the broker's with the
+	// upstream; 0 => DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// MaxRequests bounds this sandbox's requests in flight inside
+	// intercepted connections (beyond: 429); 0 => DefaultMaxRequests.
+	MaxRequests int
+	// MaxStreams bounds the concurrent HTTP/2 streams of one intercepted
+	// connection; 0 => DefaultMaxStreams.
+	MaxStreams int
+	// MaxHeaderBytes bounds one intercepted request's head; 0 =>
+	// DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
 }
 
 // Broker is the egress proxy for one sandbox. It is an http.Handler.
@@ -105,19 +132,25 @@ type Broker struct {
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
+	// itransport and iproxy carry intercepted requests upstream over TLS.
+	itransport *http.Transport
+	iproxy     *httputil.ReverseProxy
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
-	active  atomic.Int64 // tunnels and requests in flight
-	denials denials
+	misuses  denials      // secret.misuse records, aggregated like refusals
+	active   atomic.Int64 // tunnels and requests in flight
+	requests atomic.Int64 // requests in flight inside intercepted connections
+	denials  denials
 
-	mu        sync.Mutex
-	closed    bool
-	tunnels   map[*tunnel]struct{}
-	waiting   int            // requests waiting for Unknown
-	waitingOn map[string]int // host:port -> requests waiting for its decision
-	wg        sync.WaitGroup // tunnels, summary writes
+	mu         sync.Mutex
+	closed     bool
+	tunnels    map[*tunnel]struct{}
+	intercepts map[*intercepted]struct{}
+	waiting    int            // requests waiting for Unknown
+	waitingOn  map[string]int // host:port -> requests waiting for its decision
+	wg         sync.WaitGroup // tunnels, summary writes
 }
 
 // New checks cfg and returns a Broker.
@@ -127,7 +160,7 @@ func New(cfg Config) (*Broker, error) {
 			return nil, errors.New("egress: invalid AllowPrivate prefix")
 		}
 	}
-	b := &Broker{cfg: cfg, allow: cfg.Allow, resolver: cfg.Resolver, dial: cfg.Dial, tunnels: map[*tunnel]struct{}{}, waitingOn: map[string]int{}}
+	b := &Broker{cfg: cfg, allow: cfg.Allow, resolver: cfg.Resolver, dial: cfg.Dial, tunnels: map[*tunnel]struct{}{}, intercepts: map[*intercepted]struct{}{}, waitingOn: map[string]int{}}
 	if b.allow == nil {
 		b.allow = &Allowlist{}
 	}
@@ -167,7 +200,23 @@ func New(cfg Config) (*Broker, error) {
 	if b.cfg.MaxDenyKeys <= 0 {
 		b.cfg.MaxDenyKeys = DefaultMaxDenyKeys
 	}
+	if cfg.Secrets != nil && cfg.CA == nil {
+		return nil, errors.New("egress: Secrets needs a CA")
+	}
+	if b.cfg.HandshakeTimeout <= 0 {
+		b.cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if b.cfg.MaxRequests <= 0 {
+		b.cfg.MaxRequests = DefaultMaxRequests
+	}
+	if b.cfg.MaxStreams <= 0 {
+		b.cfg.MaxStreams = DefaultMaxStreams
+	}
+	if b.cfg.MaxHeaderBytes <= 0 {
+		b.cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
 	b.denials = denials{b: b, window: b.cfg.DenyWindow, maxKeys: b.cfg.MaxDenyKeys}
+	b.misuses = denials{b: b, kind: KindSecretMisuse, window: b.cfg.DenyWindow, maxKeys: b.cfg.MaxDenyKeys}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.transport = &http.Transport{
 		Proxy:                  nil, // never chain to the daemon's own proxy settings
@@ -180,10 +229,29 @@ func New(cfg Config) (*Broker, error) {
 		MaxResponseHeaderBytes: 1 << 20,
 	}
 	b.proxy = &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     b.transport,
-		FlushInterval: -1, // stream
-		ErrorHandler:  b.proxyError,
+		Rewrite:        rewrite,
+		Transport:      b.transport,
+		FlushInterval:  -1, // stream
+		ErrorHandler:   b.proxyError,
+		ModifyResponse: scrubResponse,
+	}
+	b.itransport = &http.Transport{
+		Proxy:                  nil,
+		DialTLSContext:         b.dialTLSFromContext,
+		ForceAttemptHTTP2:      true,
+		DisableCompression:     true,
+		MaxIdleConns:           16,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+	b.iproxy = &httputil.ReverseProxy{
+		Rewrite:        irewrite,
+		Transport:      b.itransport,
+		FlushInterval:  -1,
+		ErrorHandler:   b.iproxyError,
+		ModifyResponse: scrubResponse,
 	}
 	return b, nil
 }
@@ -206,11 +274,20 @@ func (b *Broker) Close() error {
 	}
 	b.mu.Unlock()
 	b.cancel()
+	ics := make([]*intercepted, 0, len(b.intercepts))
+	for ic := range b.intercepts {
+		ics = append(ics, ic)
+	}
 	for _, t := range ts {
 		t.close()
 	}
+	for _, ic := range ics {
+		ic.srv.Close()
+	}
 	b.transport.CloseIdleConnections()
+	b.itransport.CloseIdleConnections()
 	b.denials.flush(true)
+	b.misuses.flush(true)
 	b.wg.Wait()
 	return nil
 }
@@ -236,6 +313,8 @@ type attempt struct {
 	// intent is the connection's audit record, durable before the dial;
 	// record ends it.
 	intent *audit.Intent
+	// intercepted: the broker terminated the CONNECT's TLS (secrets).
+	intercepted bool
 }
 
 func (b *Broker) record(kind string, a *attempt) {
@@ -258,6 +337,9 @@ func (b *Broker) record(kind string, a *attempt) {
 	}
 	if a.err != "" {
 		data["error"] = a.err
+	}
+	if a.intercepted {
+		data["intercepted"] = true
 	}
 	if kind == audit.KindEgressAllow {
 		data["duration_ms"] = time.Since(a.start).Milliseconds()
@@ -549,9 +631,20 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, a *attempt
 		return
 	}
 	defer b.leave()
+	intercept := b.cfg.Secrets != nil && b.cfg.Secrets.Intercept(b.cfg.Session, host, port)
+	if !intercept {
+		if !b.checkPlain(w, r, host, port) {
+			return
+		}
+	}
 	addrs, f := b.admitAndBegin(r.Context(), a, isIP)
 	if f != nil {
 		b.refuse(w, a, f)
+		return
+	}
+	if intercept {
+		a.intercepted = true
+		b.serveIntercept(w, r, a, addrs)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -692,10 +785,14 @@ func closeWrite(c net.Conn) bool {
 type ctxKey struct{}
 
 type dialPlan struct {
-	addrs []netip.Addr
-	port  int
-	a     *attempt
-	body  *netlimit.Body // nil without a body
+	addrs  []netip.Addr
+	port   int
+	a      *attempt
+	body   *netlimit.Body   // nil without a body
+	host   string           // intercepted: the TLS server name to verify
+	h1only bool             // intercepted: offer only HTTP/1.1 (upgrades)
+	scrub  []scrubPair      // what the response is scrubbed of (scrub.go)
+	scan   *placeholderScan // plain HTTP: the body's look-out (nil: none)
 }
 
 // dialFromContext is the forwarding Transport's dialer: it dials only the
@@ -729,6 +826,10 @@ func (b *Broker) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if p != nil {
 		p.a.proxyFail.Store(&err)
+	}
+	if p != nil && p.scan != nil && p.scan.hit.Load() {
+		b.misuse(w, p.a.host, p.port, r.Method, r.URL.Path, "body", nil)
+		return
 	}
 	if errors.Is(err, netlimit.ErrSlowBody) {
 		// Before the context check: the failed read cancelled the request.
@@ -803,6 +904,10 @@ func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) 
 	// Before anything wraps the body, and before admit: a refusal leaves
 	// the body unread, and the server's discarding of it is bounded too.
 	guarded := netlimit.LimitBody(w, r, b.cfg.Body)
+	// Placeholders never travel in cleartext (see checkPlain).
+	if !b.checkPlain(w, r, host, port) {
+		return
+	}
 	addrs, f := b.admitAndBegin(r.Context(), a, isIP)
 	if f != nil {
 		b.refuse(w, a, f)
@@ -814,8 +919,14 @@ func (b *Broker) servePlain(w http.ResponseWriter, r *http.Request, a *attempt) 
 	stop := context.AfterFunc(b.ctx, cancel)
 	defer stop()
 	out := r.WithContext(ctx)
+	var scan *placeholderScan
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = countBody{r.Body, &a.up}
+		if b.cfg.Secrets != nil {
+			scan = &placeholderScan{ReadCloser: out.Body, b: b}
+			out.Body = scan
+			plan.scan = scan
+		}
 	}
 	sw := &statusWriter{ResponseWriter: w, a: a}
 	b.proxy.ServeHTTP(sw, out)

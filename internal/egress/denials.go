@@ -34,6 +34,7 @@ type denyKey struct {
 // closes window later (or at close), when its summaries are written.
 type denials struct {
 	b       *Broker
+	kind    string        // of the records; "" is audit.KindEgressDeny
 	window  time.Duration // <= 0: every refusal recorded in full
 	maxKeys int
 
@@ -116,7 +117,11 @@ func (d *denials) flush(final bool) {
 func (d *denials) write(data map[string]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e := audit.Entry{Session: d.b.cfg.Session, Actor: Actor, Kind: audit.KindEgressDeny, Data: data}
+	kind := d.kind
+	if kind == "" {
+		kind = audit.KindEgressDeny
+	}
+	e := audit.Entry{Session: d.b.cfg.Session, Actor: Actor, Kind: kind, Data: data}
 	if _, err := d.b.cfg.Log.Append(ctx, e); err != nil {
 		d.b.logf("egress: audit summary of refusals: %v", err)
 	}

@@ -89,11 +89,82 @@
 // "allowlist" or "approved" for admitted requests and a short code for
 // denials (bad_request, not_proxy_request, not_allowlisted, literal_ip,
 // unknown_denied, unknown_error, canceled, resolve_failed,
-// private_address, too_many_connections, broker_busy, too_many_waiting).
+// private_address, too_many_connections, broker_busy, too_many_waiting;
+// inside intercepted connections sni_mismatch, host_mismatch,
+// secret_denied, secret_error, upstream_untrusted, too_many_requests). The
+// egress.allow record of an intercepted CONNECT has intercepted: true.
 // An admitted request whose dial fails is recorded as egress.allow with an
 // error, since policy allowed it, as is a tunnel closed for idleness. Allow
 // records are written when the connection or response ends, one each: they
 // are actions, and their number is bounded by the caps above.
+//
+// # Brokered credentials
+//
+// With Config.Secrets set (the daemon's secrets store), a sandbox holds
+// only placeholders ("ironclaw-secret-NAME-<32 hex>") for the credentials
+// granted to it, and the broker puts the real values in on the way out,
+// for the hosts each secret names only:
+//
+//   - A CONNECT to a host:port for which Secrets.Intercept is true is
+//     admitted as any other, then answered 200 and its TLS terminated by
+//     the broker with a leaf certificate for the CONNECT host signed by
+//     the daemon's CA (CA: ECDSA P-256, made once in the data dir, key
+//     0600, which every sandbox trusts; see below). ALPN offers h2 and
+//     http/1.1. The client's TLS server name must be the CONNECT host (or
+//     absent): otherwise the handshake fails and egress.deny records
+//     sni_mismatch. Every request's Host (HTTP/2 :authority) must name
+//     the CONNECT host, and its port if it gives one: otherwise 421 and
+//     host_mismatch. So a sandbox cannot have a secret swapped under one
+//     name and sent to another.
+//   - For each request: a placeholder in the URL (path or query) is
+//     refused (403, secret.misuse); Secrets.Swap replaces the sandbox's
+//     placeholders in every header value and inside Basic credentials. A
+//     placeholder of a secret not for this host is refused (403,
+//     secret.misuse); a denied grant 403 (egress.deny secret_denied); a
+//     pending one holds the request until decided. Proxy-Authorization
+//     is dropped, request trailers too (they would pass unchecked), and
+//     a header still holding a placeholder after the swap is refused.
+//     Then one secret.inject record (names of the secrets, host, port,
+//     method, path; never a value, never the query) is durable before
+//     the request is forwarded.
+//   - The request goes to the upstream over TLS that verifies it (the
+//     system's roots and serve --egress-trust-ca, Config.UpstreamRoots)
+//     for the CONNECT host, dialled only at the addresses admission
+//     checked. An upstream whose certificate does not verify gets
+//     nothing: 502 and egress.deny upstream_untrusted. Bodies stream both
+//     ways; HTTP/2 on either side is independent of the other; a
+//     WebSocket (or any Upgrade) is carried over HTTP/1.1 upstream.
+//   - The response of a request that got a secret is scrubbed: every
+//     value the swap put in (the whole header value, the part that
+//     changed, and its Basic-decoded forms) is turned back into the
+//     placeholder in the response's headers and streamed body (the
+//     request goes with Accept-Encoding removed so that the body is
+//     identity; Content-Length is dropped). An echo of the request never
+//     carries a value into the sandbox. Frames after an Upgrade are not
+//     scrubbed.
+//   - A placeholder never travels in cleartext: a plain-HTTP request
+//     carrying one is refused (403, secret.misuse, where plain_http) even
+//     to a host the secret names, and so is a CONNECT whose target or
+//     headers carry one. To hosts without secrets CONNECT is passed
+//     through unchanged: what the sandbox sends inside that TLS the broker
+//     cannot see, but a placeholder there is worthless. A plain-HTTP
+//     request body to any host is read with a look-out for placeholders
+//     (across reads): one ends the request, 403, secret.misuse (where
+//     body).
+//   - secret.misuse records (host, port, method, path, where: url,
+//     headers, body, plain_http) are aggregated as refusals are (below),
+//     keyed by (host, port, where): a misuse loop writes at most
+//     2*MaxDenyKeys+1 of them a window.
+//
+// The sandbox's trust: every sandbox gets (sandbox.Spec.Trust, set by the
+// daemon) the read-only directory sandbox.TrustDir (/.ironclaw-ca) holding
+// the host's system CA bundle followed by the daemon's CA
+// (ca-certificates.crt) and the CA alone (ironclaw-egress-ca.crt), the
+// host-toolchain view links /etc/ssl/certs/ca-certificates.crt to the
+// bundle, and every exec gets SSL_CERT_FILE, CURL_CA_BUNDLE,
+// GIT_SSL_CAINFO, REQUESTS_CA_BUNDLE (the bundle) and NODE_EXTRA_CA_CERTS
+// (the CA alone; Node adds it to its own roots), plus NODE_USE_ENV_PROXY=1
+// so that Node's fetch uses the broker.
 //
 // Denials are recorded before the response is written, but repeated ones
 // are aggregated so that a refusal loop cannot grow the log: within a

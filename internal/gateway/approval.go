@@ -17,6 +17,7 @@ const (
 	KindAgentSpawn   = kinds.KindAgentSpawn
 	KindExecCommand  = kinds.KindExecCommand
 	KindToolCall     = kinds.KindToolCall
+	KindSecretUse    = kinds.KindSecretUse
 )
 
 // Kinds lists every kind the gateway accepts.

@@ -118,13 +118,17 @@ var rules = []rule{
 		why: "volumes sit on the store and hand out sandbox mounts; the session and the API reach them through interfaces they declare",
 	},
 	{
+		pkgs: []string{"internal/secrets"}, only: join(vocabulary, []string{"internal/audit", "internal/egress"}),
+		why: "the brokered secrets sit on the audit log and the broker's rule syntax; the session, the gateway and the broker reach them through interfaces they declare",
+	},
+	{
 		pkgs: []string{"internal/session"},
 		only: join(vocabulary, []string{"internal/sandbox", "internal/store", "internal/audit", "internal/netlimit"}),
 		why:  "api -> session -> sandbox: session calls only down, and reaches the egress broker, model proxy and gateway through interfaces it declares",
 	},
 	{
 		pkgs: []string{"internal/session", "internal/gateway/...", "internal/modelproxy/...", "internal/egress", "internal/audit",
-			"internal/store", "internal/tools", "internal/policy", "internal/netlimit", "internal/image", "internal/volume"},
+			"internal/store", "internal/tools", "internal/policy", "internal/netlimit", "internal/image", "internal/volume", "internal/secrets"},
 		never: []string{"internal/api/...", "internal/daemon", "internal/cli", "internal/client"}, tests: true,
 		why: "only the API speaks HTTP to callers and only the daemon wires the services: nothing below them imports either",
 	},
@@ -133,7 +137,7 @@ var rules = []rule{
 		why: "the Go client carries nothing of the daemon: the wire types and package sandbox's JSON forms",
 	},
 	{
-		pkgs: []string{"internal/cli"}, never: []string{"internal/api", "internal/session", "internal/gateway/...", "internal/modelproxy/...", "internal/egress", "internal/policy"},
+		pkgs: []string{"internal/cli"}, never: []string{"internal/api", "internal/session", "internal/gateway/...", "internal/modelproxy/...", "internal/egress", "internal/policy", "internal/secrets"},
 		why: "the CLI reaches a daemon only over HTTP (internal/client); it imports the daemon only to be `serve` and a runtime only for `run` and `doctor`",
 	},
 

@@ -24,6 +24,8 @@
 //	  overcommit: {memory: 1, cpus: 16, pids: 1}
 //	  per_agent: {sandboxes: 50, execs: 64}
 //	  per_sandbox: {execs: 32}
+//	secrets:                  # brokered credentials; see Secret
+//	  - {name: github, hosts: [api.github.com], value_env: GITHUB_TOKEN, grant: ask}
 //
 // Unknown keys are errors, so a typo cannot silently weaken the policy.
 package policy
@@ -60,6 +62,7 @@ type Policy struct {
 	Exec      Exec      `yaml:"exec"`
 	Limits    Limits    `yaml:"limits"`
 	Ports     Ports     `yaml:"ports"`
+	Secrets   []Secret  `yaml:"secrets"` // secrets.go
 }
 
 // Egress is the egress section.
@@ -174,6 +177,9 @@ func (p *Policy) validate() error {
 		return err
 	}
 	if err := p.Ports.validate(); err != nil {
+		return err
+	}
+	if err := validateSecrets(p.Secrets); err != nil {
 		return err
 	}
 	return p.Exec.validate()

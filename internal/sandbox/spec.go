@@ -24,6 +24,31 @@ const (
 	TmpDir       = "/tmp"
 )
 
+// The trust inside every sandbox given Spec.Trust: TrustDir holds
+// TrustBundle (the host's system CA bundle and the daemon's egress CA) and
+// TrustCA (the daemon's egress CA alone), read-only. The host-toolchain
+// view also links /etc/ssl/certs/ca-certificates.crt to TrustBundle.
+const (
+	TrustDir    = "/.ironclaw-ca"
+	TrustBundle = TrustDir + "/ca-certificates.crt"
+	TrustCA     = TrustDir + "/ironclaw-egress-ca.crt"
+	// SystemBundle is where Debian-like systems keep theirs; the
+	// host-toolchain view's is a link to TrustBundle.
+	SystemBundle = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// TrustEnv points every common TLS client inside at the trust files:
+// OpenSSL (curl, git, python's ssl, Go's crypto/x509), curl, git,
+// python requests, and Node (which adds NODE_EXTRA_CA_CERTS to its own
+// roots).
+var TrustEnv = []string{
+	"SSL_CERT_FILE=" + TrustBundle,
+	"CURL_CA_BUNDLE=" + TrustBundle,
+	"GIT_SSL_CAINFO=" + TrustBundle,
+	"REQUESTS_CA_BUNDLE=" + TrustBundle,
+	"NODE_EXTRA_CA_CERTS=" + TrustCA,
+}
+
 // Spec describes one sandbox. The zero value plus DefaultLimits is a valid,
 // fully sealed sandbox over the host-toolchain root. A Spec is plain data: it
 // is validated by Validate and never mutated by a backend.
@@ -55,7 +80,18 @@ type Spec struct {
 	// the root that reaches one is masked by a stub (package gate). The
 	// daemon sets it from the policy's exec.gate.
 	Gate []string `json:"gate,omitempty"`
+	// Trust, when set, is a host directory holding the files of TrustDir
+	// (the daemon sets it when it runs the egress broker): at most
+	// MaxTrustFiles regular files of at most MaxTrustFileBytes each, which
+	// every backend shows read-only at TrustDir.
+	Trust string `json:"trust,omitempty"`
 }
+
+// Bounds of Spec.Trust.
+const (
+	MaxTrustFiles     = 8
+	MaxTrustFileBytes = 4 << 20
+)
 
 // RootKind names a kind of root filesystem.
 type RootKind string
@@ -246,7 +282,7 @@ func validHostname(h string) bool {
 }
 
 var (
-	reservedTop = map[string]bool{"/": true, "/proc": true, "/dev": true, "/etc": true, "/sys": true, "/workspace": true, "/tmp": true, "/usr": true, "/bin": true, "/sbin": true, "/lib": true, "/lib64": true, "/lib32": true, "/libx32": true}
+	reservedTop = map[string]bool{"/": true, "/proc": true, "/dev": true, "/etc": true, "/sys": true, "/workspace": true, "/tmp": true, "/usr": true, "/bin": true, "/sbin": true, "/lib": true, "/lib64": true, "/lib32": true, "/libx32": true, TrustDir: true}
 )
 
 // Validate checks a Spec (after WithDefaults) and returns an error wrapping
@@ -280,6 +316,9 @@ func (s Spec) Validate() error {
 	}
 	if s.Workspace != "" && !path.IsAbs(s.Workspace) {
 		return bad("workspace %q must be an absolute host path", s.Workspace)
+	}
+	if s.Trust != "" && !path.IsAbs(s.Trust) {
+		return bad("trust %q must be an absolute host path", s.Trust)
 	}
 	if len(s.Mounts) > MaxMounts {
 		return bad("%d mounts is more than the %d allowed", len(s.Mounts), MaxMounts)

@@ -82,6 +82,11 @@ type Options struct {
 	// Egress, if set, gives every sandbox an egress broker on its own
 	// loopback (HTTP_PROXY/HTTPS_PROXY), admitting only its allowlist.
 	Egress EgressAccess
+	// Trust, if set, is the host directory of the trust files every
+	// sandbox sees read-only at sandbox.TrustDir (Spec.Trust: the system's
+	// CA bundle and the egress broker's CA); every exec then gets
+	// sandbox.TrustEnv.
+	Trust string
 	// Inside bounds the servers on every sandbox's loopback (connections
 	// per sandbox, timeouts; see package netlimit); zero takes the defaults.
 	Inside netlimit.Config
@@ -110,6 +115,22 @@ type Options struct {
 	// Processes bound every sandbox's background processes (processes.go);
 	// zero fields take the defaults.
 	Processes ProcessLimits
+	// Secrets, if set, grants CreateRequest.Secrets (brokered credentials,
+	// issue 15); without it a create that asks for secrets is refused.
+	Secrets SecretsAccess
+}
+
+// SecretsAccess is what the session layer needs of the brokered secrets
+// (package secrets' Grants).
+type SecretsAccess interface {
+	// Check validates the secrets a create asks for before anything is
+	// made.
+	Check(names []string) error
+	// Attach grants them to the sandbox (or files their approvals) and
+	// returns the environment (ENV=placeholder) its every command gets.
+	Attach(ctx context.Context, sandbox, principal string, names []string) (env []string, err error)
+	// Detach drops the sandbox's grants: it ended.
+	Detach(sandbox string)
 }
 
 // ImageResolver turns an image reference into a root, under the operator's
@@ -147,8 +168,10 @@ type limitUpdater interface {
 // direct: the model proxy lives there.
 func egressEnv(port uint16) []string {
 	p := fmt.Sprintf("http://127.0.0.1:%d", port)
+	// NODE_USE_ENV_PROXY: Node (22.21 and later) routes fetch and https
+	// through these only when asked to.
 	return []string{"HTTP_PROXY=" + p, "HTTPS_PROXY=" + p, "http_proxy=" + p, "https_proxy=" + p,
-		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost"}
+		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost", "NODE_USE_ENV_PROXY=1"}
 }
 
 // ModelAccess is what the session layer needs of the model proxy.
@@ -197,6 +220,10 @@ type CreateRequest struct {
 	// Snapshot, if set, fills the new sandbox's /workspace from that
 	// snapshot (a fork); the caller checks it may use it.
 	Snapshot string
+	// Secrets names brokered secrets the sandbox may use through the
+	// egress broker (it sees placeholders only); they need
+	// Options.Secrets.
+	Secrets []string
 }
 
 // VolumeMount asks for a named volume at a path inside the sandbox.
@@ -413,6 +440,14 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	case len(req.EgressAllow) > 0:
 		return Info{}, fmt.Errorf("%w: egress: this daemon runs no egress broker", sandbox.ErrInvalidSpec)
 	}
+	if len(req.Secrets) > 0 {
+		if m.opts.Secrets == nil {
+			return Info{}, fmt.Errorf("%w: secrets: this daemon brokers no secrets (it needs an egress broker)", sandbox.ErrInvalidSpec)
+		}
+		if err := m.opts.Secrets.Check(req.Secrets); err != nil {
+			return Info{}, err
+		}
+	}
 	if req.Image != "" {
 		if m.opts.Images == nil {
 			return Info{}, fmt.Errorf("%w: this daemon serves no images", sandbox.ErrInvalidSpec)
@@ -482,6 +517,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	}
 	req.Spec.Network.LoopbackTCP = append(slices.Clone(req.Spec.Network.LoopbackTCP), req.Ports...)
 	req.Spec.Gate = slices.Clone(m.opts.Gate)
+	req.Spec.Trust = m.opts.Trust
 	req.Spec.Network.ExposedTCP = slices.Clone(req.Spec.Network.ExposedTCP)
 	if m.opts.Model != nil {
 		req.Spec.Network.ExposedTCP = append(req.Spec.Network.ExposedTCP, m.opts.Model.Port())
@@ -515,6 +551,9 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		}
 		undo = append(undo, func(context.Context) { _ = egressSrv.Close(); _ = broker.Close() })
 		extraEnv = append(extraEnv, egressEnv(m.opts.Egress.Port())...)
+	}
+	if m.opts.Trust != "" {
+		extraEnv = append(extraEnv, sandbox.TrustEnv...)
 	}
 	now := m.opts.Now()
 	ttl, idle := req.TTL, req.Idle
@@ -557,6 +596,9 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if snap != nil {
 		created["snapshot"] = snap.info.ID
 	}
+	if len(req.Secrets) > 0 {
+		created["secrets"] = req.Secrets // names; values never reach a sandbox or a record
+	}
 	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}); err != nil {
 		return Info{}, fmt.Errorf("session: audit: %w", err)
 	}
@@ -567,6 +609,15 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		if err != nil {
 			return Info{}, err
 		}
+	}
+	if len(req.Secrets) > 0 {
+		// After the sandbox is on record: the approvals filed name it.
+		undo = append(undo, func(context.Context) { m.opts.Secrets.Detach(info.ID) })
+		senv, err := m.opts.Secrets.Attach(ctx, info.ID, actor, req.Secrets)
+		if err != nil {
+			return Info{}, err
+		}
+		extraEnv = append(extraEnv, senv...)
 	}
 	if volumeHolder != "" {
 		// Before the sandbox is live, so that its end (watch, finish)
@@ -1062,6 +1113,9 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	}
 	if m.opts.Model != nil {
 		m.opts.Model.Revoke(id)
+	}
+	if m.opts.Secrets != nil {
+		m.opts.Secrets.Detach(id)
 	}
 	if e.serving != nil {
 		_ = e.serving.Close()

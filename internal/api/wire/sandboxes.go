@@ -26,7 +26,8 @@ type Sandbox struct {
 // CreatedSandbox is the answer to POST /v1/sandboxes: the sandbox, plus
 // the sandbox.widen request filed for what the create asked beyond the
 // operator's ceilings and allowlist (ApprovalError says why none could be
-// filed; the sandbox exists either way).
+// filed; the sandbox exists either way), and the secret.use requests filed
+// for the secrets it asked for whose grant is "ask".
 type CreatedSandbox struct {
 	Sandbox
 	Approvals     []Approval `json:"approvals,omitempty"`
@@ -66,6 +67,11 @@ type CreateSandboxRequest struct {
 	Ports []uint16 `json:"ports,omitempty"`
 	// Snapshot, if set, fills /workspace from that snapshot (a fork).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Secrets names brokered secrets (GET /v1/secrets) the sandbox may
+	// use: it sees a placeholder in each one's env variable, and the
+	// egress broker puts the value into requests to the secret's hosts.
+	// A secret whose grant is "ask" files a secret.use approval.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Limits are a sandbox's resource limits; zero fields take the daemon's

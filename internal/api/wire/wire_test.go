@@ -72,6 +72,9 @@ var goTypes = []struct {
 	{"TerminalExit", reflect.TypeFor[wire.TerminalExit]()},
 	{"Snapshot", reflect.TypeFor[wire.Snapshot]()},
 	{"SnapshotList", reflect.TypeFor[wire.SnapshotList]()},
+	{"SetSecretRequest", reflect.TypeFor[wire.SetSecretRequest]()},
+	{"Secret", reflect.TypeFor[wire.Secret]()},
+	{"SecretList", reflect.TypeFor[wire.SecretList]()},
 
 	{"EgressHostData", reflect.TypeFor[kinds.EgressHost]()},
 	{"SandboxWidenData", reflect.TypeFor[kinds.SandboxWiden]()},
@@ -80,6 +83,7 @@ var goTypes = []struct {
 	{"AgentSpawnRequest", reflect.TypeFor[kinds.AgentSpawn]()},
 	{"ExecCommandData", reflect.TypeFor[kinds.ExecCommand]()},
 	{"ToolCallData", reflect.TypeFor[kinds.ToolCall]()},
+	{"SecretUseData", reflect.TypeFor[kinds.SecretUse]()},
 }
 
 // forms are the Go types with a JSON form of their own.

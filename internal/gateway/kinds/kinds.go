@@ -47,6 +47,7 @@ const (
 	KindAgentSpawn   = "agent.spawn"   // a new sandbox running an agent's command
 	KindExecCommand  = "exec.command"  // a command the policy marks as needing approval
 	KindToolCall     = "tool.call"     // an SDK or adapter gating a tool it flags; no daemon action
+	KindSecretUse    = "secret.use"    // a sandbox asked for a brokered secret whose grant is "ask"
 )
 
 // MaxDataBytes bounds a payload's encoding.
@@ -104,6 +105,7 @@ type Env struct {
 	Egress    GlobalEgress
 	Tools     ToolRegistry
 	Agents    AgentStarter
+	Secrets   SecretGrants
 }
 
 // Sandboxes is what the actions need of session.Manager.
@@ -138,17 +140,18 @@ var registry = map[string]func() Payload{
 	KindAgentSpawn:   func() Payload { return new(AgentSpawn) },
 	KindExecCommand:  func() Payload { return new(ExecCommand) },
 	KindToolCall:     func() Payload { return new(ToolCall) },
+	KindSecretUse:    func() Payload { return new(SecretUse) },
 }
 
 // Names lists every kind, in a fixed order.
 func Names() []string {
-	return []string{KindEgressHost, KindSandboxWiden, KindToolRegister, KindAgentSpawn, KindExecCommand, KindToolCall}
+	return []string{KindEgressHost, KindSandboxWiden, KindToolRegister, KindAgentSpawn, KindExecCommand, KindToolCall, KindSecretUse}
 }
 
 // NeedsSession tells which kinds act on one sandbox and so must name it.
 func NeedsSession(kind string) bool {
 	switch kind {
-	case KindEgressHost, KindSandboxWiden, KindExecCommand:
+	case KindEgressHost, KindSandboxWiden, KindExecCommand, KindSecretUse:
 		return true
 	}
 	return false

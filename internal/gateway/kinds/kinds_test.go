@@ -51,6 +51,8 @@ func TestKindsDecodeAndFields(t *testing.T) {
 			[]string{`argv: ["curl","https://x.example"]`, "mode: exec", "command: curl https://x.example", "policy pattern: ^curl "}, "curl"},
 		{KindExecCommand, `{"command":"curl x"}`, []string{"command: curl x"}, "curl x"},
 		{KindToolCall, `{"tool":"deploy","input":{"env":"prod"}}`, []string{"tool: deploy", `arguments: {"env":"prod"}`}, "deploy"},
+		{KindSecretUse, `{"secret":"github","hosts":["API.github.com","*.example.com:443"]}`,
+			[]string{"secret: github", "host: api.github.com", "host: *.example.com:443", "sandbox: sbx-1", "placeholder"}, "use the secret github at api.github.com, *.example.com:443"},
 	} {
 		p := mustDecode(t, c.kind, c.data)
 		got := fieldsText(p.Fields(tgt))
@@ -103,6 +105,10 @@ func TestKindsRefuse(t *testing.T) {
 		{KindExecCommand, `{"command":"x","mode":"Exec Now"}`},
 		{KindToolCall, `{"tool":""}`},
 		{KindToolCall, `{"tool":"deploy\u202e"}`},
+		{KindSecretUse, `{"secret":"github"}`},
+		{KindSecretUse, `{"secret":"Git Hub","hosts":["a.com"]}`},
+		{KindSecretUse, `{"secret":"github","hosts":["https://a.com/"]}`},
+		{KindSecretUse, `{"secret":"github","hosts":["a.com"],"value":"x"}`},
 	} {
 		if _, err := Decode(c.kind, []byte(c.data)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Decode(%s, %s) = %v, want ErrInvalid", c.kind, c.data, err)

@@ -40,6 +40,7 @@ type Options struct {
 	PoolSize       int
 	PoolExposedTCP []uint16
 	PoolGate       []string
+	PoolTrust      string
 	// StateDir holds the OCI backends' bundles and state; "" is their
 	// default.
 	StateDir string
@@ -52,7 +53,7 @@ type Options struct {
 func Open(ctx context.Context, opts Options) (sandbox.Runtime, error) {
 	switch opts.Name {
 	case "", Native:
-		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, Logf: opts.Logf, Exe: opts.Exe})
+		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, PoolTrust: opts.PoolTrust, Logf: opts.Logf, Exe: opts.Exe})
 	case Runc, Crun, Runsc:
 		return oci.New(ctx, oci.Options{Runtime: opts.Name, StateDir: opts.StateDir, Exe: opts.Exe, Logf: opts.Logf})
 	case Docker:

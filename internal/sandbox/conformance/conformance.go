@@ -31,6 +31,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -109,6 +110,7 @@ func Run(t *testing.T, rt sandbox.Runtime, opts Options) {
 	t.Run("terminal", s.terminal)
 	t.Run("files", s.files)
 	t.Run("workspace directory", s.workspaceDir)
+	t.Run("trust files", s.trust)
 	t.Run("bad specs", s.badSpecs)
 	t.Run("exposed port", s.exposedPort)
 	t.Run("concurrent exec", s.concurrent)
@@ -716,6 +718,34 @@ func (s *suite) workspaceDir(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(ws, "api.txt")); err != nil || string(got) != "result" {
 		t.Fatalf("WriteFile into the workspace directory: %q %v", got, err)
+	}
+}
+
+// trust: Spec.Trust's files are at sandbox.TrustDir, read-only, whatever
+// the source directory's mode, and the host view's system bundle path
+// leads to the bundle.
+func (s *suite) trust(t *testing.T) {
+	// Public files in a public directory beneath a private one (0700),
+	// where the container backends' host uid 100000 cannot reach.
+	dir := filepath.Join(t.TempDir(), "trust")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{path.Base(sandbox.TrustBundle): "BUNDLE-" + s.canary[len(s.canary)-8:] + "\n",
+		path.Base(sandbox.TrustCA): "CA-ONLY\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := s.create(t, sandbox.Spec{Trust: dir})
+	o := b.Sh(fmt.Sprintf(`cat %s %s %s; touch %s/new 2>/dev/null || echo read-only; echo x >> %s 2>/dev/null || echo unwritable`,
+		sandbox.TrustBundle, sandbox.TrustCA, sandbox.SystemBundle, sandbox.TrustDir, sandbox.TrustBundle))
+	want := "BUNDLE-" + s.canary[len(s.canary)-8:] + "\nCA-ONLY\nBUNDLE-" + s.canary[len(s.canary)-8:] + "\nread-only\nunwritable\n"
+	if o.Stdout != want {
+		t.Fatalf("trust files inside: %q (stderr %q), want %q", o.Stdout, o.Stderr, want)
 	}
 }
 

@@ -94,18 +94,32 @@ func prepare(s state, spec sandbox.Spec, sl *seal.Seal, helperExe string) (plan,
 				imageEtc = e.Source
 			}
 		case rootfs.KindSymlink:
+			if rel, ok := strings.CutPrefix(e.Path, "/etc/"); ok && synthetic {
+				// Inside the synthetic /etc, which is a bind of ours.
+				if err := os.Symlink(e.Target, filepath.Join(s.etc(), rel)); err != nil {
+					return p, err
+				}
+				continue
+			}
 			p.symlinks = append(p.symlinks, e)
 		case rootfs.KindDir:
-			if e.Path != "/etc" {
+			rel, nested := strings.CutPrefix(e.Path, "/etc/")
+			switch {
+			case e.Path == "/etc":
+				synthetic = true
+			case nested && synthetic:
+				if err := os.Mkdir(filepath.Join(s.etc(), rel), 0o755); err != nil {
+					return p, err
+				}
+			default:
 				return p, fmt.Errorf("rootfs: unexpected directory entry %s", e.Path)
 			}
-			synthetic = true
 		case rootfs.KindFile:
-			dir, name := path.Split(e.Path)
-			if path.Clean(dir) != "/etc" || !synthetic {
+			rel, ok := strings.CutPrefix(e.Path, "/etc/")
+			if !ok || !synthetic {
 				return p, fmt.Errorf("rootfs: unexpected file entry %s", e.Path)
 			}
-			if err := os.WriteFile(filepath.Join(s.etc(), name), []byte(e.Content), 0o444); err != nil {
+			if err := os.WriteFile(filepath.Join(s.etc(), rel), []byte(e.Content), 0o444); err != nil {
 				return p, err
 			}
 		}
@@ -143,6 +157,13 @@ func prepare(s state, spec sandbox.Spec, sl *seal.Seal, helperExe string) (plan,
 		case seal.KindDev, seal.KindProc, seal.KindCgroupView, seal.KindTmpfs:
 			continue // containerConfig's
 		case seal.KindBind:
+		case seal.KindCopy:
+			dst := filepath.Join(s.dir, "copy"+strings.ReplaceAll(m.Target, "/", "-"))
+			if err := seal.CopyInto(m.Source, dst); err != nil {
+				return p, fmt.Errorf("%w: %s: %v", sandbox.ErrInvalidSpec, m.Target, err)
+			}
+			bind(dst, m.Target, true)
+			continue
 		default:
 			return p, fmt.Errorf("%w: the docker backend cannot make a %s mount", sandbox.ErrUnsupported, m.Kind)
 		}

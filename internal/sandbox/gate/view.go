@@ -56,7 +56,7 @@ type Bind struct {
 func ViewOf(sl *seal.Seal, spec sandbox.Spec) View {
 	v := View{Root: sl.Root, HostView: spec.Root.Kind == sandbox.RootHostView}
 	for _, m := range sl.Mounts {
-		if m.Kind == seal.KindBind {
+		if m.Kind == seal.KindBind || m.Kind == seal.KindCopy {
 			v.Binds = append(v.Binds, Bind{Inside: m.Target, Host: m.Source})
 		}
 	}

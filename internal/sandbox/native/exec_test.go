@@ -136,7 +136,19 @@ func TestDirectoryRootAndWorkspace(t *testing.T) {
 	if err := os.Chmod(ws, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	b := probeBox(t, sandbox.Spec{Root: sandbox.Root{Kind: sandbox.RootDirectory, Path: img}, Workspace: ws})
+	// The trust files show under an image root too (a new top-level
+	// directory; the image's own /etc is left alone).
+	trust := filepath.Join(t.TempDir(), "trust")
+	if err := os.Mkdir(trust, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(trust, "ca-certificates.crt"), []byte("0123456789abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := probeBox(t, sandbox.Spec{Root: sandbox.Root{Kind: sandbox.RootDirectory, Path: img}, Workspace: ws, Trust: trust})
+	if o := b.Exec(sandbox.ExecRequest{Argv: []string{"/bin/probe", sandbox.TrustBundle}, Env: []string{"IRONCLAW_PROBE=read"}}); o.Err != nil || !strings.Contains(o.Stdout, "read 13 bytes") {
+		t.Fatalf("trust bundle under an image root: %q %v", o.Stdout, o.Err)
+	}
 	o := b.Exec(sandbox.ExecRequest{Argv: []string{"/bin/probe", "/image-marker"}, Env: []string{"IRONCLAW_PROBE=read"}})
 	if o.Err != nil || !strings.Contains(o.Stdout, "read 10 bytes") {
 		t.Fatalf("image root: %q %v", o.Stdout, o.Err)

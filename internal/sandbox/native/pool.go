@@ -40,6 +40,7 @@ func (p *pool) shape() sandbox.Spec {
 	s := sandbox.Spec{}.WithDefaults()
 	s.Network.ExposedTCP = slices.Clone(p.r.opts.PoolExposedTCP)
 	s.Gate = slices.Clone(p.r.opts.PoolGate)
+	s.Trust = p.r.opts.PoolTrust
 	return s
 }
 
@@ -50,7 +51,7 @@ func (p *pool) shape() sandbox.Spec {
 func (p *pool) fits(spec sandbox.Spec) bool {
 	d := p.shape()
 	l, dl := spec.Limits, d.Limits
-	return spec.Root == d.Root && spec.Hostname == d.Hostname && spec.Workspace == "" &&
+	return spec.Root == d.Root && spec.Hostname == d.Hostname && spec.Workspace == "" && spec.Trust == d.Trust &&
 		len(spec.Mounts) == 0 && slices.Equal(spec.Network.ExposedTCP, d.Network.ExposedTCP) && len(spec.Network.LoopbackTCP) == 0 &&
 		slices.Equal(spec.Gate, d.Gate) && (len(d.Gate) == 0 || !slices.ContainsFunc(spec.Env, isPATH)) &&
 		l.WorkspaceBytes == dl.WorkspaceBytes && l.TmpBytes == dl.TmpBytes && l.OpenFiles == dl.OpenFiles &&

@@ -65,6 +65,9 @@ type Options struct {
 	// another gate, or a PATH of its own (gated names are looked up in
 	// it), is created cold.
 	PoolGate []string
+	// PoolTrust is the trust directory (Spec.Trust) pooled sandboxes
+	// are made with: the daemon's, which every sandbox of it gets.
+	PoolTrust string
 }
 
 // Runtime is the native backend. It is safe for concurrent use; Close

@@ -243,23 +243,34 @@ func writeBundle(b bundle, c bundleConfig) error {
 			mounts = append(mounts, bindMount(e.Source, e.Path, true))
 			addFile(e.Path)
 		case rootfs.KindSymlink:
-			if err := os.Symlink(e.Target, filepath.Join(b.rootfs(), e.Path)); err != nil {
+			at := filepath.Join(b.rootfs(), e.Path)
+			if rel, ok := strings.CutPrefix(e.Path, "/etc/"); ok && etcWritten {
+				at = filepath.Join(b.etc(), rel) // inside the synthetic /etc
+			}
+			if err := os.Symlink(e.Target, at); err != nil {
 				return err
 			}
 		case rootfs.KindDir:
-			if e.Path != "/etc" {
+			rel, nested := strings.CutPrefix(e.Path, "/etc/")
+			switch {
+			case e.Path == "/etc":
+				if err := os.Mkdir(b.etc(), 0o755); err != nil {
+					return err
+				}
+				etcWritten = true
+			case nested && etcWritten:
+				if err := os.Mkdir(filepath.Join(b.etc(), rel), 0o755); err != nil {
+					return err
+				}
+			default:
 				return fmt.Errorf("rootfs: unexpected directory entry %s", e.Path)
 			}
-			if err := os.Mkdir(b.etc(), 0o755); err != nil {
-				return err
-			}
-			etcWritten = true
 		case rootfs.KindFile:
-			dir, name := path.Split(e.Path)
-			if path.Clean(dir) != "/etc" || !etcWritten {
+			rel, ok := strings.CutPrefix(e.Path, "/etc/")
+			if !ok || !etcWritten {
 				return fmt.Errorf("rootfs: unexpected file entry %s", e.Path)
 			}
-			if err := os.WriteFile(filepath.Join(b.etc(), name), []byte(e.Content), os.FileMode(e.Mode)&0o644|0o444); err != nil {
+			if err := os.WriteFile(filepath.Join(b.etc(), rel), []byte(e.Content), os.FileMode(e.Mode)&0o644|0o444); err != nil {
 				return err
 			}
 		}
@@ -298,6 +309,15 @@ func writeBundle(b bundle, c bundleConfig) error {
 					addFile(m.Target)
 				}
 			}
+		case seal.KindCopy:
+			// A copy in the bundle, which the container's root (host uid
+			// 100000) can reach where the daemon's own directory may not.
+			dst := filepath.Join(b.dir, "copy"+strings.ReplaceAll(m.Target, "/", "-"))
+			if err := seal.CopyInto(m.Source, dst); err != nil {
+				return fmt.Errorf("%w: %s: %v", sandbox.ErrInvalidSpec, m.Target, err)
+			}
+			mounts = append(mounts, bindMount(dst, m.Target, true))
+			addDir(m.Target)
 		default:
 			return fmt.Errorf("%w: the oci backend cannot make a %s mount", sandbox.ErrUnsupported, m.Kind)
 		}

@@ -146,6 +146,17 @@ const (
 	// KindBind binds the host path Source, nosuid, nodev, read-only
 	// unless ReadOnly is false.
 	KindBind MountKind = "bind"
+	// KindCopy is a read-only directory showing the regular files of the
+	// host directory Source as they are when the sandbox is made (at most
+	// sandbox.MaxTrustFiles of sandbox.MaxTrustFileBytes; the directory and
+	// files readable by others, its parents need not be): small public
+	// files the daemon owns, which the sandbox must read whatever host uid
+	// its backend runs it as (the trust bundle, sandbox.TrustDir). The
+	// container backends copy them into the sandbox's own state
+	// directory and bind that; the native init binds Source itself (the
+	// daemon hands it over as a mount tree): the same view, as the daemon
+	// never changes the files while sandboxes run.
+	KindCopy MountKind = "copy"
 )
 
 // Mount is one mount of a sandbox, at Target inside it.
@@ -274,6 +285,20 @@ func New(spec sandbox.Spec) (*Seal, error) {
 		}
 		s.Mounts = append(s.Mounts, Mount{Target: m.Target, Kind: KindBind, Source: m.Source, ReadOnly: m.ReadOnly})
 	}
+	if spec.Trust != "" {
+		if err := checkCopy(spec.Trust); err != nil {
+			return nil, fmt.Errorf("%w: trust: %v", sandbox.ErrInvalidSpec, err)
+		}
+		s.Mounts = append(s.Mounts, Mount{Target: sandbox.TrustDir, Kind: KindCopy, Source: filepath.Clean(spec.Trust)})
+		if spec.Root.Kind == sandbox.RootHostView {
+			// The host-toolchain view's /etc is ours: the system bundle's
+			// usual path leads to the trust bundle too.
+			s.Root = append(s.Root,
+				rootfs.Entry{Path: "/etc/ssl", Kind: rootfs.KindDir, Mode: 0o755},
+				rootfs.Entry{Path: "/etc/ssl/certs", Kind: rootfs.KindDir, Mode: 0o755},
+				rootfs.Entry{Path: sandbox.SystemBundle, Kind: rootfs.KindSymlink, Target: sandbox.TrustBundle})
+		}
+	}
 	if s.Seccomp, err = Profile(); err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
@@ -295,6 +320,80 @@ func New(spec sandbox.Spec) (*Seal, error) {
 		}
 	}
 	return s, nil
+}
+
+// CopyFiles lists the regular files a KindCopy mount shows (base names),
+// checking the bounds.
+func CopyFiles(dir string) ([]string, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, de := range des {
+		if !de.Type().IsRegular() {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil {
+			return nil, err
+		}
+		if fi.Mode().Perm()&0o004 == 0 {
+			// What every backend shows must be the same: public files only.
+			return nil, fmt.Errorf("%s is not readable by others (mode %04o)", filepath.Join(dir, de.Name()), fi.Mode().Perm())
+		}
+		if fi.Size() > sandbox.MaxTrustFileBytes {
+			return nil, fmt.Errorf("%s is larger than %d bytes", filepath.Join(dir, de.Name()), sandbox.MaxTrustFileBytes)
+		}
+		out = append(out, de.Name())
+	}
+	if len(out) > sandbox.MaxTrustFiles {
+		return nil, fmt.Errorf("%s holds %d files, more than %d", dir, len(out), sandbox.MaxTrustFiles)
+	}
+	return out, nil
+}
+
+func checkCopy(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st.Mode().Perm()&0o005 != 0o005 {
+		return fmt.Errorf("%s is not readable and searchable by others (mode %04o)", dir, st.Mode().Perm())
+	}
+	_, err = CopyFiles(dir)
+	return err
+}
+
+// CopyInto copies the files of a KindCopy mount's Source into dst (made
+// 0755, files 0444), for a backend to bind dst.
+func CopyInto(src, dst string) error {
+	names, err := CopyFiles(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(dst, 0o755); err != nil {
+		return err
+	}
+	for _, n := range names {
+		data, err := os.ReadFile(filepath.Join(src, n))
+		if err != nil {
+			return err
+		}
+		if len(data) > sandbox.MaxTrustFileBytes {
+			return fmt.Errorf("%s grew past %d bytes", n, sandbox.MaxTrustFileBytes)
+		}
+		if err := os.WriteFile(filepath.Join(dst, n), data, 0o444); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // landlockDevices are the device files commands may use: DeviceNodes, with

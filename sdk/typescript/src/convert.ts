@@ -162,6 +162,7 @@ export function createRequest(o: SandboxOptions): wire.CreateSandboxRequest {
       idle_action: o.idleAction,
       limits: o.limits === undefined ? undefined : limits(o.limits),
       snapshot: o.snapshot,
+      secrets: o.secrets === undefined ? undefined : [...o.secrets],
     },
   );
 }

@@ -95,6 +95,12 @@ export interface SandboxOptions extends ConnectionOptions {
   labels?: Record<string, string>;
   /** A snapshot id (`snap-…`, from `sandbox.snapshot()`): `/workspace` starts as that snapshot (a fork). */
   snapshot?: string;
+  /**
+   * Brokered secrets (by name, at most 16; the operator sets them with `ironclaw secret set`) the sandbox may use:
+   * each one's variable holds a placeholder, and the egress broker puts the real value into requests to the
+   * secret's hosts only. A secret whose grant is `ask` files a `secret.use` approval first.
+   */
+  secrets?: string[];
   /** Lifetime of the sandbox, in milliseconds (E2B's `timeoutMs`). @default the daemon's */
   ttlMs?: number;
   /** Idle timeout of the sandbox, in milliseconds. @default the daemon's */

@@ -82,8 +82,8 @@ export interface Sandbox {
 }
 
 /**
- * The created sandbox, and the sandbox.widen request filed for what was asked beyond the ceilings
- * and the allowlist.
+ * The created sandbox, the sandbox.widen request filed for what was asked beyond the ceilings and
+ * the allowlist, and the secret.use requests filed for the secrets asked for whose grant is ask.
  */
 export interface CreatedSandbox extends Sandbox {
   approvals?: Approval[];
@@ -131,6 +131,13 @@ export interface CreateSandboxRequest {
    * (a fork)
    */
   snapshot?: string;
+  /**
+   * brokered secrets (at most 16, by name) the sandbox may use; each one's env variable holds a
+   * placeholder unique to this sandbox, which the egress broker replaces with the value in requests
+   * to the secret's hosts only. A secret with grant ask files a secret.use approval and requests
+   * carrying its placeholder wait for the decision.
+   */
+  secrets?: string[];
 }
 
 /** At least one member; absent or "0s" leaves that one as it is. */
@@ -158,6 +165,46 @@ export interface SandboxStats {
   pids_limit: number;
   /** the size of its /workspace */
   workspace_bytes: number;
+}
+
+export interface SetSecretRequest {
+  /** egress rules (api.github.com, *.example.com:443) where the broker may put the value; 1-16 */
+  hosts: string[];
+  /**
+   * the variable granted sandboxes see, holding the placeholder (default: the name upper-cased, -
+   * as _)
+   */
+  env?: string;
+  /**
+   * default Authorization: a value of this header that is the placeholder alone becomes format with
+   * the value in it; elsewhere a placeholder becomes the bare value
+   */
+  header?: string;
+  /** holds {value} exactly once (default "Bearer {value}") */
+  format?: string;
+  /** ask (default) files a secret.use approval per sandbox; all grants every sandbox that asks */
+  grant?: 'ask' | 'all';
+  /** the secret: 1-16384 bytes, no control characters; never returned */
+  value: string;
+}
+
+/** A brokered secret's metadata. Its value is never returned by any route. */
+export interface Secret {
+  name: string;
+  hosts: string[];
+  env: string;
+  header: string;
+  format: string;
+  grant: 'ask' | 'all';
+  /** policy: from the policy file, read-only */
+  source: 'policy' | 'api';
+  /** 1 at the first set, one more at every rotation */
+  version: number;
+  updated_at: string;
+}
+
+export interface SecretList {
+  secrets: Secret[];
 }
 
 /**
@@ -412,10 +459,10 @@ export type ApprovalState = 'pending' | 'approved' | 'denied' | 'expired';
 /** Every value of {@link ApprovalState}. */
 export const approvalStateValues: readonly ApprovalState[] = ['pending', 'approved', 'denied', 'expired'];
 
-export type ApprovalKind = 'egress.host' | 'sandbox.widen' | 'tool.register' | 'agent.spawn' | 'exec.command' | 'tool.call';
+export type ApprovalKind = 'egress.host' | 'sandbox.widen' | 'tool.register' | 'agent.spawn' | 'exec.command' | 'tool.call' | 'secret.use';
 
 /** Every value of {@link ApprovalKind}. */
-export const approvalKindValues: readonly ApprovalKind[] = ['egress.host', 'sandbox.widen', 'tool.register', 'agent.spawn', 'exec.command', 'tool.call'];
+export const approvalKindValues: readonly ApprovalKind[] = ['egress.host', 'sandbox.widen', 'tool.register', 'agent.spawn', 'exec.command', 'tool.call', 'secret.use'];
 
 /**
  * A request for an operator's decision and, once decided, the decision. summary and fields are
@@ -440,7 +487,7 @@ export interface Approval {
   /** the requester's own words (its note) */
   agent_note?: string;
   /** the kind's payload, validated and stored canonically when filed */
-  data: EgressHostData | SandboxWidenData | ToolRegisterRequest | AgentSpawnRequest | ExecCommandData | ToolCallData;
+  data: EgressHostData | SandboxWidenData | ToolRegisterRequest | AgentSpawnRequest | ExecCommandData | ToolCallData | SecretUseData;
   created_at: string;
   expires_at: string;
   decided_at?: string;
@@ -551,6 +598,15 @@ export interface ExecCommandData {
   mode?: string;
   command?: string;
   pattern?: string;
+}
+
+/**
+ * secret.use: filed by the daemon when a create asks for a secret whose grant is ask; approving
+ * lets the egress broker put the secret's value into that sandbox's requests to the hosts shown
+ */
+export interface SecretUseData {
+  secret: string;
+  hosts: string[];
 }
 
 /** tool.call: an SDK asks before it calls a tool it flags; the daemon does nothing on approval */

@@ -98,7 +98,7 @@ func buildRoot(cfg *wire.Config, trees []*os.File) error {
 		}
 	}
 	for _, m := range sl.Mounts {
-		if m.Kind == seal.KindBind {
+		if m.Kind == seal.KindBind || m.Kind == seal.KindCopy {
 			if err := open(m.Source); err != nil {
 				return err
 			}
@@ -170,6 +170,10 @@ func makeMount(p string, m seal.Mount, sl *seal.Seal, view wire.CgroupView, sour
 		return unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, m.TmpfsOptions())
 	case seal.KindBind:
 		return bindMount(sources[m.Source], p, m.ReadOnly)
+	case seal.KindCopy:
+		// The daemon's files, which it does not change while the sandbox
+		// runs: a read-only bind shows what a copy would.
+		return bindMount(sources[m.Source], p, true)
 	}
 	return fmt.Errorf("unknown mount kind %q", m.Kind)
 }
