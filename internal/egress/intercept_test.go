@@ -970,3 +970,22 @@ func TestUpstreamRootsFiles(t *testing.T) {
 		t.Error("a CA key readable by others was accepted")
 	}
 }
+
+func TestScrubTrailers(t *testing.T) {
+	ie := isetup(t, true, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Echo")
+		io.WriteString(w, "body")
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+	}))
+	req, _ := http.NewRequest("GET", "https://example.com/", nil)
+	req.Header.Set("Authorization", "Bearer "+ghPH)
+	resp, err := ie.iclient(t, true).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got := resp.Trailer.Get("X-Echo"); got != "Bearer "+ghPH {
+		t.Fatalf("trailer reached the client as %q", got)
+	}
+}
