@@ -137,9 +137,10 @@
 //   - The response of a request that got a secret is scrubbed: every
 //     value the swap put in (the whole header value, the part that
 //     changed, and its Basic-decoded forms) is turned back into the
-//     placeholder in the response's headers and streamed body (the
+//     placeholder in the response's headers, trailers and streamed body (the
 //     request goes with Accept-Encoding removed so that the body is
-//     identity; Content-Length is dropped). An echo of the request never
+//     identity, a gzip one is decoded, any other encoding is refused with
+//     502; Content-Length is dropped). An echo of the request never
 //     carries a value into the sandbox. Frames after an Upgrade are not
 //     scrubbed.
 //   - A placeholder never travels in cleartext: a plain-HTTP request

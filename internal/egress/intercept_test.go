@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -937,5 +938,54 @@ func TestBoundsMisuseRecordsAggregated(t *testing.T) {
 	recs := ie.records(t, KindSecretMisuse, 2)
 	if len(recs) != 2 || recs[1]["summary"] != true || recs[1]["count"] != float64(19) {
 		t.Fatalf("misuse records %v", recs)
+	}
+}
+
+func TestUpstreamRootsFiles(t *testing.T) {
+	ca, _ := NewCA()
+	dir := t.TempDir()
+	good, bad := dir+"/good.pem", dir+"/bad.pem"
+	os.WriteFile(good, ca.CertPEM(), 0o644)
+	os.WriteFile(bad, []byte("not pem"), 0o644)
+	pool, err := UpstreamRoots(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := ca.Leaf("up.test")
+	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "up.test", Roots: pool}); err != nil {
+		t.Fatalf("a --egress-trust-ca CA is not trusted: %v", err)
+	}
+	if _, err := UpstreamRoots(bad); err == nil {
+		t.Error("a file without PEM certificates was accepted")
+	}
+	if _, err := UpstreamRoots(dir + "/missing.pem"); err == nil {
+		t.Error("a missing file was accepted")
+	}
+	// The CA's key file must be private.
+	if _, err := LoadOrCreateCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir+"/"+CAKeyFile, 0o644)
+	if _, err := LoadOrCreateCA(dir); err == nil {
+		t.Error("a CA key readable by others was accepted")
+	}
+}
+
+func TestScrubTrailers(t *testing.T) {
+	ie := isetup(t, true, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Echo")
+		io.WriteString(w, "body")
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+	}))
+	req, _ := http.NewRequest("GET", "https://example.com/", nil)
+	req.Header.Set("Authorization", "Bearer "+ghPH)
+	resp, err := ie.iclient(t, true).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got := resp.Trailer.Get("X-Echo"); got != "Bearer "+ghPH {
+		t.Fatalf("trailer reached the client as %q", got)
 	}
 }

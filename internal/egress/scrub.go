@@ -124,6 +124,7 @@ type scrubReader struct {
 	out   []byte // scanned, not yet returned
 	err   error  // of r, once it ended
 	chunk []byte
+	atEOF func() // called once r ended (the trailers are known then)
 }
 
 func newScrubReader(r io.ReadCloser, pairs []scrubPair) *scrubReader {
@@ -142,6 +143,9 @@ func (s *scrubReader) Read(p []byte) (int, error) {
 			s.buf = append(s.buf, s.chunk[:n]...)
 			if err != nil {
 				s.err = err
+				if s.atEOF != nil {
+					s.atEOF()
+				}
 			}
 		}
 		s.scan(s.err != nil)
@@ -225,7 +229,11 @@ func scrubResponse(resp *http.Response) error {
 		// An encoding the broker cannot read might hide a value.
 		return fmt.Errorf("egress: the response to a request that got a secret is %s-encoded and cannot be scrubbed", resp.Header.Get("Content-Encoding"))
 	}
-	resp.Body = newScrubReader(body, p.scrub)
+	sr := newScrubReader(body, p.scrub)
+	// ReverseProxy copies the trailers after the body: scrub them when
+	// the body has ended and the Transport has filled them in.
+	sr.atEOF = func() { scrubHeader(resp.Trailer, p.scrub) }
+	resp.Body = sr
 	resp.Header.Del("Content-Length")
 	resp.ContentLength = -1
 	return nil
