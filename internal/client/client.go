@@ -344,7 +344,7 @@ type CreateRequest struct {
 	// IdleAction is what the idle timeout does: "destroy" or "pause" (""
 	// the policy's).
 	IdleAction string
-	Labels map[string]string
+	Labels     map[string]string
 	// EgressAllow adds hosts to the sandbox's egress allowlist.
 	EgressAllow []string
 	// Volumes are named volumes of the caller's to mount.
