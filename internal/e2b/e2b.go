@@ -191,14 +191,11 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request, id string, port
 	if p == nil {
 		p = s.signed(r, id)
 	}
-	if p == nil && !(r.URL.Path == "/health" && r.Method == http.MethodGet) {
+	if p == nil {
 		writeError(w, http.StatusUnauthorized, "the sandbox's access token (X-Access-Token) or a signed URL is required")
 		return
 	}
-	if p != nil {
-		ctx = auth.WithPrincipal(ctx, p)
-	}
-	s.envd.ServeHTTP(w, r.WithContext(ctx))
+	s.envd.ServeHTTP(w, r.WithContext(auth.WithPrincipal(ctx, p)))
 }
 
 // signed authenticates a /files URL signed with the sandbox's access

@@ -73,3 +73,47 @@ func TestEnvdNeedsTheAccessToken(t *testing.T) {
 		t.Fatalf("status %d, want 401", res.StatusCode)
 	}
 }
+
+// envd's /health is what the SDKs' isRunning asks: 204 while the sandbox
+// runs, 502 once it is gone; without the sandbox's token, 401.
+func TestEnvdHealth(t *testing.T) {
+	env := e2btest.Start(t, nil)
+	sb := env.Create(t, nil)
+	health := func(c *http.Client) int {
+		t.Helper()
+		res, err := c.Get(env.BaseURL + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if st := health(env.EnvdHTTP(sb)); st != http.StatusNoContent {
+		t.Fatalf("running: %d", st)
+	}
+	anon := sb
+	anon.EnvdAccessToken = ""
+	if st := health(env.EnvdHTTP(anon)); st != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", st)
+	}
+	if st, raw := env.Control(t, "DELETE", "/sandboxes/"+sb.SandboxID, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", st, raw)
+	}
+	if st := health(env.EnvdHTTP(sb)); st != http.StatusBadGateway {
+		t.Fatalf("killed: %d, want 502", st)
+	}
+}
+
+// The SDKs since 2.4x create and connect under /v2.
+func TestV2CreateAndConnect(t *testing.T) {
+	env := e2btest.Start(t, nil)
+	var sb e2btest.Sandbox
+	if st, raw := env.Control(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "base", "timeout": 60}, &sb); st != http.StatusCreated || sb.SandboxID == "" {
+		t.Fatalf("create: %d %s", st, raw)
+	}
+	t.Cleanup(func() { env.Control(t, "DELETE", "/sandboxes/"+sb.SandboxID, nil, nil) })
+	var again e2btest.Sandbox
+	if st, raw := env.Control(t, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 60}, &again); st != http.StatusOK || again.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Fatalf("connect: %d %s", st, raw)
+	}
+}
