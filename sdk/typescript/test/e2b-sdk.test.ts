@@ -249,13 +249,16 @@ describe('e2b SDK: commands', () => {
     await bg.wait();
     const records = await eventually(async () => {
       const all = await auditRecords();
-      const mine = all.filter((r) => r.session === sb.sandboxId && /^sandbox\.(exec|process\.spawn)\.intent$/.test(r.kind));
-      const text = mine.map((r) => JSON.stringify(r.data));
-      return text.some((t) => t.includes('e2b-audit-marker-fg')) && text.some((t) => t.includes('e2b-audit-marker-bg')) ? all : undefined;
+      const mine = all.filter((r) => r.session === sb.sandboxId);
+      const intents = mine.filter((r) => /^sandbox\.(exec|process\.spawn)\.intent$/.test(r.kind)).map((r) => JSON.stringify(r.data));
+      // each started command has its outcome too (written when it exited, maybe after the client saw the end)
+      const ends = mine.filter((r) => /^sandbox\.(exec|process\.spawn)$/.test(r.kind));
+      const both = intents.some((t) => t.includes('e2b-audit-marker-fg')) && intents.some((t) => t.includes('e2b-audit-marker-bg'));
+      return both && ends.length >= 2 ? all : undefined;
+    }).catch(async (e: unknown) => {
+      const mine = (await auditRecords()).filter((r) => r.session === sb.sandboxId);
+      throw new Error(`${String(e)}; this sandbox's records: ${JSON.stringify(mine.map((r) => [r.kind, r.data]))}`);
     });
-    // each started command has its outcome too
-    const ends = records.filter((r) => r.session === sb.sandboxId && /^sandbox\.(exec|process\.spawn)$/.test(r.kind));
-    assert.ok(ends.length >= 2, JSON.stringify(ends));
     const create_ = records.find((r) => r.session === sb.sandboxId && r.kind === 'sandbox.create');
     assert.ok(create_, 'the E2B create is a native sandbox.create');
   });
@@ -360,25 +363,32 @@ describe('e2b SDK: filesystem', () => {
   test('watchDir: recursive events for creates, writes, renames and removes', async (t) => {
     const sb = await create(t);
     await sb.files.makeDir('watched/sub');
+    await sb.files.write('watched/old.txt', 'old');
     const events: FilesystemEvent[] = [];
     const w = await sb.files.watchDir('watched', (e) => void events.push(e), { recursive: true });
-    try {
-      await sb.files.write('watched/top.txt', 'x');
-      await sb.files.write('watched/sub/inner.txt', 'y');
-      await sb.commands.run('mv watched/top.txt watched/renamed.txt && rm watched/sub/inner.txt');
-      const has = (name: string, type: FilesystemEventType) => events.some((e) => e.name === name && e.type === type);
-      await eventually(async () =>
-        has('top.txt', FilesystemEventType.CREATE) &&
-        has('sub/inner.txt', FilesystemEventType.CREATE) &&
-        (has('top.txt', FilesystemEventType.RENAME) || has('renamed.txt', FilesystemEventType.CREATE)) &&
-        has('sub/inner.txt', FilesystemEventType.REMOVE),
-      ).catch((e: unknown) => {
-        throw new Error(`${String(e)}; events: ${JSON.stringify(events)}`);
+    const has = (name: string, ...types: FilesystemEventType[]) => events.some((e) => e.name === name && types.includes(e.type));
+    // One change at a time, each awaited: a watcher that polls may fold changes made within one interval.
+    const step = async (what: string, act: () => Promise<unknown>, seen: () => boolean) => {
+      await act();
+      await eventually(async () => seen(), 10_000).catch((e: unknown) => {
+        throw new Error(`${what}: ${String(e)}; events: ${JSON.stringify(events)}`);
       });
-      assert.ok(events.some((e) => e.name === 'top.txt' && e.type === FilesystemEventType.WRITE), JSON.stringify(events));
+    };
+    try {
+      await step('create', () => sb.files.write('watched/top.txt', 'x'), () => has('top.txt', FilesystemEventType.CREATE));
+      await step('create in a subdirectory', () => sb.files.write('watched/sub/inner.txt', 'y'), () =>
+        has('sub/inner.txt', FilesystemEventType.CREATE));
+      await step('write', () => sb.commands.run('echo more >> watched/old.txt'), () => has('old.txt', FilesystemEventType.WRITE));
+      await step('remove', () => sb.files.remove('watched/sub/inner.txt'), () => has('sub/inner.txt', FilesystemEventType.REMOVE));
+      await step('rename', () => sb.files.rename('watched/top.txt', 'watched/renamed.txt'), () =>
+        has('top.txt', FilesystemEventType.RENAME, FilesystemEventType.REMOVE) && has('renamed.txt', FilesystemEventType.CREATE, FilesystemEventType.RENAME));
     } finally {
       await w.stop();
     }
+    const n = events.length;
+    await sb.files.write('watched/after-stop.txt', 'z');
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(events.length, n, 'no events after stop');
   });
 
   test('signed downloadUrl and uploadUrl work with plain fetch (no access token)', async (t) => {
