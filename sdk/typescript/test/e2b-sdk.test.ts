@@ -158,6 +158,9 @@ describe('e2b SDK: commands', () => {
 
     const who = await sb.commands.run('pwd; id -u; echo "$GREETING"', { envs: { GREETING: 'hello e2b' } });
     assert.equal(who.stdout, '/workspace\n65532\nhello e2b\n');
+    // E2B's users: 'root' and 'user' are accepted and both run as the sandbox's uid (IronClaw never grants root)
+    assert.equal((await sb.commands.run('id -u', { user: 'root' })).stdout, '65532\n');
+    assert.equal((await sb.commands.run('id -u', { user: 'user' })).stdout, '65532\n');
     await sb.commands.run('mkdir -p sub');
     assert.equal((await sb.commands.run('pwd', { cwd: '/workspace/sub' })).stdout, '/workspace/sub\n');
 
