@@ -113,36 +113,51 @@ describe('@mastra/e2b E2BSandbox in a Workspace, driven by an Agent', () => {
 });
 
 describe('@mastra/e2b E2BSandbox lifecycle', () => {
-  test('writeFiles; stop pauses; another instance with the same id resumes it; destroy kills it', async (t) => {
-    const logical = `life-${process.pid}`;
-    const first = e2bSandbox(t, logical);
-    await first._start();
-    const id = first.e2b.sandboxId;
-    await first.writeFiles([
+  test('writeFiles and executeCommand; destroy kills its processes and the sandbox', async (t) => {
+    const s = e2bSandbox(t, `files-${process.pid}`);
+    await s._start();
+    const id = s.e2b.sandboxId;
+    await s.writeFiles([
       { path: '/workspace/w/one.txt', content: 'one' },
       { path: '/workspace/w/two.bin', content: Buffer.from([1, 2, 3]) },
     ]);
     const n = new IronClawSandbox({ ...srv.conn, id });
     assert.equal(await n.readTextFile('/workspace/w/one.txt'), 'one');
     assert.deepEqual(await n.readFile('/workspace/w/two.bin'), new Uint8Array([1, 2, 3]));
-    const r = await first.executeCommand!('cat w/one.txt');
+    const r = await s.executeCommand!('cat w/one.txt');
     assert.equal(r.stdout, 'one');
     assert.equal(r.exitCode, 0);
+    const bad = await s.executeCommand!('echo nope >&2; exit 4');
+    assert.equal(bad.exitCode, 4);
+    assert.equal(bad.stderr, 'nope\n');
 
+    const p = await s.processes!.spawn('sleep 300');
+    assert.ok((await s.processes!.list()).some((x) => x.pid === p.pid));
+    await s._destroy();
+    assert.equal(s.status, 'destroyed');
+    assert.equal(await Sandbox.kill(id, conn()), false, 'already gone');
+    assert.notEqual((await srv.d.agent('GET', `/v1/sandboxes/${id}`)).body?.state, 'running');
+    const left = await Sandbox.list({ ...conn(), query: { metadata: { 'mastra-sandbox-id': s.id } } }).nextItems();
+    assert.deepEqual(left, []);
+  });
+
+  test('stop pauses; another instance with the same logical id finds it by metadata and resumes it', async (t) => {
+    const logical = `life-${process.pid}`;
+    const first = e2bSandbox(t, logical);
+    await first._start();
+    const id = first.e2b.sandboxId;
+    await first.writeFiles([{ path: '/workspace/kept.txt', content: 'kept' }]);
     await first._stop();
     assert.equal(first.status, 'stopped');
     assert.equal((await srv.d.agent('GET', `/v1/sandboxes/${id}`)).body.state, 'paused');
+    const paused = await Sandbox.list({ ...conn(), query: { metadata: { 'mastra-sandbox-id': logical }, state: ['paused'] } }).nextItems();
+    assert.deepEqual(paused.map((x) => x.sandboxId), [id]);
 
+    // On reconnect E2BSandbox reconciles FUSE mounts: it runs grep, awk, ls and cat in the sandbox.
     const second = e2bSandbox(t, logical);
     await second._start();
     assert.equal(second.e2b.sandboxId, id, 'reconnected by its mastra-sandbox-id, not a new sandbox');
     assert.equal((await srv.d.agent('GET', `/v1/sandboxes/${id}`)).body.state, 'running');
-    assert.equal((await second.executeCommand!('cat w/one.txt')).stdout, 'one');
-
-    await second._destroy();
-    assert.equal(await Sandbox.kill(id, conn()), false, 'already gone');
-    assert.notEqual((await srv.d.agent('GET', `/v1/sandboxes/${id}`)).body?.state, 'running');
-    const left = await Sandbox.list({ ...conn(), query: { metadata: { 'mastra-sandbox-id': logical } } }).nextItems();
-    assert.deepEqual(left, []);
+    assert.equal((await second.executeCommand!('cat kept.txt')).stdout, 'kept');
   });
 });
