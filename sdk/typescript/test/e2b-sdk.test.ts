@@ -102,6 +102,18 @@ describe('e2b SDK: sandbox lifecycle', () => {
     assert.deepEqual(paused, []);
   });
 
+  test('create: envs reach every command, timeoutMs sets endAt, an unknown template is refused', async (t) => {
+    const sb = await Sandbox.create('base', { ...e2bOpts(), envs: { FROM_CREATE: 'create-env' }, timeoutMs: 30_000 });
+    t.after(() => Sandbox.kill(sb.sandboxId, e2bOpts()).catch(() => undefined));
+    assert.equal((await sb.commands.run('echo "$FROM_CREATE"')).stdout, 'create-env\n');
+    const bg = await sb.commands.run('echo "bg $FROM_CREATE"', { background: true });
+    assert.equal((await bg.wait()).stdout, 'bg create-env\n');
+    assert.equal((await sb.commands.run('echo "$FROM_CREATE"', { envs: { FROM_CREATE: 'per-command' } })).stdout, 'per-command\n');
+    const end = (await sb.getInfo()).endAt.getTime() - Date.now();
+    assert.ok(end > 20_000 && end <= 35_000, `endAt in ${end} ms`);
+    await assert.rejects(Sandbox.create('no-such-template', e2bOpts()));
+  });
+
   test('setTimeout moves endAt; getMetrics answers', async (t) => {
     const sb = await create(t);
     await sb.setTimeout(120_000);
