@@ -276,6 +276,9 @@ describe('e2b SDK: commands', () => {
     });
     const create_ = records.find((r) => r.session === sb.sandboxId && r.kind === 'sandbox.create');
     assert.ok(create_, 'the E2B create is a native sandbox.create');
+    const v = await srv.d.operator('GET', '/v1/audit/verify');
+    assert.equal(v.status, 200);
+    assert.equal(v.body.ok, true, JSON.stringify(v.body));
   });
 });
 
