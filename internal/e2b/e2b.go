@@ -276,6 +276,15 @@ func (s *Server) Mount(native http.Handler) http.Handler {
 			s.ServeHost(w, r, id, port)
 			return
 		}
+		if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+			// The SDKs build signed file URLs as new URL('/files',
+			// sandboxUrl): with E2B_SANDBOX_URL set, that drops /e2b and
+			// names no sandbox. Say so instead of a bare 404.
+			writeError(w, http.StatusBadRequest, "this signed E2B file URL names no sandbox: with E2B_SANDBOX_URL the SDKs build "+
+				"uploadUrl/downloadUrl without it; serve sandboxes at their own hosts (ironclaw serve --e2b-domain) for signed URLs, "+
+				"or send the request to "+Prefix+"/files with the E2b-Sandbox-Id header")
+			return
+		}
 		if rest, ok := strings.CutPrefix(r.URL.Path, Prefix); ok && (rest == "" || rest[0] == '/') {
 			r2 := r.Clone(r.Context())
 			if rest == "" {

@@ -1,10 +1,12 @@
 package e2b_test
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/e2b/e2btest"
@@ -115,5 +117,20 @@ func TestV2CreateAndConnect(t *testing.T) {
 	var again e2btest.Sandbox
 	if st, raw := env.Control(t, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 60}, &again); st != http.StatusOK || again.EnvdAccessToken != sb.EnvdAccessToken {
 		t.Fatalf("connect: %d %s", st, raw)
+	}
+}
+
+// A signed file URL as the SDKs build it under E2B_SANDBOX_URL (at the
+// listener's root, no sandbox named) gets an answer that says why.
+func TestSignedURLWithoutSandboxIsExplained(t *testing.T) {
+	env := e2btest.Start(t, nil)
+	res, err := http.Get("http://" + env.Addr + "/files?path=/workspace/a&signature=v1_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "--e2b-domain") {
+		t.Fatalf("%d %s", res.StatusCode, b)
 	}
 }
