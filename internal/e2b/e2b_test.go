@@ -1,8 +1,11 @@
 package e2b_test
 
 import (
+	"context"
+	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -132,5 +135,56 @@ func TestSignedURLWithoutSandboxIsExplained(t *testing.T) {
 	b, _ := io.ReadAll(res.Body)
 	if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "--e2b-domain") {
 		t.Fatalf("%d %s", res.StatusCode, b)
+	}
+}
+
+// With --e2b-domain, envd is also reached at the sandbox's own host
+// (49983-<id>.<domain>), as the SDKs do without E2B_SANDBOX_URL: the
+// routing headers are not needed, and the signed file URLs the SDKs
+// build work there, with no token.
+func TestEnvdByHost(t *testing.T) {
+	const domain = "sandboxes.example.com"
+	env := e2btest.Start(t, func(c *e2btest.Config) { c.E2BDomain = domain })
+	sb := env.Create(t, nil)
+	if err := env.Agent.PutFile(context.Background(), sb.SandboxID, "/workspace/a.txt", strings.NewReader("by host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host := "49983-" + sb.SandboxID + "." + domain
+	get := func(url, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Host = host
+		if token != "" {
+			req.Header.Set("X-Access-Token", token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	base := "http://" + env.Addr
+	if st, body := get(base+"/health", sb.EnvdAccessToken); st != http.StatusNoContent {
+		t.Fatalf("health by host: %d %s", st, body)
+	}
+	sig := auth.Signature("/workspace/a.txt", "read", "user", sb.EnvdAccessToken, 0)
+	if st, body := get(base+"/files?path=/workspace/a.txt&username=user&signature="+url.QueryEscape(sig), ""); st != http.StatusOK || body != "by host" {
+		t.Fatalf("signed download by host: %d %q", st, body)
+	}
+	if st, _ := get(base+"/files?path=/workspace/a.txt&username=user&signature="+url.QueryEscape(sig+"x"), ""); st != http.StatusUnauthorized {
+		t.Fatalf("a bad signature by host: %d", st)
+	}
+	// Another domain's host is the native API's, not a sandbox's.
+	req, _ := http.NewRequest("GET", base+"/healthz", nil)
+	req.Host = "49983-" + sb.SandboxID + ".elsewhere.example.com"
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("another domain: %d", res.StatusCode)
 	}
 }
