@@ -2,7 +2,6 @@ package e2b_test
 
 import (
 	"context"
-	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 	"github.com/ironclaw/ironclaw/internal/e2b/e2btest"
 )
 
