@@ -116,6 +116,10 @@ func New(cfg Config) (http.Handler, error) {
 		"POST /templates/tags"} {
 		h(p, s.noBuilds)
 	}
+	h("POST /volumes", s.createVolume)
+	h("GET /volumes", s.listVolumes)
+	h("GET /volumes/{id}", s.getVolume)
+	h("DELETE /volumes/{id}", s.deleteVolume)
 	h("POST /sandboxes/{id}/snapshots", s.snapshot)
 	h("GET /snapshots", s.listSnapshots)
 	h("DELETE /templates/{id}", s.deleteTemplate)
