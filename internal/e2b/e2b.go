@@ -191,14 +191,11 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request, id string, port
 	if p == nil {
 		p = s.signed(r, id)
 	}
-	if p == nil && !(r.URL.Path == "/health" && r.Method == http.MethodGet) {
+	if p == nil {
 		writeError(w, http.StatusUnauthorized, "the sandbox's access token (X-Access-Token) or a signed URL is required")
 		return
 	}
-	if p != nil {
-		ctx = auth.WithPrincipal(ctx, p)
-	}
-	s.envd.ServeHTTP(w, r.WithContext(ctx))
+	s.envd.ServeHTTP(w, r.WithContext(auth.WithPrincipal(ctx, p)))
 }
 
 // signed authenticates a /files URL signed with the sandbox's access
@@ -277,6 +274,15 @@ func (s *Server) Mount(native http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id, port, ok := s.HostTarget(r.Host); ok {
 			s.ServeHost(w, r, id, port)
+			return
+		}
+		if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+			// The SDKs build signed file URLs as new URL('/files',
+			// sandboxUrl): with E2B_SANDBOX_URL set, that drops /e2b and
+			// names no sandbox. Say so instead of a bare 404.
+			writeError(w, http.StatusBadRequest, "this signed E2B file URL names no sandbox: with E2B_SANDBOX_URL the SDKs build "+
+				"uploadUrl/downloadUrl without it; serve sandboxes at their own hosts (ironclaw serve --e2b-domain) for signed URLs, "+
+				"or send the request to "+Prefix+"/files with the E2b-Sandbox-Id header")
 			return
 		}
 		if rest, ok := strings.CutPrefix(r.URL.Path, Prefix); ok && (rest == "" || rest[0] == '/') {

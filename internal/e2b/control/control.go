@@ -95,7 +95,9 @@ func New(cfg Config) (http.Handler, error) {
 	h := func(pattern string, f func(http.ResponseWriter, *http.Request, *auth.Principal) error) {
 		mux.HandleFunc(pattern, s.wrap(f))
 	}
+	// The SDKs since 2.4x create and connect on /v2; older ones on /.
 	h("POST /sandboxes", s.create)
+	h("POST /v2/sandboxes", s.create)
 	h("GET /sandboxes", s.listV1)
 	h("GET /v2/sandboxes", s.listV2)
 	h("GET /sandboxes/metrics", s.metricsMany)
@@ -103,6 +105,7 @@ func New(cfg Config) (http.Handler, error) {
 	h("DELETE /sandboxes/{id}", s.kill)
 	h("POST /sandboxes/{id}/timeout", s.setTimeout)
 	h("POST /sandboxes/{id}/connect", s.connect)
+	h("POST /v2/sandboxes/{id}/connect", s.connect)
 	h("POST /sandboxes/{id}/pause", s.pause)
 	h("POST /sandboxes/{id}/resume", s.resume)
 	h("GET /sandboxes/{id}/metrics", s.metrics)
@@ -113,6 +116,10 @@ func New(cfg Config) (http.Handler, error) {
 		"POST /templates/tags"} {
 		h(p, s.noBuilds)
 	}
+	h("POST /volumes", s.createVolume)
+	h("GET /volumes", s.listVolumes)
+	h("GET /volumes/{id}", s.getVolume)
+	h("DELETE /volumes/{id}", s.deleteVolume)
 	h("POST /sandboxes/{id}/snapshots", s.snapshot)
 	h("GET /snapshots", s.listSnapshots)
 	h("DELETE /templates/{id}", s.deleteTemplate)

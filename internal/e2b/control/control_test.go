@@ -668,3 +668,54 @@ func TestSnapshots(t *testing.T) {
 	st, raw = env.Control(t, "DELETE", "/templates/base", nil, nil)
 	wantError(t, 501, raw, st)
 }
+
+// E2B's volumes are native volumes: made, listed, mounted by a create's
+// volumeMounts (their files outlive the sandbox), deleted; another
+// agent's is not found.
+func TestVolumes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("volumes need root (loop devices)")
+	}
+	env := e2btest.Start(t, func(c *e2btest.Config) { e2btest.AddAgent(t, c, "other") })
+	ctx := context.Background()
+	var v struct{ VolumeID, Name string }
+	if st, raw := env.Control(t, "POST", "/volumes", map[string]any{"name": "notes"}, &v); st != http.StatusCreated || v.VolumeID != "notes" || v.Name != "notes" {
+		t.Fatalf("create: %d %s", st, raw)
+	}
+	var list []struct{ VolumeID, Name string }
+	if st, raw := env.Control(t, "GET", "/volumes", nil, &list); st != http.StatusOK || len(list) != 1 || list[0].Name != "notes" {
+		t.Fatalf("list: %d %s", st, raw)
+	}
+	if n, err := env.Agent.GetVolume(ctx, "notes"); err != nil || n.SizeBytes != 1<<30 {
+		t.Fatalf("native: %+v %v", n, err)
+	}
+	mount := map[string]any{"templateID": "base", "timeout": 60, "volumeMounts": []map[string]string{{"name": "notes", "path": "/workspace/notes"}}}
+	first := env.Create(t, mount)
+	if err := env.Agent.PutFile(ctx, first.SandboxID, "/workspace/notes/a", strings.NewReader("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st, raw := env.Control(t, "DELETE", "/sandboxes/"+first.SandboxID, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", st, raw)
+	}
+	second := env.Create(t, mount)
+	var got strings.Builder
+	if err := env.Agent.GetFile(ctx, second.SandboxID, "/workspace/notes/a", &got); err != nil || got.String() != "kept" {
+		t.Fatalf("the second sandbox reads %q, %v", got.String(), err)
+	}
+	other := *env
+	other.APIKey = env.AgentKey(t, "other")
+	if st, raw := other.Control(t, "GET", "/volumes/notes", nil, nil); st != http.StatusNotFound {
+		t.Fatalf("another agent's volume: %d %s", st, raw)
+	}
+	// Mounted in a running sandbox, it cannot go; free, it can.
+	if st, _ := env.Control(t, "DELETE", "/volumes/notes", nil, nil); st != http.StatusConflict {
+		t.Fatalf("delete while mounted: %d, want 409", st)
+	}
+	env.Control(t, "DELETE", "/sandboxes/"+second.SandboxID, nil, nil)
+	if st, raw := env.Control(t, "DELETE", "/volumes/notes", nil, nil); st != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", st, raw)
+	}
+	if st, _ := env.Control(t, "GET", "/volumes/notes", nil, nil); st != http.StatusNotFound {
+		t.Fatalf("after delete: %d", st)
+	}
+}

@@ -4,7 +4,12 @@
 // and /health.
 package envd
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/ironclaw/ironclaw/internal/api/wire"
+	"github.com/ironclaw/ironclaw/internal/client"
+)
 
 // Version is the envd version reported to the SDKs: it turns on the SDK
 // features (envd/versions.ts) that this package implements, and no more.
@@ -15,8 +20,8 @@ type Config struct {
 	Logf func(format string, args ...any)
 }
 
-// New builds envd's handler. Requests reach it with auth.SandboxFrom(ctx)
-// set, and auth.PrincipalFrom(ctx) set unless the request is GET /health.
+// New builds envd's handler. Requests reach it authenticated:
+// auth.SandboxFrom(ctx) and auth.PrincipalFrom(ctx) are set.
 func New(cfg Config) http.Handler {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
@@ -24,5 +29,29 @@ func New(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	registerProcess(mux, cfg)
 	registerFilesystem(mux, cfg)
+	mux.HandleFunc("GET /health", health)
 	return mux
+}
+
+// health is envd's liveness answer: 204 while the sandbox runs (or is
+// paused: its next request resumes it), 502 once it ended or for a
+// sandbox the caller cannot see, which the SDKs read as "sandbox gone"
+// (isRunning answers false).
+func health(w http.ResponseWriter, r *http.Request) {
+	api, id, err := caller(r.Context())
+	if err != nil {
+		filesError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	sb, err := api.GetSandbox(r.Context(), id)
+	switch {
+	case err == nil && (sb.State == "running" || sb.State == "paused"):
+		w.WriteHeader(http.StatusNoContent)
+	case err == nil:
+		filesError(w, http.StatusBadGateway, "sandbox "+id+" is "+sb.State)
+	case client.IsCode(err, wire.CodeNotFound):
+		filesError(w, http.StatusBadGateway, "sandbox "+id+" not found")
+	default:
+		filesError(w, http.StatusServiceUnavailable, err.Error())
+	}
 }
