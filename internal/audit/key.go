@@ -2,20 +2,16 @@ package audit
 
 import (
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 
 	"github.com/ironclaw/ironclaw/internal/defaults"
+	"github.com/ironclaw/ironclaw/internal/keyfile"
 )
 
 // KeySize is the length of an audit key in bytes.
@@ -125,23 +121,9 @@ func configDir() string {
 // FIFO), and a file that users other than its owner may read or write
 // (mode & 0o077 != 0), since anyone who can read it can forge records.
 func LoadKey(path string) (*Key, error) {
-	f, st, err := openRegular("audit key", path, os.O_RDONLY|syscall.O_NOFOLLOW)
+	raw, err := keyfile.Load("audit key", path, KeySize)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("audit key %s: accessible to other users (mode %04o); chmod 600 it (and consider the key compromised)", path, st.Mode().Perm())
-	}
-	// A key file is one short line: what is beyond this holds no key.
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("audit key: %w", err)
-	}
-	s := strings.TrimSpace(string(b))
-	raw, err := hex.DecodeString(s)
-	if err != nil || len(raw) != KeySize {
-		return nil, fmt.Errorf("audit key %s: does not hold a key (%d hex digits on one line)", path, 2*KeySize)
 	}
 	return NewKey(raw)
 }
@@ -153,51 +135,10 @@ func LoadKey(path string) (*Key, error) {
 // linked into place, so it never exists half-written and an existing one
 // is never replaced.
 func EnsureKey(path string) (k *Key, created bool, err error) {
-	k, err = LoadKey(path)
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
-		return k, false, err
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, false, fmt.Errorf("audit key: %w", err)
-	}
-	var raw [KeySize]byte
-	if _, err := rand.Read(raw[:]); err != nil {
+	raw, created, err := keyfile.Ensure("audit key", path, KeySize)
+	if err != nil {
 		return nil, false, err
 	}
-	tmp, err := os.CreateTemp(dir, ".audit-key-*")
-	if err != nil {
-		return nil, false, fmt.Errorf("audit key: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	werr := tmp.Chmod(0o600)
-	if werr == nil {
-		_, werr = tmp.WriteString(hex.EncodeToString(raw[:]) + "\n")
-	}
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return nil, false, fmt.Errorf("audit key: %w", werr)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			k, err := LoadKey(path)
-			return k, false, err
-		}
-		return nil, false, fmt.Errorf("audit key: %w", err)
-	}
-	syncDir(dir)
-	k, err = NewKey(raw[:])
-	return k, true, err
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
+	k, err = NewKey(raw)
+	return k, created, err
 }

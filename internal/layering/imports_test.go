@@ -109,17 +109,17 @@ var rules = []rule{
 	},
 	{
 		pkgs:  []string{"internal/audit", "internal/tools"},
-		only:  join(vocabulary, []string{"internal/store"}, testKits),
+		only:  join(vocabulary, []string{"internal/store", "internal/keyfile"}, testKits),
 		tests: true,
-		why:   "the audit log and the tool registry sit on the store and nothing else",
+		why:   "the audit log and the tool registry sit on the store (and the key-file reader) and nothing else",
 	},
 	{
 		pkgs: []string{"internal/volume"}, only: join(vocabulary, []string{"internal/sandbox", "internal/store"}, testKits), tests: true,
 		why: "volumes sit on the store and hand out sandbox mounts; the session and the API reach them through interfaces they declare",
 	},
 	{
-		pkgs: []string{"internal/secrets"}, only: join(vocabulary, []string{"internal/audit", "internal/egress"}),
-		why: "the brokered secrets sit on the audit log and the broker's rule syntax; the session, the gateway and the broker reach them through interfaces they declare",
+		pkgs: []string{"internal/secrets"}, only: join(vocabulary, []string{"internal/audit", "internal/egress", "internal/keyfile"}),
+		why: "the brokered secrets sit on the audit log, the broker's rule syntax and the key-file reader; the session, the gateway and the broker reach them through interfaces they declare",
 	},
 	{
 		pkgs: []string{"internal/session"},

@@ -8,13 +8,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 
 	"github.com/ironclaw/ironclaw/internal/defaults"
+	"github.com/ironclaw/ironclaw/internal/keyfile"
 )
 
 // KeySize is the length of the key (AES-256).
@@ -78,33 +76,12 @@ func DefaultKeyFile() string {
 
 // LoadKey reads the key file at path: one line of 64 hex digits. It
 // refuses a symbolic link, anything but a regular file, and a file users
-// other than its owner may access (mode & 0o077 != 0).
+// other than its owner may access (mode & 0o077 != 0); those refusals
+// wrap ErrKey.
 func LoadKey(path string) (*Key, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	raw, err := keyfile.Load("secrets key", path, KeySize)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("%w: %s is a symbolic link; give the file itself", ErrKey, path)
-		}
-		return nil, fmt.Errorf("secrets key: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("secrets key: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrKey, path)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s is accessible to other users (mode %04o); chmod 600 it (and consider the secrets compromised)", ErrKey, path, st.Mode().Perm())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("secrets key: %w", err)
-	}
-	raw, err := hex.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil || len(raw) != KeySize {
-		return nil, fmt.Errorf("%w: %s does not hold a key (%d hex digits on one line)", ErrKey, path, 2*KeySize)
+		return nil, keyErr(err)
 	}
 	return NewKey(raw)
 }
@@ -114,51 +91,18 @@ func LoadKey(path string) (*Key, error) {
 // written under a temporary name and linked into place, so it never exists
 // half-written and an existing one is never replaced.
 func EnsureKey(path string) (k *Key, created bool, err error) {
-	k, err = LoadKey(path)
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
-		return k, false, err
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, false, fmt.Errorf("secrets key: %w", err)
-	}
-	var raw [KeySize]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return nil, false, err
-	}
-	tmp, err := os.CreateTemp(dir, ".secrets-key-*")
+	raw, created, err := keyfile.Ensure("secrets key", path, KeySize)
 	if err != nil {
-		return nil, false, fmt.Errorf("secrets key: %w", err)
+		return nil, false, keyErr(err)
 	}
-	defer os.Remove(tmp.Name())
-	werr := tmp.Chmod(0o600)
-	if werr == nil {
-		_, werr = tmp.WriteString(hex.EncodeToString(raw[:]) + "\n")
-	}
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return nil, false, fmt.Errorf("secrets key: %w", werr)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			k, err := LoadKey(path)
-			return k, false, err
-		}
-		return nil, false, fmt.Errorf("secrets key: %w", err)
-	}
-	syncDir(dir)
-	k, err = NewKey(raw[:])
-	return k, true, err
+	k, err = NewKey(raw)
+	return k, created, err
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
+// keyErr classifies a refused key file as ErrKey.
+func keyErr(err error) error {
+	if errors.Is(err, keyfile.ErrUnsafe) {
+		return fmt.Errorf("%w: %w", ErrKey, err)
 	}
+	return err
 }

@@ -487,3 +487,11 @@ func clone(m map[string]*record) map[string]*record {
 	}
 	return out
 }
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
