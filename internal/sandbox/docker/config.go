@@ -83,8 +83,9 @@ func prepare(s state, spec sandbox.Spec, sl *seal.Seal, helperExe string) (plan,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
 	}
 	taken := map[string]bool{}
-	var imageEtc string // a directory root's own /etc, if any
-	synthetic := false  // whether /etc is ours
+	var imageEtc string   // a directory root's own /etc, if any
+	synthetic := false    // whether /etc is ours
+	alternatives := false // whether it has the host view's alternatives
 	for _, e := range sl.Root {
 		taken[e.Path] = true
 		switch e.Kind {
@@ -94,12 +95,30 @@ func prepare(s state, spec sandbox.Spec, sl *seal.Seal, helperExe string) (plan,
 				imageEtc = e.Source
 			}
 		case rootfs.KindSymlink:
-			p.symlinks = append(p.symlinks, e)
+			if path.Dir(e.Path) == "/" {
+				p.symlinks = append(p.symlinks, e)
+				break
+			}
+			// The synthetic /etc's alternatives: in the directory bound there.
+			name, ok := rootfs.Alternative(e)
+			if !ok || !alternatives {
+				return p, fmt.Errorf("rootfs: unexpected symlink entry %s", e.Path)
+			}
+			if err := os.Symlink(e.Target, filepath.Join(s.etc(), "alternatives", name)); err != nil {
+				return p, err
+			}
 		case rootfs.KindDir:
-			if e.Path != "/etc" {
+			switch {
+			case e.Path == "/etc" && !synthetic:
+				synthetic = true
+			case e.Path == rootfs.AlternativesDir && synthetic && !alternatives:
+				if err := os.Mkdir(filepath.Join(s.etc(), "alternatives"), 0o755); err != nil {
+					return p, err
+				}
+				alternatives = true
+			default:
 				return p, fmt.Errorf("rootfs: unexpected directory entry %s", e.Path)
 			}
-			synthetic = true
 		case rootfs.KindFile:
 			dir, name := path.Split(e.Path)
 			if path.Clean(dir) != "/etc" || !synthetic {

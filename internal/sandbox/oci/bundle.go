@@ -233,7 +233,7 @@ func writeBundle(b bundle, c bundleConfig) error {
 	addDir := func(p string) { mountpoints[p] = os.ModeDir | 0o755 }
 	addFile := func(p string) { mountpoints[p] = 0o444 }
 
-	etcWritten := false
+	etcWritten, altWritten := false, false
 	for _, e := range sl.Root {
 		switch e.Kind {
 		case rootfs.KindBindDir:
@@ -243,17 +243,35 @@ func writeBundle(b bundle, c bundleConfig) error {
 			mounts = append(mounts, bindMount(e.Source, e.Path, true))
 			addFile(e.Path)
 		case rootfs.KindSymlink:
-			if err := os.Symlink(e.Target, filepath.Join(b.rootfs(), e.Path)); err != nil {
+			if path.Dir(e.Path) == "/" {
+				if err := os.Symlink(e.Target, filepath.Join(b.rootfs(), e.Path)); err != nil {
+					return err
+				}
+				break
+			}
+			// The synthetic /etc's alternatives: in the directory bound there.
+			name, ok := rootfs.Alternative(e)
+			if !ok || !altWritten {
+				return fmt.Errorf("rootfs: unexpected symlink entry %s", e.Path)
+			}
+			if err := os.Symlink(e.Target, filepath.Join(b.etc(), "alternatives", name)); err != nil {
 				return err
 			}
 		case rootfs.KindDir:
-			if e.Path != "/etc" {
+			switch {
+			case e.Path == "/etc" && !etcWritten:
+				if err := os.Mkdir(b.etc(), 0o755); err != nil {
+					return err
+				}
+				etcWritten = true
+			case e.Path == rootfs.AlternativesDir && etcWritten && !altWritten:
+				if err := os.Mkdir(filepath.Join(b.etc(), "alternatives"), 0o755); err != nil {
+					return err
+				}
+				altWritten = true
+			default:
 				return fmt.Errorf("rootfs: unexpected directory entry %s", e.Path)
 			}
-			if err := os.Mkdir(b.etc(), 0o755); err != nil {
-				return err
-			}
-			etcWritten = true
 		case rootfs.KindFile:
 			dir, name := path.Split(e.Path)
 			if path.Clean(dir) != "/etc" || !etcWritten {
