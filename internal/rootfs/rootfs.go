@@ -5,8 +5,10 @@
 // Two roots exist today:
 //   - the host-toolchain view: read-only binds of the host's /usr, /bin,
 //     /sbin and /lib* (or symlinks, where the host merged them into /usr)
-//     and a synthetic /etc written from scratch. Nothing else of the host
-//     is visible: no /home, /root, /var, /run, sockets or host /etc.
+//     and a synthetic /etc written from scratch, with the host's
+//     alternatives links the exposed programs go through (see
+//     Alternative). Nothing else of the host is visible: no /home, /root,
+//     /var, /run, sockets or the rest of the host's /etc.
 //   - a directory: every top-level entry of a host directory, read-only.
 //
 // Either way the sandbox adds its own /proc, /dev, /workspace and /tmp.
@@ -49,8 +51,11 @@ var provided = map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": tr
 var hostViewDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
 // HostView plans the host-toolchain view rooted at hostRoot (normally "/").
+// Its alternatives are scanned once per host root and revalidated with a
+// few stats (see alternatives.go).
 func HostView(hostRoot, hostname string) ([]Entry, error) {
-	var out []Entry
+	alts := alternatives(hostRoot)
+	out := make([]Entry, 0, len(hostViewDirs)+16+len(alts))
 	for _, name := range hostViewDirs {
 		p := filepath.Join(hostRoot, name)
 		e, ok, err := entryFor(p, "/"+name, false)
@@ -65,6 +70,7 @@ func HostView(hostRoot, hostname string) ([]Entry, error) {
 		return nil, fmt.Errorf("rootfs: host has no /usr directory to expose")
 	}
 	out = append(out, Etc(hostname)...)
+	out = append(out, alts...)
 	return out, nil
 }
 
@@ -151,8 +157,24 @@ func Etc(hostname string) []Entry {
 	return out
 }
 
-// Check rejects plans whose paths could escape the new root.
+// The host view's link to the sandbox's trust bundle (the host's roots
+// and the daemon's egress CA; package seal adds it when a spec has trust
+// files): the system bundle's usual path, in directories of the
+// synthetic /etc.
+const (
+	SSLDir       = "/etc/ssl"
+	SSLCertsDir  = "/etc/ssl/certs"
+	SystemBundle = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// Check rejects plans whose paths could escape the new root, and any
+// entry below the top level but the synthetic /etc's: /etc a KindDir, its
+// files (/etc/NAME, KindFile), and the alternatives (AlternativesDir a
+// KindDir after /etc, then at most MaxAlternatives links that Alternative
+// accepts).
 func Check(entries []Entry) error {
+	seenEtc, etc, alt, nAlt := false, false, false, 0
+	ssl, certs, bundle := false, false, false
 	for _, e := range entries {
 		if !strings.HasPrefix(e.Path, "/") || filepath.Clean(e.Path) != e.Path || e.Path == "/" {
 			return fmt.Errorf("rootfs: bad path %q", e.Path)
@@ -165,6 +187,49 @@ func Check(entries []Entry) error {
 		case KindSymlink, KindDir, KindFile:
 		default:
 			return fmt.Errorf("rootfs: %s: unknown kind %q", e.Path, e.Kind)
+		}
+		dir, name := filepath.Split(e.Path)
+		switch {
+		case dir == "/":
+			if e.Path == "/etc" {
+				if seenEtc {
+					return fmt.Errorf("rootfs: /etc twice")
+				}
+				seenEtc, etc = true, e.Kind == KindDir
+			}
+		case e.Path == AlternativesDir:
+			if !etc || alt || e.Kind != KindDir {
+				return fmt.Errorf("rootfs: %s: only a directory in the synthetic /etc", e.Path)
+			}
+			alt = true
+		case e.Path == SSLDir:
+			if !etc || ssl || e.Kind != KindDir {
+				return fmt.Errorf("rootfs: %s: only a directory of the synthetic /etc, once", e.Path)
+			}
+			ssl = true
+		case e.Path == SSLCertsDir:
+			if !ssl || certs || e.Kind != KindDir {
+				return fmt.Errorf("rootfs: %s: only a directory after %s, once", e.Path, SSLDir)
+			}
+			certs = true
+		case e.Path == SystemBundle:
+			if !certs || bundle || e.Kind != KindSymlink || !filepath.IsAbs(e.Target) || filepath.Clean(e.Target) != e.Target {
+				return fmt.Errorf("rootfs: %s: only a link to an absolute clean path (the trust bundle), once", e.Path)
+			}
+			bundle = true
+		case dir == "/etc/":
+			if !etc || e.Kind != KindFile || !plainName(name) {
+				return fmt.Errorf("rootfs: %s: only files of the synthetic /etc lie below the top level", e.Path)
+			}
+		case dir == AlternativesDir+"/":
+			if _, ok := Alternative(e); !alt || !ok {
+				return fmt.Errorf("rootfs: %s: not an alternatives link into the view (target %q)", e.Path, e.Target)
+			}
+			if nAlt++; nAlt > MaxAlternatives {
+				return fmt.Errorf("rootfs: more than %d alternatives links", MaxAlternatives)
+			}
+		default:
+			return fmt.Errorf("rootfs: %s: only top-level entries and the synthetic /etc's make a root", e.Path)
 		}
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/ironclaw/ironclaw/internal/rootfs"
 )
 
 // UID and GID are the identity every sandboxed command runs as, on every
@@ -34,7 +36,7 @@ const (
 	TrustCA     = TrustDir + "/ironclaw-egress-ca.crt"
 	// SystemBundle is where Debian-like systems keep theirs; the
 	// host-toolchain view's is a link to TrustBundle.
-	SystemBundle = "/etc/ssl/certs/ca-certificates.crt"
+	SystemBundle = rootfs.SystemBundle
 )
 
 // TrustEnv points every common TLS client inside at the trust files:

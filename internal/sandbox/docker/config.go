@@ -85,6 +85,11 @@ func prepare(s state, spec sandbox.Spec, sl *seal.Seal, helperExe string) (plan,
 	taken := map[string]bool{}
 	var imageEtc string // a directory root's own /etc, if any
 	synthetic := false  // whether /etc is ours
+	// The plan's shape is rootfs.Check's to say (what may lie below the
+	// top level); what passes is rendered here.
+	if err := rootfs.Check(sl.Root); err != nil {
+		return p, err
+	}
 	for _, e := range sl.Root {
 		taken[e.Path] = true
 		switch e.Kind {

@@ -180,7 +180,7 @@ func TestResolveHostView(t *testing.T) {
 		}
 	}
 	// Debian's awk is /usr/bin/awk -> /etc/alternatives/awk -> mawk: it
-	// dangles in the view (whose /etc is synthetic), but mawk is there.
+	// resolves through the view's /etc/alternatives, to mawk.
 	if target, err := os.Readlink("/usr/bin/awk"); err == nil && strings.HasPrefix(target, "/etc/alternatives/") {
 		real, err := filepath.EvalSymlinks("/usr/bin/awk")
 		if err != nil {
@@ -202,6 +202,51 @@ func TestCheckEntry(t *testing.T) {
 	for _, e := range []string{"", "..", "bin/curl", "/usr/../bin/curl", "/workspace/x", "/tmp/curl", "/proc/self/exe", "/", "a\x00b"} {
 		if err := CheckEntry(e); err == nil {
 			t.Errorf("CheckEntry(%q) = nil", e)
+		}
+	}
+}
+
+// A host view's alternatives resolve through its own /etc/alternatives:
+// /usr/bin/awk -> /etc/alternatives/awk -> /usr/bin/mawk gates mawk, with
+// no help from the host's /etc. A plan with anything else below the top
+// level is refused.
+func TestResolveAlternatives(t *testing.T) {
+	host := t.TempDir()
+	for _, d := range []string{"usr/bin", "etc/alternatives"} {
+		if err := os.MkdirAll(filepath.Join(host, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(host, "usr/bin/mawk"), []byte("MAWK"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range [][2]string{
+		{"/etc/alternatives/awk", "usr/bin/awk"}, {"/usr/bin/mawk", "etc/alternatives/awk"},
+		{"/etc/alternatives/nc", "usr/bin/nc"}, {"/opt/nc", "etc/alternatives/nc"}, // left out
+	} {
+		if err := os.Symlink(l[0], filepath.Join(host, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := rootfs.HostView(host, "sandbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Resolve(View{Root: entries}, []string{"awk", "nc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plan.Close()
+	if len(plan.Programs) != 1 || !slices.Equal(plan.Programs[0].Keys, []string{"awk"}) || !slices.Equal(plan.Programs[0].Paths, []string{"/usr/bin/mawk"}) {
+		t.Fatalf("programs %+v, want awk at /usr/bin/mawk", plan.Programs)
+	}
+	for _, bad := range []rootfs.Entry{
+		{Path: "/usr/bin/awk", Kind: rootfs.KindSymlink, Target: "/usr/bin/mawk"},
+		{Path: "/etc/alternatives/awk", Kind: rootfs.KindSymlink, Target: "/etc/passwd"},
+		{Path: "/etc/alternatives/x/y", Kind: rootfs.KindSymlink, Target: "/usr/bin/mawk"},
+	} {
+		if _, err := Resolve(View{Root: append(slices.Clone(entries), bad)}, []string{"awk"}); err == nil {
+			t.Errorf("a plan with %+v was accepted", bad)
 		}
 	}
 }

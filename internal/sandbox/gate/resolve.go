@@ -74,10 +74,13 @@ func Resolve(v View, entries []string) (_ *Plan, retErr error) {
 		for _, c := range cands {
 			f, err := w.walk(c, true)
 			if v.HostView && errors.Is(err, unix.ENOENT) {
-				// A host-view name that dangles inside, such as Debian's
-				// /usr/bin/awk -> /etc/alternatives/awk (the view's /etc is
-				// synthetic): the program is still there under the name the
-				// host's own /etc points to, and reachable by it.
+				// A host-view name that dangles inside. Debian's
+				// /usr/bin/awk -> /etc/alternatives/awk -> /usr/bin/mawk
+				// resolves through the view's own /etc/alternatives; this
+				// is for one the view leaves out (its target lies outside
+				// the view) or the host changed since the plan: what the
+				// host's own /etc points to may still be reachable by its
+				// own name.
 				var st unix.Stat_t
 				if unix.Lstat(c, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
 					if h, herr := filepath.EvalSymlinks(c); herr == nil && h != c {

@@ -71,9 +71,9 @@ func ViewOf(sl *seal.Seal, spec sandbox.Spec) View {
 type nodeKind int
 
 const (
-	nDir      nodeKind = iota // a directory the plan makes (holds only nodes)
+	nDir      nodeKind = iota // a directory the plan makes (holds only nodes): /etc, /etc/alternatives
 	nFile                     // a file the plan writes (the synthetic /etc)
-	nSymlink                  // a symlink the plan makes
+	nSymlink                  // a symlink the plan makes (top-level, or an alternative)
 	nBindDir                  // a host directory bound here
 	nBindFile                 // a host file bound here
 	nOpaque                   // made by the sandbox itself: unknown here
@@ -130,6 +130,11 @@ func newView(v View) (*view, error) {
 		}
 		w.nodes[inside] = node{kind: k, host: canon}
 		w.binds = append(w.binds, inside)
+	}
+	// Only the shapes a plan may have (top-level entries, the synthetic
+	// /etc and its alternatives links, each a node here).
+	if err := rootfs.Check(v.Root); err != nil {
+		return nil, fmt.Errorf("gate: %w", err)
 	}
 	for _, e := range v.Root {
 		if !path.IsAbs(e.Path) || path.Clean(e.Path) != e.Path {

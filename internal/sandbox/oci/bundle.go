@@ -233,6 +233,11 @@ func writeBundle(b bundle, c bundleConfig) error {
 	addDir := func(p string) { mountpoints[p] = os.ModeDir | 0o755 }
 	addFile := func(p string) { mountpoints[p] = 0o444 }
 
+	// The plan's shape is rootfs.Check's to say (what may lie below the
+	// top level); what passes is rendered here.
+	if err := rootfs.Check(sl.Root); err != nil {
+		return err
+	}
 	etcWritten := false
 	for _, e := range sl.Root {
 		switch e.Kind {

@@ -294,9 +294,12 @@ func New(spec sandbox.Spec) (*Seal, error) {
 			// The host-toolchain view's /etc is ours: the system bundle's
 			// usual path leads to the trust bundle too.
 			s.Root = append(s.Root,
-				rootfs.Entry{Path: "/etc/ssl", Kind: rootfs.KindDir, Mode: 0o755},
-				rootfs.Entry{Path: "/etc/ssl/certs", Kind: rootfs.KindDir, Mode: 0o755},
-				rootfs.Entry{Path: sandbox.SystemBundle, Kind: rootfs.KindSymlink, Target: sandbox.TrustBundle})
+				rootfs.Entry{Path: rootfs.SSLDir, Kind: rootfs.KindDir, Mode: 0o755},
+				rootfs.Entry{Path: rootfs.SSLCertsDir, Kind: rootfs.KindDir, Mode: 0o755},
+				rootfs.Entry{Path: rootfs.SystemBundle, Kind: rootfs.KindSymlink, Target: sandbox.TrustBundle})
+			if err := rootfs.Check(s.Root); err != nil {
+				return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
+			}
 		}
 	}
 	if s.Seccomp, err = Profile(); err != nil {

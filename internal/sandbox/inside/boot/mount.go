@@ -120,7 +120,9 @@ func buildRoot(cfg *wire.Config, trees []*os.File) error {
 	if root == "" {
 		return errors.New("no directory to assemble the root in")
 	}
-	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=2m,nr_inodes=4096,mode=0755"); err != nil {
+	// 4m: the synthetic /etc, mount points, and up to
+	// rootfs.MaxAlternatives links (a target beyond 128 bytes takes a page).
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=4m,nr_inodes=4096,mode=0755"); err != nil {
 		return fmt.Errorf("root tmpfs: %w", err)
 	}
 	at := func(p string) string { return filepath.Join(root, p) }
@@ -201,7 +203,8 @@ type source struct {
 func makeEntry(p string, e rootfs.Entry, src source) error {
 	switch e.Kind {
 	case rootfs.KindDir:
-		return os.MkdirAll(p, os.FileMode(e.Mode)|0o700)
+		// rootfs.Check has the plan make a directory's parent first.
+		return os.Mkdir(p, os.FileMode(e.Mode)|0o700)
 	case rootfs.KindFile:
 		return os.WriteFile(p, []byte(e.Content), os.FileMode(e.Mode))
 	case rootfs.KindSymlink:

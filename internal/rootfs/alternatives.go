@@ -1,0 +1,264 @@
+package rootfs
+
+import (
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The alternatives of the host-toolchain view.
+//
+// Debian's update-alternatives points a program's generic name into /etc:
+// /usr/bin/awk -> /etc/alternatives/awk -> /usr/bin/mawk. The view's /etc
+// is synthetic, so it gains /etc/alternatives holding, as symlinks, exactly
+// the alternatives the exposed bin directories use, and only those whose
+// target lies in what the view exposes. Nothing else of the host's /etc
+// shows: the only things read from it are these links' targets.
+//
+// In a plan they are
+//
+//	{Path: "/etc/alternatives", Kind: KindDir}
+//	{Path: "/etc/alternatives/NAME", Kind: KindSymlink, Target: "/usr/..."}
+//
+// right after the synthetic /etc's files (Check accepts nothing else below
+// /etc, see Alternative).
+
+// AlternativesDir is where the view's alternatives links live.
+const AlternativesDir = "/etc/alternatives"
+
+// MaxAlternatives bounds the alternatives links of a plan; beyond it (in
+// name order) they are left out.
+const MaxAlternatives = 512
+
+// maxAltTarget bounds an alternatives link's target (the host's are tens
+// of bytes; a long one costs the sandbox's root a page).
+const maxAltTarget = 255
+
+// altBinDirs are the host directories whose symlinks are scanned for
+// alternatives, inside the view; each only where it is a directory (not
+// merged-usr's symlink into /usr).
+var altBinDirs = []string{"/usr/bin", "/usr/sbin", "/bin", "/sbin"}
+
+// Alternative reports whether e is one of the view's alternatives links: a
+// symlink directly in AlternativesDir with a plain file name whose target
+// is an absolute clean path beneath one of the directories the view
+// exposes. It returns the link's name.
+func Alternative(e Entry) (string, bool) {
+	if e.Kind != KindSymlink {
+		return "", false
+	}
+	dir, name := path.Split(e.Path)
+	if dir != AlternativesDir+"/" || !plainName(name) || !altTarget(e.Target) {
+		return "", false
+	}
+	return name, true
+}
+
+// plainName is a file name: no separator, not . or .., not too long.
+func plainName(n string) bool {
+	return n != "" && n != "." && n != ".." && len(n) <= 255 && !strings.ContainsAny(n, "/\x00")
+}
+
+// altTarget is an absolute clean path strictly beneath one of hostViewDirs.
+func altTarget(t string) bool {
+	if len(t) > maxAltTarget || !path.IsAbs(t) || path.Clean(t) != t || strings.ContainsRune(t, 0) {
+		return false
+	}
+	top, rest, _ := strings.Cut(t[1:], "/")
+	if rest == "" {
+		return false
+	}
+	for _, d := range hostViewDirs {
+		if top == d {
+			return true
+		}
+	}
+	return false
+}
+
+// The scan of a host root's alternatives is cached: seal.New plans the
+// view on every sandbox create, and /usr/bin holds thousands of names. A
+// scan stays valid while the directories it read are unchanged, which
+// their stamps (lstat: device, inode, type, mtime, ctime) tell: replacing
+// a link (update-alternatives renames a new one over it) or adding or
+// removing one changes its directory's mtime. A scan whose stamps are
+// within racyWindow of the time they were taken is not kept (a second
+// change within the file system's timestamp granularity would go unseen),
+// so the next plan scans again.
+var altCache struct {
+	sync.Mutex
+	m map[string]*altScan
+}
+
+// altScans counts scans, for tests.
+var altScans atomic.Int64
+
+const racyWindow = 2 * time.Second
+
+type stamp struct {
+	ok           bool
+	mode         uint32
+	dev, ino     uint64
+	mtime, ctime unix.Timespec
+}
+
+type altScan struct {
+	paths   []string // stampPaths
+	stamps  []stamp
+	entries []Entry
+}
+
+// stampPaths are the host paths whose stamps validate a scan of hostRoot:
+// the alternatives directory, then altBinDirs.
+func stampPaths(hostRoot string) []string {
+	out := []string{filepath.Join(hostRoot, AlternativesDir)}
+	for _, d := range altBinDirs {
+		out = append(out, filepath.Join(hostRoot, d))
+	}
+	return out
+}
+
+func takeStamp(p string) stamp {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return stamp{}
+	}
+	return stamp{ok: true, mode: st.Mode & unix.S_IFMT, dev: uint64(st.Dev), ino: st.Ino, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+func (s stamp) isDir() bool { return s.ok && s.mode == unix.S_IFDIR }
+
+// alternatives is the plan's alternatives entries for the host root
+// (none when the host has none); see the top of this file. The caller
+// must not change the slice's entries.
+func alternatives(hostRoot string) []Entry {
+	altCache.Lock()
+	c := altCache.m[hostRoot]
+	altCache.Unlock()
+	var paths []string
+	if c != nil {
+		paths = c.paths
+	} else {
+		paths = stampPaths(hostRoot)
+	}
+	var buf [8]stamp
+	stamps := buf[:len(paths)]
+	for i, p := range paths {
+		stamps[i] = takeStamp(p)
+	}
+	if c != nil && sameStamps(c.stamps, stamps) {
+		return c.entries
+	}
+	now := time.Now()
+	stamps = append([]stamp(nil), stamps...)
+	entries, complete := scanAlternatives(hostRoot, stamps)
+	altCache.Lock()
+	defer altCache.Unlock()
+	if altCache.m == nil {
+		altCache.m = map[string]*altScan{}
+	}
+	if complete && !racy(stamps, now) {
+		altCache.m[hostRoot] = &altScan{paths: paths, stamps: stamps, entries: entries}
+	} else {
+		delete(altCache.m, hostRoot)
+	}
+	return entries
+}
+
+func sameStamps(a, b []stamp) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// racy: some stamp is too recent to tell a later change apart (or lies in
+// the future).
+func racy(stamps []stamp, now time.Time) bool {
+	limit := now.Add(-racyWindow)
+	for _, s := range stamps {
+		if !s.ok {
+			continue
+		}
+		for _, ts := range []unix.Timespec{s.mtime, s.ctime} {
+			if !time.Unix(ts.Unix()).Before(limit) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// scanAlternatives reads the bin directories (those stamps say are
+// directories) for links into AlternativesDir and each such alternative's
+// target. complete is false when a directory could not be read.
+func scanAlternatives(hostRoot string, stamps []stamp) (_ []Entry, complete bool) {
+	altScans.Add(1)
+	complete = true
+	if !stamps[0].isDir() {
+		return nil, true // no alternatives on this host
+	}
+	names := map[string]bool{}
+	for i, dir := range altBinDirs {
+		if !stamps[i+1].isDir() {
+			continue
+		}
+		f, err := os.Open(filepath.Join(hostRoot, dir))
+		if err != nil {
+			complete = false
+			continue
+		}
+		des, err := f.ReadDir(-1)
+		f.Close()
+		if err != nil {
+			complete = false
+		}
+		for _, de := range des {
+			if de.Type()&os.ModeSymlink == 0 {
+				continue
+			}
+			t, err := os.Readlink(filepath.Join(hostRoot, dir, de.Name()))
+			if err != nil {
+				continue
+			}
+			if !path.IsAbs(t) {
+				t = path.Join(dir, t) // dir is a directory: lexical is exact
+			}
+			if d, n := path.Split(path.Clean(t)); d == AlternativesDir+"/" && plainName(n) {
+				names[n] = true
+			}
+		}
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	var out []Entry
+	for _, n := range sorted {
+		if len(out) == MaxAlternatives {
+			break
+		}
+		t, err := os.Readlink(filepath.Join(hostRoot, AlternativesDir, n))
+		if err != nil || !altTarget(t) {
+			continue // not a link, or it leads out of the view
+		}
+		out = append(out, Entry{Path: AlternativesDir + "/" + n, Kind: KindSymlink, Target: t})
+	}
+	if len(out) == 0 {
+		return nil, complete
+	}
+	return append([]Entry{{Path: AlternativesDir, Kind: KindDir, Mode: 0o755}}, out...), complete
+}
