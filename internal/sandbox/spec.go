@@ -9,8 +9,6 @@ import (
 	"path"
 	"strings"
 	"time"
-
-	"github.com/ironclaw/ironclaw/internal/rootfs"
 )
 
 // UID and GID are the identity every sandboxed command runs as, on every
@@ -36,7 +34,8 @@ const (
 	TrustCA     = TrustDir + "/ironclaw-egress-ca.crt"
 	// SystemBundle is where Debian-like systems keep theirs; the
 	// host-toolchain view's is a link to TrustBundle.
-	SystemBundle = rootfs.SystemBundle
+	// (rootfs.SystemBundle is the same path; seal's tests hold them equal).
+	SystemBundle = "/etc/ssl/certs/ca-certificates.crt"
 )
 
 // TrustEnv points every common TLS client inside at the trust files:

@@ -87,3 +87,10 @@ func TestTrustBounds(t *testing.T) {
 		t.Errorf("a mount over the trust directory: %v", err)
 	}
 }
+
+// The spec's name for the system bundle and the root plan's are one path.
+func TestSystemBundlePathsAgree(t *testing.T) {
+	if sandbox.SystemBundle != rootfs.SystemBundle {
+		t.Fatalf("sandbox.SystemBundle %q != rootfs.SystemBundle %q", sandbox.SystemBundle, rootfs.SystemBundle)
+	}
+}
