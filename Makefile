@@ -20,7 +20,8 @@ FUZZTIME ?= 10s
 # The packages the race detector runs over in CI.
 RACE_PKGS := ./internal/sandbox/native/... ./internal/session/ ./internal/audit/ \
 	./internal/store/ ./internal/api/ ./internal/daemon/ ./internal/client/ \
-	./internal/gateway/... ./internal/netlimit/ ./internal/egress/ ./internal/modelproxy/
+	./internal/gateway/... ./internal/netlimit/ ./internal/egress/ ./internal/modelproxy/ \
+	./internal/e2b/... ./internal/inproc/ ./internal/secrets/
 
 .PHONY: build help test test-go test-sdk lint fmt vet staticcheck typecheck race bench demo fuzz tools
 

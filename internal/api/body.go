@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
@@ -49,16 +50,18 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request, l netlimit.Bo
 type limitedBody struct {
 	r     io.Reader
 	guard *netlimit.Body
-	// failed is the body's own failure, or nil.
-	failed error
+	// failed is the body's own failure, or nil. Atomic: a consumer that
+	// gave up (its context ended) may return while its copier's Read is
+	// still pending, and the handler asks err meanwhile.
+	failed atomic.Pointer[error]
 }
 
 // err is the body's own failure, or nil. The guard is asked too: its
 // failure cancels the request's context, which a consumer may report
 // before its own read returns.
 func (b *limitedBody) err() error {
-	if b.failed != nil {
-		return b.failed
+	if f := b.failed.Load(); f != nil {
+		return *f
 	}
 	if b.guard != nil && errors.Is(b.guard.Err(), netlimit.ErrSlowBody) {
 		return errBodyTimeout
@@ -73,10 +76,12 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		switch {
 		case errors.Is(err, netlimit.ErrSlowBody), b.guard != nil && errors.Is(b.guard.Err(), netlimit.ErrSlowBody):
 			err = errBodyTimeout
-			b.failed = err
+			b.fail(err)
 		case errors.As(err, &tooBig):
-			b.failed = err
+			b.fail(err)
 		}
 	}
 	return n, err
 }
+
+func (b *limitedBody) fail(err error) { b.failed.Store(&err) }

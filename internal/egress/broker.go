@@ -272,12 +272,12 @@ func (b *Broker) Close() error {
 	for t := range b.tunnels {
 		ts = append(ts, t)
 	}
-	b.mu.Unlock()
-	b.cancel()
 	ics := make([]*intercepted, 0, len(b.intercepts))
 	for ic := range b.intercepts {
 		ics = append(ics, ic)
 	}
+	b.mu.Unlock()
+	b.cancel()
 	for _, t := range ts {
 		t.close()
 	}

@@ -15,6 +15,8 @@ package session
 
 import (
 	"cmp"
+	"sync/atomic"
+
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 
 	"context"
@@ -1018,7 +1020,7 @@ func (m *Manager) WriteFile(ctx context.Context, actor, id, path string, r io.Re
 	}
 	cr := &countingReader{r: r}
 	werr := sb.WriteFile(ctx, path, cr, mode)
-	data := map[string]any{"path": path, "bytes": cr.n}
+	data := map[string]any{"path": path, "bytes": cr.n.Load()}
 	if werr != nil {
 		data["error"] = werr.Error()
 	}
@@ -1029,14 +1031,17 @@ func (m *Manager) WriteFile(ctx context.Context, actor, id, path string, r io.Re
 	return werr
 }
 
+// countingReader counts what was read. n is atomic: a sandbox that gives
+// up on a write (its context ended) may return while its copier's Read of
+// the body is still pending.
 type countingReader struct {
 	r io.Reader
-	n int64
+	n atomic.Int64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	c.n += int64(n)
+	c.n.Add(int64(n))
 	return n, err
 }
 
