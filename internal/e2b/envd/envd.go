@@ -5,10 +5,15 @@
 package envd
 
 import (
+	"context"
+	"errors"
 	"net/http"
+
+	"connectrpc.com/connect"
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/client"
+	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 )
 
 // Version is the envd version reported to the SDKs: it turns on the SDK
@@ -54,4 +59,13 @@ func health(w http.ResponseWriter, r *http.Request) {
 	default:
 		filesError(w, http.StatusServiceUnavailable, err.Error())
 	}
+}
+
+// caller is the principal and sandbox of a request.
+func caller(ctx context.Context) (*client.Client, string, error) {
+	p, id := auth.PrincipalFrom(ctx), auth.SandboxFrom(ctx)
+	if p == nil || p.API == nil || id == "" {
+		return nil, "", connect.NewError(connect.CodeUnauthenticated, errors.New("envd: not authenticated"))
+	}
+	return p.API, id, nil
 }

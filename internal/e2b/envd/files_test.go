@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/ironclaw/ironclaw/internal/client"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ironclaw/ironclaw/internal/client"
 
 	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 	"github.com/ironclaw/ironclaw/internal/e2b/e2btest"

@@ -17,7 +17,6 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/client"
-	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 	fspb "github.com/ironclaw/ironclaw/internal/e2b/envdpb/filesystem"
 	"github.com/ironclaw/ironclaw/internal/e2b/envdpb/filesystem/filesystemconnect"
 )
@@ -70,15 +69,18 @@ type fsService struct {
 
 var _ filesystemconnect.FilesystemHandler = (*fsService)(nil)
 
-// fsCaller is the native client and the sandbox of an authenticated
-// envd request.
-func fsCaller(ctx context.Context) (*client.Client, string, error) {
-	p := auth.PrincipalFrom(ctx)
-	id := auth.SandboxFrom(ctx)
-	if p == nil || id == "" {
-		return nil, "", connect.NewError(connect.CodeUnauthenticated, errors.New("the sandbox's access token (X-Access-Token) is required"))
+// fsTarget is the caller, the sandbox and the resolved path of a request
+// about one path.
+func fsTarget(ctx context.Context, raw string) (*client.Client, string, string, error) {
+	api, id, err := caller(ctx)
+	if err != nil {
+		return nil, "", "", err
 	}
-	return p.API, id, nil
+	p, err := fsResolve(raw)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return api, id, p, nil
 }
 
 // fsResolve turns an E2B path into a clean absolute path in a writable
@@ -260,11 +262,7 @@ func (t *fsTail) Write(p []byte) (int, error) {
 func (t *fsTail) String() string { return t.b.String() }
 
 func (s *fsService) Stat(ctx context.Context, req *connect.Request[fspb.StatRequest]) (*connect.Response[fspb.StatResponse], error) {
-	api, id, err := fsCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := fsResolve(req.Msg.GetPath())
+	api, id, p, err := fsTarget(ctx, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -281,11 +279,7 @@ func (s *fsService) Stat(ctx context.Context, req *connect.Request[fspb.StatRequ
 // itself may be one). At most fsMaxListEntries entries and fsMaxDepth
 // levels.
 func (s *fsService) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
-	api, id, err := fsCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := fsResolve(req.Msg.GetPath())
+	api, id, p, err := fsTarget(ctx, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -341,11 +335,7 @@ func (s *fsService) ListDir(ctx context.Context, req *connect.Request[fspb.ListD
 // A directory already there is AlreadyExists (the SDK's makeDir then
 // answers false); anything else there is InvalidArgument.
 func (s *fsService) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
-	api, id, err := fsCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := fsResolve(req.Msg.GetPath())
+	api, id, p, err := fsTarget(ctx, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +365,7 @@ func (s *fsService) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeD
 // destination's missing parents first, as envd does; across /workspace
 // and /tmp it copies.
 func (s *fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequest]) (*connect.Response[fspb.MoveResponse], error) {
-	api, id, err := fsCaller(ctx)
+	api, id, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -419,11 +409,7 @@ func (s *fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequ
 // there is no error, as envd's RemoveAll). /workspace and /tmp themselves
 // are refused.
 func (s *fsService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
-	api, id, err := fsCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := fsResolve(req.Msg.GetPath())
+	api, id, p, err := fsTarget(ctx, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}

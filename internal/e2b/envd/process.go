@@ -17,7 +17,6 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/client"
-	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 	rpc "github.com/ironclaw/ironclaw/internal/e2b/envdpb/process"
 	"github.com/ironclaw/ironclaw/internal/e2b/envdpb/process/processconnect"
 )
@@ -78,15 +77,6 @@ func registerProcess(mux *http.ServeMux, cfg Config) {
 	s := &processService{cfg: cfg, streams: newStreamLimiter(streamsPerSandbox, streamsTotal)}
 	p, h := processconnect.NewProcessHandler(s, connect.WithReadMaxBytes(maxMessage))
 	mux.Handle(p, h)
-}
-
-// caller is the principal and sandbox of a request.
-func caller(ctx context.Context) (*client.Client, string, error) {
-	p, id := auth.PrincipalFrom(ctx), auth.SandboxFrom(ctx)
-	if p == nil || p.API == nil || id == "" {
-		return nil, "", connect.NewError(connect.CodeUnauthenticated, errors.New("envd: not authenticated"))
-	}
-	return p.API, id, nil
 }
 
 // resolve finds the process sel names: by pid, the process with that pid

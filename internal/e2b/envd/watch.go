@@ -303,11 +303,7 @@ func fsWatchID() string {
 }
 
 func (s *fsService) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], stream *connect.ServerStream[fspb.WatchDirResponse]) error {
-	api, id, err := fsCaller(ctx)
-	if err != nil {
-		return err
-	}
-	p, err := fsResolve(req.Msg.GetPath())
+	api, id, p, err := fsTarget(ctx, req.Msg.GetPath())
 	if err != nil {
 		return err
 	}
@@ -362,11 +358,7 @@ func (s *fsService) WatchDir(ctx context.Context, req *connect.Request[fspb.Watc
 }
 
 func (s *fsService) CreateWatcher(ctx context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
-	api, id, err := fsCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := fsResolve(req.Msg.GetPath())
+	api, id, p, err := fsTarget(ctx, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -422,7 +414,7 @@ func (s *fsService) CreateWatcher(ctx context.Context, req *connect.Request[fspb
 }
 
 func (s *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[fspb.GetWatcherEventsRequest]) (*connect.Response[fspb.GetWatcherEventsResponse], error) {
-	_, id, err := fsCaller(ctx)
+	_, id, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -442,7 +434,7 @@ func (s *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[f
 }
 
 func (s *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[fspb.RemoveWatcherRequest]) (*connect.Response[fspb.RemoveWatcherResponse], error) {
-	_, id, err := fsCaller(ctx)
+	_, id, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}

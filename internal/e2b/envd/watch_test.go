@@ -3,9 +3,10 @@ package envd_test
 import (
 	"context"
 	"fmt"
-	"github.com/ironclaw/ironclaw/internal/client"
 	"testing"
 	"time"
+
+	"github.com/ironclaw/ironclaw/internal/client"
 
 	"connectrpc.com/connect"
 
