@@ -495,3 +495,50 @@ func TestBodyErrOnceTheDeadlinePassedMidRead(t *testing.T) {
 		t.Fatalf("after the deadline, mid-read: %v, want ErrSlowBody", err)
 	}
 }
+
+// A body read after its handler returned, as a Transport forwarding it
+// does (its request-writing goroutine outlives the handler), must not
+// touch the dead ResponseWriter: over HTTP/2 that panics the server.
+func TestBodyReadAfterTheHandlerReturned(t *testing.T) {
+	returned := make(chan struct{})
+	readDone := make(chan error, 1)
+	h := GuardBodies(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := r.Body
+		go func() {
+			<-returned
+			time.Sleep(10 * time.Millisecond) // the server has finished the stream
+			_, err := io.Copy(io.Discard, body)
+			readDone <- err
+		}()
+		io.WriteString(w, "answered before the body was read")
+	}), BodyLimits{Timeout: time.Second, Idle: time.Second})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		close(returned)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte("first part"))
+		time.Sleep(50 * time.Millisecond)
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("PUT", srv.URL, pr)
+	req.ContentLength = -1
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("the test needs HTTP/2, got %s", resp.Proto)
+	}
+	io.Copy(io.Discard, resp.Body)
+	select {
+	case <-readDone: // any outcome but a panic: the stream is over
+	case <-time.After(5 * time.Second):
+		t.Fatal("the late read never returned")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,7 +151,10 @@ func GuardBodies(h http.Handler, l BodyLimits) http.Handler {
 // LimitBody applies l to r's body, replacing the limits GuardBodies set
 // (the time already waited still counts), and returns the guarded body, or
 // nil for a request without a body. Call it before anything else wraps
-// r.Body. The deadlines are set through http.ResponseController on w.
+// r.Body. The deadlines are set through http.ResponseController on w; a
+// handler not served under GuardBodies (which detaches the body from w
+// when the handler returns) must not let the body be read after it
+// returns.
 func LimitBody(w http.ResponseWriter, r *http.Request, l BodyLimits) *Body {
 	if b, ok := r.Body.(*Body); ok {
 		b.lim = l
@@ -180,6 +184,22 @@ type Body struct {
 	// none), so that Err can tell a body that broke its limits while that
 	// Read has not yet returned (see Err).
 	deadline atomic.Int64
+	// mu orders the deadlines a Read sets against the handler's return:
+	// once detached (the handler returned) the ResponseWriter is dead (an
+	// HTTP/2 one panics when used), and a Read still forwarding the body
+	// leaves the connection's deadline as finish set it.
+	mu       sync.Mutex
+	detached bool
+}
+
+// setReadDeadline sets the connection's read deadline unless the handler
+// has returned.
+func (b *Body) setReadDeadline(t time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.detached {
+		_ = b.rc.SetReadDeadline(t)
+	}
 }
 
 // Err is the ErrSlowBody error a read returned, or nil. A handler may meet
@@ -229,7 +249,7 @@ func (b *Body) Read(p []byte) (int, error) {
 		return 0, b.tooSlow(b.slowErr())
 	}
 	b.deadline.Store(start.Add(left).UnixNano())
-	_ = b.rc.SetReadDeadline(start.Add(left))
+	b.setReadDeadline(start.Add(left))
 	n, err := b.ReadCloser.Read(p)
 	defer b.deadline.Store(0) // once slow says why, if it was that
 	b.waited += time.Since(start)
@@ -237,7 +257,7 @@ func (b *Body) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		b.ended.Store(true)
-		_ = b.rc.SetReadDeadline(time.Time{})
+		b.setReadDeadline(time.Time{})
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		err = b.tooSlow(b.slowErr())
 	case err != nil:
@@ -246,8 +266,14 @@ func (b *Body) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// finish bounds the server's discarding of an unread rest of the body.
+// finish runs when the handler returns: it bounds the server's discarding
+// of an unread rest of the body, and detaches the body from the
+// ResponseWriter, which a Transport still forwarding the body (its
+// request-writing goroutine outlives the handler) must no longer touch.
 func (b *Body) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.detached = true
 	if b.ended.Load() {
 		return
 	}
