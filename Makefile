@@ -25,9 +25,9 @@ RACE_PKGS := ./internal/sandbox/native/... ./internal/session/ ./internal/audit/
 
 .PHONY: build help test test-go test-sdk lint fmt vet staticcheck typecheck race bench demo fuzz tools
 
-## build: bin/ironclaw (the default)
+## build: bin/ironclaw and bin/ironclaw-sandbox, the small in-sandbox init it runs beside it (the default)
 build:
-	$(GO) build -o bin/ironclaw ./cmd/ironclaw
+	$(GO) build -o bin/ ./cmd/ironclaw ./cmd/ironclaw-sandbox
 
 ## help: this list
 help:

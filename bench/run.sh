@@ -82,7 +82,7 @@ measure() {
 
 # ---------------------------------------------------------------- build
 say "building bin/ironclaw, the comparison tool and the static workloads"
-go build -o bin/ironclaw ./cmd/ironclaw
+go build -o bin/ ./cmd/ironclaw ./cmd/ironclaw-sandbox
 mkdir -p "$WORK/bin"
 go build -o "$CMP" ./bench/compare
 # Static, stripped: each peer execs the same small binary needing nothing else.

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 
+	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/spf13/cobra"
 )
@@ -16,7 +17,13 @@ runtime, say how to fix what is missing, and prove it with a real sandbox.
 Exits 0 when everything required works, 1 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			findings := native.Diagnose(c.Context())
+			exe, why := backend.InitExe()
+			initFinding := native.Finding{Feature: "small sandbox init", OK: true, Detail: exe}
+			if exe == "" {
+				initFinding = native.Finding{Feature: "small sandbox init", Detail: "sandboxes re-execute this binary (slower start, more memory each): " + why,
+					Fix: "make build (bin/ironclaw-sandbox beside bin/ironclaw), or go install github.com/ironclaw/ironclaw/cmd/...@VERSION"}
+			}
+			findings := append([]native.Finding{initFinding}, native.Diagnose(c.Context(), exe)...)
 			failed := false
 			for _, f := range findings {
 				mark := "ok  "

@@ -33,8 +33,9 @@ func Names() []string { return []string{Native, Runc, Crun, Runsc, Docker, Docke
 type Options struct {
 	// Name selects the backend; "" is Native.
 	Name string
-	// Exe is the ironclaw binary the backend runs inside sandboxes (the
-	// native init, the OCI helper); "" means this executable.
+	// Exe is the binary the backend runs inside sandboxes (the native
+	// init, the OCI helper); "" means InitExe's choice: the small
+	// ironclaw-sandbox beside this executable, else this executable.
 	Exe string
 	// PoolSize, PoolExposedTCP and PoolGate configure the native warm pool.
 	PoolSize       int
@@ -51,6 +52,13 @@ type Options struct {
 // sandbox.ErrInvalidSpec; a backend this host cannot run returns an error
 // wrapping sandbox.ErrUnsupported that says why.
 func Open(ctx context.Context, opts Options) (sandbox.Runtime, error) {
+	if opts.Exe == "" {
+		exe, why := InitExe()
+		if exe == "" && opts.Logf != nil {
+			opts.Logf("sandbox init: re-executing this binary (slower start, more memory per sandbox): %s", why)
+		}
+		opts.Exe = exe
+	}
 	switch opts.Name {
 	case "", Native:
 		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, PoolTrust: opts.PoolTrust, Logf: opts.Logf, Exe: opts.Exe})

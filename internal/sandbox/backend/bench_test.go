@@ -16,6 +16,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
+	"github.com/ironclaw/ironclaw/internal/testutil/gobuild"
 )
 
 // The test binary is also the native init and the OCI helper, as the
@@ -26,6 +27,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	closeAll()
+	gobuild.Cleanup()
 	os.Exit(code)
 }
 

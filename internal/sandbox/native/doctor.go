@@ -27,13 +27,16 @@ type Finding struct {
 }
 
 // Diagnose checks, feature by feature, whether this host enforces what the
-// native backend relies on, and ends with a real sandbox as proof.
-func Diagnose(ctx context.Context) []Finding {
+// native backend relies on, and ends with a real sandbox as proof. exe is
+// the sandbox init to prove (Options.Exe; "" is this binary).
+func Diagnose(ctx context.Context, exe string) []Finding {
 	var out []Finding
 	add := func(f Finding) { out = append(out, f) }
 
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP {
-		add(Finding{Feature: "cgo-free build", Required: true, Detail: "built with cgo: per-thread security calls are unavailable", Fix: "rebuild with CGO_ENABLED=0"})
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP && exe == "" {
+		add(Finding{Feature: "cgo-free build", Required: true, Detail: "built with cgo: per-thread security calls are unavailable to this binary as the sandbox init", Fix: "rebuild with CGO_ENABLED=0, or put a CGO_ENABLED=0 ironclaw-sandbox of the same build beside it (make build)"})
+	} else if e == syscall.ENOTSUP {
+		add(Finding{Feature: "cgo-free build", OK: true, Required: true, Detail: "built with cgo, but the sandbox init is the cgo-free " + exe})
 	} else {
 		add(Finding{Feature: "cgo-free build", OK: true, Required: true, Detail: "per-thread security calls available"})
 	}
@@ -112,16 +115,16 @@ func Diagnose(ctx context.Context) []Finding {
 		add(Finding{Feature: "openat2", OK: true, Detail: "file paths resolve beneath /workspace and /tmp"})
 	}
 
-	add(smokeTest(ctx))
+	add(smokeTest(ctx, exe))
 	return out
 }
 
 // smokeTest creates a real sandbox and checks who runs inside.
-func smokeTest(ctx context.Context) Finding {
+func smokeTest(ctx context.Context, exe string) Finding {
 	f := Finding{Feature: "sealed sandbox", Required: true}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rt, err := New(ctx, Options{})
+	rt, err := New(ctx, Options{Exe: exe})
 	if err != nil {
 		f.Detail, f.Fix = err.Error(), "fix the lines above"
 		return f

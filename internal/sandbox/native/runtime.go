@@ -103,9 +103,15 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		// The init is this very binary, so it must be able to seal all
 		// of its threads.
 		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP {
-			return nil, fmt.Errorf("%w: this binary was built with cgo; the sandbox init needs CGO_ENABLED=0", sandbox.ErrUnsupported)
+			return nil, fmt.Errorf("%w: this binary was built with cgo and would be its own sandbox init, which must seal every one of its threads (a cgo runtime's threads escape that): build it with CGO_ENABLED=0, or put a CGO_ENABLED=0 ironclaw-sandbox of the same build beside it (make build)", sandbox.ErrUnsupported)
 		}
 		opts.Exe = "/proc/self/exe"
+	} else if opts.Exe != "/proc/self/exe" {
+		exe, err := pinExe(opts.Exe)
+		if err != nil {
+			return nil, err
+		}
+		opts.Exe = exe
 	}
 	if opts.HostIDBase == 0 {
 		opts.HostIDBase = DefaultHostIDBase
@@ -272,6 +278,30 @@ func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *os
 	}
 	r := <-res
 	return r.p, r.err
+}
+
+// pinExe opens the init binary at path once and returns a path that names
+// the open file: /proc/self/fd/N, which the sandbox's child resolves at
+// execve (the descriptor is close-on-exec, so the init never holds it).
+// The child executes as the sandbox's host uid, which may not be allowed to
+// walk the directories above path (a home directory of mode 0700, say);
+// the magic link needs no walk. It also pins the file: replacing it while
+// the daemon runs (an upgrade) does not change the init of this build.
+// The descriptor lives as long as the process (one per Runtime): closing
+// it under a create in flight could let another file take its number.
+func pinExe(path string) (string, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("%w: opening the sandbox init %s: %v", sandbox.ErrUnsupported, path, err)
+	}
+	// Above the descriptors the child is given (0-3), so no dup2 in the
+	// child lands on it.
+	high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 64)
+	unix.Close(fd)
+	if err != nil {
+		return "", fmt.Errorf("opening the sandbox init %s: %v", path, err)
+	}
+	return "/proc/self/fd/" + strconv.Itoa(high), nil
 }
 
 // initArgv is the sandbox init's command line; see boot.IsInit.

@@ -49,7 +49,10 @@ function findGo(): string {
   throw new Error('no go toolchain: set IRONCLAW_BIN to an ironclaw binary, or put go on PATH');
 }
 
-/** $IRONCLAW_BIN, or a fresh `CGO_ENABLED=0 go build` of ./cmd/ironclaw into a temp dir. */
+/**
+ * $IRONCLAW_BIN, or a fresh `CGO_ENABLED=0 go build` of ./cmd/ironclaw and its small sandbox
+ * init ./cmd/ironclaw-sandbox (which the daemon runs when it lies beside it) into a temp dir.
+ */
 export function ironclawBin(): string {
   const env = process.env['IRONCLAW_BIN'];
   if (env) return resolve(env);
@@ -58,13 +61,17 @@ export function ironclawBin(): string {
   const outDir = join(tmpdir(), `ironclaw-sdk-test-${process.getuid?.() ?? 0}-${checkout}`);
   mkdirSync(outDir, { recursive: true });
   const out = join(outDir, 'ironclaw');
-  const tmp = `${out}.${process.pid}`;
-  execFileSync(findGo(), ['build', '-o', tmp, './cmd/ironclaw'], {
+  const tmp = join(outDir, `build.${process.pid}`);
+  mkdirSync(tmp, { recursive: true });
+  execFileSync(findGo(), ['build', '-o', `${tmp}/`, './cmd/ironclaw', './cmd/ironclaw-sandbox'], {
     cwd: repoRoot(),
     env: { ...process.env, CGO_ENABLED: '0' },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
-  renameSync(tmp, out);
+  // The init first: a daemon started from `out` meanwhile finds the pair of one build or none.
+  renameSync(join(tmp, 'ironclaw-sandbox'), join(outDir, 'ironclaw-sandbox'));
+  renameSync(join(tmp, 'ironclaw'), out);
+  rmSync(tmp, { recursive: true, force: true });
   process.env['IRONCLAW_BIN'] = out;
   return out;
 }
