@@ -13,6 +13,8 @@
 #   BENCHTIME=2s           go test -benchtime
 #   BENCHFLAGS=            more go test flags, e.g. "-hold=100"
 #   BENCHTIMEOUT=20m       go test -timeout, so a hung benchmark cannot stall the run
+#   BENCHPKGS="./internal/api/ ./internal/audit/ ./internal/modelproxy/"
+#                          the other packages whose benchmarks run (HTTP API, audit log, model proxy)
 #   START_DOCKERD=0        1: start dockerd if `docker info` fails (and stop it after)
 #
 # A peer that is not installed is skipped with a "skipped:" line; a peer
@@ -28,6 +30,7 @@ BENCH=${BENCH:-.}
 BENCHTIME=${BENCHTIME:-2s}
 BENCHFLAGS=${BENCHFLAGS:-}
 BENCHTIMEOUT=${BENCHTIMEOUT:-20m}
+BENCHPKGS=${BENCHPKGS:-"./internal/api/ ./internal/audit/ ./internal/modelproxy/"}
 START_DOCKERD=${START_DOCKERD:-0}
 export CGO_ENABLED=0
 
@@ -81,13 +84,21 @@ measure() {
 }
 
 # ---------------------------------------------------------------- build
-say "building bin/ironclaw, the comparison tool and the static workloads"
+say "building bin/ironclaw and bin/ironclaw-sandbox, the comparison tool and the static workloads"
 go build -o bin/ ./cmd/ironclaw ./cmd/ironclaw-sandbox
 mkdir -p "$WORK/bin"
 go build -o "$CMP" ./bench/compare
 # Static, stripped: each peer execs the same small binary needing nothing else.
 go build -trimpath -ldflags='-s -w' -o "$WORK/bin/true" ./bench/workload/true
 go build -trimpath -ldflags='-s -w' -o "$WORK/bin/sleep" ./bench/workload/sleep
+# The CLI alone, without its small init beside it: its sandboxes re-execute
+# the whole ironclaw binary as their init, as before ironclaw-sandbox.
+mkdir -p "$WORK/self"
+cp bin/ironclaw "$WORK/self/ironclaw"
+# The Go benchmarks' sandboxes get the small init too (the test binary
+# would otherwise be their init).
+IRONCLAW_TEST_INIT_EXE=$ROOT/bin/ironclaw-sandbox
+export IRONCLAW_TEST_INIT_EXE
 
 info "N: $N runs per row (after 3 warm-ups)"
 info "go: $(go version)"
@@ -110,6 +121,10 @@ else
 		# host runs, side by side (a missing backend is a SKIP line).
 		go test -run '^$' -bench "$BENCH" -benchtime "$BENCHTIME" -count 1 -timeout "$BENCHTIMEOUT" \
 			./internal/sandbox/backend/ 2>&1 || rc=$?
+		# What an SDK user feels over HTTP, the audit log and the model
+		# proxy, each with its same-run peer or floor.
+		go test -run '^$' -bench "$BENCH" -benchtime "$BENCHTIME" -count 1 -timeout "$BENCHTIMEOUT" \
+			$BENCHPKGS 2>&1 || rc=$?
 		echo $rc >"$WORK/gobench.rc"
 	} | tee "$WORK/gobench.txt"
 	if [ "$(cat "$WORK/gobench.rc")" != 0 ]; then
@@ -127,8 +142,10 @@ measure "no sandbox" run -- "$WORK/bin/true"
 if want ironclaw; then
 	# The CLI's own start (a Go process, cobra, flag parsing), which the
 	# whole-process ironclaw number includes and the in-daemon ones do not.
-	measure ironclaw cli-start -- "$ROOT/bin/ironclaw" version
-	measure ironclaw run -- "$ROOT/bin/ironclaw" run --mount "$WORK/bin:/bench:ro" -- /bench/true
+	measure ironclaw cli-start -- bin/ironclaw version
+	measure ironclaw run -- bin/ironclaw run --mount "$WORK/bin:/bench:ro" -- /bench/true
+	# The same without bin/ironclaw-sandbox beside it: what the small init saves.
+	measure "ironclaw (self init)" run -- "$WORK/self/ironclaw" run --mount "$WORK/bin:/bench:ro" -- /bench/true
 	note "ironclaw exec: in-daemon: see BenchmarkExecRoundTrip; over HTTP through ironclaw serve: BenchmarkHTTPExecRoundTrip in internal/api"
 fi
 
@@ -137,11 +154,11 @@ fi
 # (the same seal, see internal/sandbox/oci and internal/sandbox/docker).
 for r in runc runsc docker; do
 	want "ironclaw-$r" || continue
-	if ! "$ROOT/bin/ironclaw" run --runtime "$r" -- true >"$WORK/ironclaw-$r.log" 2>&1; then
+	if ! bin/ironclaw run --runtime "$r" -- true >"$WORK/ironclaw-$r.log" 2>&1; then
 		note "skipped: ironclaw-$r: $(tail -n 1 "$WORK/ironclaw-$r.log")"
 		continue
 	fi
-	measure "ironclaw-$r" run -- "$ROOT/bin/ironclaw" run --runtime "$r" --mount "$WORK/bin:/bench:ro" -- /bench/true
+	measure "ironclaw-$r" run -- bin/ironclaw run --runtime "$r" --mount "$WORK/bin:/bench:ro" -- /bench/true
 done
 
 # ---------------------------------------------------------------- bwrap
@@ -265,6 +282,11 @@ fi
 info "run took: $(($(date +%s) - started)) s"
 say "results"
 mkdir -p "$(dirname "$OUT")"
-"$CMP" report -o "$OUT" -gobench "$WORK/gobench.txt" -notes "$WORK/notes" -info "$WORK/info" "$WORK/results.jsonl"
+# Commands as a reader can run them: relative to the repo root, and the
+# run's scratch directory as $WORK.
+for f in results.jsonl gobench.txt notes info; do
+	sed "s|$WORK|\$WORK|g; s|$ROOT/||g" "$WORK/$f" >"$WORK/$f.shown"
+done
+"$CMP" report -o "$OUT" -gobench "$WORK/gobench.txt.shown" -notes "$WORK/notes.shown" -info "$WORK/info.shown" "$WORK/results.jsonl.shown"
 say "wrote $OUT ($(($(date +%s) - started)) s)"
 exit $status
