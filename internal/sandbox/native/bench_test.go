@@ -127,17 +127,21 @@ func BenchmarkIdleMemory(b *testing.B) {
 			boxes = append(boxes, sb)
 		}
 		time.Sleep(500 * time.Millisecond) // let each agent settle after setup
-		var charged, rss int64
+		var charged, rss, threads int64
 		for _, sb := range boxes {
 			st, err := sb.Stats(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
 			charged += st.MemoryBytes
-			rss += vmRSS(sb.(*native.Sandbox).InitPid())
+			pid := sb.(*native.Sandbox).InitPid()
+			rss += vmRSS(pid)
+			threads += statusField(pid, "Threads:")
 		}
 		b.ReportMetric(float64(charged)/n, "charged-bytes/sandbox")
 		b.ReportMetric(float64(rss)/n, "agent-rss-bytes/sandbox")
+		// Each thread is a pid of the host's kernel.pid_max.
+		b.ReportMetric(float64(threads)/n, "init-threads/sandbox")
 		for _, sb := range boxes {
 			if err := sb.Destroy(ctx); err != nil {
 				b.Fatal(err)
@@ -146,15 +150,19 @@ func BenchmarkIdleMemory(b *testing.B) {
 	}
 }
 
-func vmRSS(pid int) int64 {
+func vmRSS(pid int) int64 { return statusField(pid, "VmRSS:") << 10 }
+
+// statusField is a number from /proc/PID/status (the kB of a Vm field), or
+// 0.
+func statusField(pid int, field string) int64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
+		if v, ok := strings.CutPrefix(l, field); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
 		}
 	}
 	return 0

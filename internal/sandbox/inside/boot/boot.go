@@ -30,7 +30,9 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strings"
+	"time"
 	"syscall"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
@@ -89,8 +91,23 @@ func Main() {
 	if err != nil {
 		os.Exit(1)
 	}
+	go settle()
 	serve(conn)
 	os.Exit(0)
+}
+
+// settleDelay is how long after it is ready pid 1 gives its set-up's
+// memory back: late enough not to delay a first command that follows at
+// once, early enough that a pooled or idle sandbox is charged only for
+// what it keeps.
+const settleDelay = 200 * time.Millisecond
+
+// settle returns the heap the set-up left behind (decoded config, file
+// trees, the seal's programs) to the kernel: an idle sandbox's cgroup is
+// charged for every page pid 1 ever touched until it is given back.
+func settle() {
+	time.Sleep(settleDelay)
+	debug.FreeOSMemory()
 }
 
 // checkFreshNamespaces refuses to continue unless we are pid 1 of a new pid
