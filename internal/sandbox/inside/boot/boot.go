@@ -32,8 +32,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"time"
 	"syscall"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
