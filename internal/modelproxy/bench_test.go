@@ -27,9 +27,11 @@ const benchJSONReply = `{"id":"chatcmpl-1","object":"chat.completion","created":
 	`"choices":[{"index":0,"message":{"role":"assistant","content":"Here is the summary."},"finish_reason":"stop"}],` +
 	`"usage":{"prompt_tokens":512,"completion_tokens":7,"total_tokens":519}}`
 
-var benchSSEReply = "data: {\"choices\":[{\"delta\":{\"content\":\"Here\"}}]}\n\n" +
-	"data: {\"choices\":[{\"delta\":{\"content\":\" is\"}}]}\n\n" +
-	"data: {\"choices\":[{\"delta\":{\"content\":\" the summary.\"}}]}\n\n" +
+// benchSSEReply is a chat stream asked for usage, as OpenAI sends it:
+// "usage":null in every chunk but the last.
+var benchSSEReply = "data: {\"choices\":[{\"delta\":{\"content\":\"Here\"}}],\"usage\":null}\n\n" +
+	"data: {\"choices\":[{\"delta\":{\"content\":\" is\"}}],\"usage\":null}\n\n" +
+	"data: {\"choices\":[{\"delta\":{\"content\":\" the summary.\"}}],\"usage\":null}\n\n" +
 	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":512,\"completion_tokens\":3}}\n\n" +
 	"data: [DONE]\n\n"
 
