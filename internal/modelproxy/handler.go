@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
@@ -18,6 +18,12 @@ import (
 
 // relayBuf is the copy buffer size; every read is written and flushed at once.
 const relayBuf = 32 << 10
+
+// relayBufs recycles relay buffers: a fresh 32 KiB per request is most of
+// the proxy's allocation, and on a VM where a fresh page costs a fault,
+// much of its time. A pooled buffer holds no data between requests that
+// matters: each read overwrites what it relays.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBuf); return &b }}
 
 // Handler serves the daemon's host route (see the package comment for
 // routes): it accepts host tokens only.
@@ -166,15 +172,15 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, auth func(tok stri
 		body = pl.rewrite()
 	}
 
-	u := *tgt.base
-	u.Path = tgt.base.Path + rt.sub
-	u.RawPath = ""
-	u.RawQuery = r.URL.RawQuery
+	u := tgt.urls[rt.sub]
+	if r.URL.RawQuery != "" {
+		u += "?" + r.URL.RawQuery
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	out, err := http.NewRequestWithContext(r.Context(), rt.method, u.String(), rd)
+	out, err := http.NewRequestWithContext(r.Context(), rt.method, u, rd)
 	if err != nil {
 		p.logf("modelproxy: build upstream request: %v", err)
 		x.charged = 0
@@ -240,7 +246,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, auth func(tok stri
 
 	var usage usageSink
 	var sse *sseUsage
-	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
+	if ct := mediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
 		sse = &sseUsage{}
 		usage = sse
 	} else if ct == "application/json" && resp.StatusCode < 300 {
@@ -251,7 +257,9 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, auth func(tok stri
 		strip = &usageStripper{}
 	}
 
-	buf := make([]byte, relayBuf)
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	buf := *bp
 	limit := p.cfg.MaxResponseBytes
 	overran := false
 	write := func(b []byte) bool {
@@ -338,27 +346,53 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, auth func(tok stri
 }
 
 // readBody reads a POST body within the size and time bounds; a non-zero
-// status is a refusal.
+// status is a refusal. A body that declares its length is read into one
+// buffer of exactly that size (plus the byte that tells it lied).
 func (p *Proxy) readBody(r *http.Request, rc *http.ResponseController) (body []byte, status int, reason, msg string) {
 	max := p.cfg.MaxRequestBytes
 	tooBig := "request body over " + strconv.FormatInt(max, 10) + " bytes"
 	if r.ContentLength > max {
 		return nil, http.StatusRequestEntityTooLarge, "too_large", tooBig
 	}
-	size := 4 << 10
+	size := int64(4 << 10)
 	if r.ContentLength > 0 {
-		size = int(r.ContentLength) + 1
+		size = r.ContentLength + 1
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, max+1))
-	body = buf.Bytes()
+	body = make([]byte, 0, size)
+	var err error
+	for int64(len(body)) <= max {
+		if len(body) == cap(body) {
+			body = append(body, 0)[:len(body)] // grow (amortised)
+		}
+		var n int
+		n, err = r.Body.Read(body[len(body):min(int64(cap(body)), max+1)])
+		body = body[:len(body)+n]
+		if err != nil {
+			break
+		}
+	}
 	switch {
 	case int64(len(body)) > max:
 		return body, http.StatusRequestEntityTooLarge, "too_large", tooBig
-	case err != nil:
+	case err != nil && !errors.Is(err, io.EOF):
 		return body, http.StatusBadRequest, "body_read", "cannot read the request body: " + err.Error()
 	}
 	return body, 0, "", ""
+}
+
+// mediaType returns the media type of a Content-Type value, lower-cased,
+// without its parameters (what mime.ParseMediaType returns as its first
+// value for the types the proxy looks for, without building the
+// parameter map).
+func mediaType(v string) string {
+	t, _, _ := strings.Cut(v, ";")
+	t = strings.TrimSpace(t)
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(t)
+		}
+	}
+	return t
 }
 
 // modelOf reads the "model" member ("" when absent or not a string).

@@ -33,8 +33,10 @@ func upstreamHeaders(prov Provider, in http.Header) http.Header {
 	out := make(http.Header, 8)
 	copyListed := func(names []string) {
 		for _, k := range names {
-			if vs := in.Values(k); len(vs) > 0 {
-				out[k] = append([]string(nil), vs...)
+			// Shared, not copied: neither request's header is changed
+			// in place after this (Set replaces a key's slice).
+			if vs := in[k]; len(vs) > 0 {
+				out[k] = vs
 			}
 		}
 	}
@@ -48,8 +50,8 @@ func upstreamHeaders(prov Provider, in http.Header) http.Header {
 // relayHeaders copies the listed response headers into dst.
 func relayHeaders(dst, src http.Header) {
 	for _, k := range responseHeaders {
-		if vs := src.Values(k); len(vs) > 0 {
-			dst[k] = append([]string(nil), vs...)
+		if vs := src[k]; len(vs) > 0 {
+			dst[k] = vs // the upstream response's header is not changed after this
 		}
 	}
 	dst.Set("X-Content-Type-Options", "nosniff")

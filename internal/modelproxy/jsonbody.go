@@ -1,6 +1,7 @@
 package modelproxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -235,7 +236,12 @@ func (s *scanner) object(depth int) error {
 		s.i++
 		return nil
 	}
-	var few []string
+	// A small object's names are compared pairwise with bytes.EqualFold
+	// (the same relation as equal foldKeys), as slices of the body where
+	// they hold no escape, so an object costs no allocation; past
+	// smallObject names a map of foldKeys keeps a hostile object linear.
+	var room [smallObject][]byte
+	few := room[:0]
 	var many map[string]bool
 	for {
 		s.ws()
@@ -247,26 +253,30 @@ func (s *scanner) object(depth int) error {
 		if err != nil {
 			return err
 		}
-		f := foldKey(key)
-		if many != nil {
+		switch {
+		case many != nil:
+			f := foldKey(string(key))
 			if many[f] {
-				return dupKey(key, at)
+				return dupKey(string(key), at)
 			}
 			many[f] = true
-		} else {
+		case len(few) < smallObject:
 			for _, k := range few {
-				if k == f {
-					return dupKey(key, at)
+				if bytes.EqualFold(k, key) {
+					return dupKey(string(key), at)
 				}
 			}
-			few = append(few, f)
-			if len(few) > smallObject {
-				many = make(map[string]bool, 2*len(few))
-				for _, k := range few {
-					many[k] = true
-				}
-				few = nil
+			few = append(few, key)
+		default:
+			many = make(map[string]bool, 4*smallObject)
+			for _, k := range few {
+				many[foldKey(string(k))] = true
 			}
+			f := foldKey(string(key))
+			if many[f] {
+				return dupKey(string(key), at)
+			}
+			many[f] = true
 		}
 		s.ws()
 		if s.i >= len(s.b) || s.b[s.i] != ':' {
@@ -279,7 +289,7 @@ func (s *scanner) object(depth int) error {
 			return err
 		}
 		if top {
-			s.members = append(s.members, member{key: key, vStart: vStart, vEnd: s.i})
+			s.members = append(s.members, member{key: string(key), vStart: vStart, vEnd: s.i})
 		}
 		if end, err := s.next('}'); end || err != nil {
 			return err
@@ -293,8 +303,9 @@ func dupKey(key string, at int) error {
 }
 
 // str scans a string starting at its opening quote; with decode it
-// returns the decoded text.
-func (s *scanner) str(decode bool) (string, error) {
+// returns the decoded text: a slice of the body itself when the string
+// holds no escape (no copy), else a fresh one.
+func (s *scanner) str(decode bool) ([]byte, error) {
 	start := s.i
 	s.i++
 	var out []byte
@@ -303,25 +314,25 @@ func (s *scanner) str(decode bool) (string, error) {
 		c := s.b[s.i]
 		switch {
 		case c == '"':
-			var v string
+			var v []byte
 			if decode {
 				if out == nil {
-					v = string(s.b[plain:s.i])
+					v = s.b[plain:s.i:s.i]
 				} else {
-					v = string(append(out, s.b[plain:s.i]...))
+					v = append(out, s.b[plain:s.i]...)
 				}
 			}
 			s.i++
 			return v, nil
 		case c < 0x20:
-			return "", invalidJSON("control character in a string", s.i)
+			return nil, invalidJSON("control character in a string", s.i)
 		case c == '\\':
 			if decode {
 				out = append(out, s.b[plain:s.i]...)
 			}
 			r, err := s.escape()
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			if decode {
 				out = utf8.AppendRune(out, r)
@@ -332,12 +343,12 @@ func (s *scanner) str(decode bool) (string, error) {
 		default:
 			r, n := utf8.DecodeRune(s.b[s.i:])
 			if r == utf8.RuneError && n <= 1 {
-				return "", invalidJSON("invalid UTF-8", s.i)
+				return nil, invalidJSON("invalid UTF-8", s.i)
 			}
 			s.i += n
 		}
 	}
-	return "", invalidJSON("unterminated string", start)
+	return nil, invalidJSON("unterminated string", start)
 }
 
 // escape scans one escape sequence at s.i (the backslash).

@@ -459,30 +459,51 @@ func TestResponseCut(t *testing.T) {
 	}
 }
 
-// sseStandIn writes events one by one, each only after the test confirmed it
-// received the previous one through the proxy.
+// TestSSEStreamsUnbuffered proves the relay holds no event back: the
+// stand-in provider writes one event, flushes, and writes the next only
+// after the client has received that event through the proxy (a channel
+// handshake, so a buffering proxy deadlocks the exchange and fails the
+// test; the timeouts only turn that deadlock into a failure). It covers
+// every way a stream crosses the proxy: OpenAI chat with the client's own
+// usage chunk and with the one the proxy asks for and strips, the
+// Responses API, Anthropic, the in-process mock transport, and a
+// sandbox's handler.
 func TestSSEStreamsUnbuffered(t *testing.T) {
-	for _, prov := range []string{"openai", "anthropic"} {
-		t.Run(prov, func(t *testing.T) {
-			events := map[string][]string{
-				"openai": {
-					`data: {"choices":[{"delta":{"content":"he"}}],"usage":null}`,
-					`data: {"choices":[{"delta":{"content":"llo"}}],"usage":null}`,
-					`data: {"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":5}}`,
-					`data: [DONE]`,
-				},
-				"anthropic": {
-					"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}",
-					"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}",
-					"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}",
-					"event: message_stop\ndata: {\"type\":\"message_stop\"}",
-				},
-			}[prov]
+	chat := []string{
+		`data: {"choices":[{"delta":{"content":"he"}}],"usage":null}`,
+		`data: {"choices":[{"delta":{"content":"llo"}}],"usage":null}`,
+		`data: {"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":5}}`,
+		`data: [DONE]`,
+	}
+	for _, c := range []struct {
+		name, path, body string
+		events           []string
+		dropped          int // index of the event the proxy strips, or -1
+		tokens           int64
+		mock, sandbox    bool
+	}{
+		{"openai", "/openai/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`, chat, -1, 16, false, false},
+		{"openai-stripped-usage", "/openai/v1/chat/completions", `{"model":"m","stream":true}`, chat, 2, 16, false, false},
+		{"responses", "/openai/v1/responses", `{"model":"m","stream":true}`, []string{
+			"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}",
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":4,\"output_tokens\":3}}}",
+		}, -1, 7, false, false},
+		{"anthropic", "/anthropic/v1/messages", `{"model":"m","stream":true,"max_tokens":50}`, []string{
+			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}",
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}",
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}",
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}",
+		}, -1, 29, false, false},
+		{"mock-transport", "/openai/v1/chat/completions", `{"model":"m","stream":true}`, chat, 2, 16, true, false},
+		{"sandbox", "/openai/v1/chat/completions", `{"model":"m","stream":true}`, chat, 2, 16, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			ack := make(chan struct{})
 			stand := func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				w.WriteHeader(200)
-				for _, ev := range events {
+				for _, ev := range c.events {
 					io.WriteString(w, ev+"\n\n")
 					w.(http.Flusher).Flush()
 					select {
@@ -492,26 +513,43 @@ func TestSSEStreamsUnbuffered(t *testing.T) {
 					}
 				}
 			}
-			e := setup(t, nil)
+			e := setup(t, func(cfg *Config) {
+				if c.mock {
+					cfg.OpenAI = nil
+					cfg.Mock = map[Provider]http.Handler{OpenAI: http.HandlerFunc(stand)}
+				}
+			})
 			e.oa.handle, e.an.handle = stand, stand
-			tok := mint(t, e.p, "s")
-			path := "/openai/v1/chat/completions"
-			if prov == "anthropic" {
-				path = "/anthropic/v1/messages"
+			url, tok := e.srv.URL, ""
+			if c.sandbox {
+				var err error
+				if tok, err = e.p.MintSandbox("sb", "s"); err != nil {
+					t.Fatal(err)
+				}
+				sb := httptest.NewServer(e.p.SandboxHandler("sb"))
+				defer sb.Close()
+				url = sb.URL
+			} else {
+				tok = mint(t, e.p, "s")
 			}
-			// The client asks for stream usage, so the usage chunk is its own.
-			req, _ := http.NewRequest("POST", e.srv.URL+path, strings.NewReader(`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`))
+			req, _ := http.NewRequest("POST", url+c.path, strings.NewReader(c.body))
 			req.Header.Set("Authorization", "Bearer "+tok)
-			resp, err := e.srv.Client().Do(req)
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatal(resp.Status)
+			}
 			br := bufio.NewReader(resp.Body)
-			for i, ev := range events {
-				got := readEvent(t, br)
-				if got != ev {
-					t.Fatalf("event %d: %q, want %q", i, got, ev)
+			for i, ev := range c.events {
+				// A stripped event never reaches the client; the next
+				// one may only be written once the stand-in is released.
+				if i != c.dropped {
+					if got := readEvent(t, br); got != ev {
+						t.Fatalf("event %d: %q, want %q", i, got, ev)
+					}
 				}
 				select {
 				case ack <- struct{}{}:
@@ -519,9 +557,10 @@ func TestSSEStreamsUnbuffered(t *testing.T) {
 					t.Fatal("stand-in not waiting")
 				}
 			}
-			io.Copy(io.Discard, br)
-			want := map[string]int64{"openai": 16, "anthropic": 29}[prov]
-			waitTokens(t, e.p, "s", want)
+			if rest, _ := io.ReadAll(br); len(rest) != 0 {
+				t.Fatalf("after the last event: %q", rest)
+			}
+			waitTokens(t, e.p, "s", c.tokens)
 		})
 	}
 }
@@ -684,6 +723,56 @@ func TestLargeJSONUsage(t *testing.T) {
 		t.Fatal(resp.Status)
 	}
 	waitTokens(t, e.p, "s", 42)
+}
+
+// The JSON usage scanner finds the first top-level "usage" member however
+// the response is cut into reads, and nothing nested or quoted fools it.
+func TestJSONUsageScanner(t *testing.T) {
+	for _, c := range []struct {
+		body    string
+		in, out int64
+		final   bool
+	}{
+		{`{"id":"x","usage":{"prompt_tokens":3,"completion_tokens":4}}`, 3, 4, true},
+		{` {"usage" : {"input_tokens":5,"output_tokens":6,"cache_read_input_tokens":1} , "id":"y"}`, 6, 6, true},
+		{`{"data":[{"usage":{"prompt_tokens":99}}],"s":"\"usage\":{\"prompt_tokens\":98}","usage":{"prompt_tokens":2}}`, 2, 0, true},
+		{`{"\u0075sage":{"prompt_tokens":8}}`, 8, 0, true},
+		{`{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":50}}`, 1, 0, true},
+		{`{"usage":null,"x":1}`, 0, 0, false},
+		{`{"usage":"lots"}`, 0, 0, false},
+		{`{"id":"no usage","n":[1,{"a":"}"}]}`, 0, 0, false},
+		{`[{"usage":{"prompt_tokens":1}}]`, 0, 0, false},
+		{`{"usage":{"prompt_tokens":7}`, 7, 0, true}, // cut after the value: it is whole
+		{`{"usage":{"prompt_tokens":7`, 0, 0, false}, // cut inside it
+		{`{"usage":{"pad":"` + strings.Repeat("x", maxUsageValue) + `","prompt_tokens":7}}`, 0, 0, false},
+	} {
+		for _, step := range []int{1, 3, len(c.body)} {
+			j := newJSONUsage()
+			for i := 0; i < len(c.body); i += step {
+				j.Write([]byte(c.body[i:min(i+step, len(c.body))]))
+			}
+			in, out := j.Usage()
+			if in != c.in || out != c.out || j.Final() != c.final {
+				t.Errorf("%.60s in reads of %d: usage %d/%d final %v, want %d/%d %v", c.body, step, in, out, j.Final(), c.in, c.out, c.final)
+			}
+		}
+	}
+}
+
+func TestMayHoldUsage(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"choices":[{"delta":{"content":"a"}}],"usage":null}`:  false,
+		`{"choices":[],"usage" : null ,"x":{"usage":null}}`:     false,
+		`{"choices":[{"delta":{"content":"\"usage\":{}"}}]}`:    false,
+		`{"choices":[],"usage":{"prompt_tokens":1}}`:            true,
+		`{"usage":null,"message":{"usage":{"input_tokens":2}}}`: true,
+		`{"type":"usage"}`: true,
+		`{"choices":[{"delta":{"content":"a"}}],"usage":nul`: true,
+	} {
+		if got := mayHoldUsage([]byte(in)); got != want {
+			t.Errorf("mayHoldUsage(%s) = %v", in, got)
+		}
+	}
 }
 
 func TestSSEUsageParser(t *testing.T) {

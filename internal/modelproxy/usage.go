@@ -3,7 +3,6 @@ package modelproxy
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 )
 
 // usageSink watches the relayed response bytes (as they pass, without
@@ -80,7 +79,7 @@ func (s *sseUsage) Write(p []byte) {
 
 func (s *sseUsage) parse(line []byte) {
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
-	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+	if !ok || !mayHoldUsage(data) {
 		return
 	}
 	var ev struct {
@@ -119,94 +118,152 @@ func (s *sseUsage) Usage() (int64, int64) { return s.in, s.out }
 
 func (s *sseUsage) Final() bool { return s.final }
 
-// jsonUsage reads the top-level "usage" member of a JSON response with a
-// streaming decoder fed through a pipe, so a large response (embeddings) is
-// neither buffered nor left uncounted.
+// jsonUsage reads the top-level "usage" member of a JSON response as its
+// bytes pass, so a large response (embeddings) is neither buffered nor left
+// uncounted: a byte scanner follows nesting and strings, keeps each
+// top-level member name (up to maxUsageKey bytes) and, once a name reads
+// "usage", that member's value (up to maxUsageValue bytes), which it
+// decodes when the member ends. The first "usage" member counts; a
+// response that is not an object, or whose usage is null, malformed or
+// longer than the bound, has none. It runs in the relaying goroutine and
+// holds nothing beyond those two bounded buffers.
 type jsonUsage struct {
-	pw   *io.PipeWriter
-	done chan struct{}
-	dead bool
-	u    *usage
+	started bool // the top-level '{' was seen
+	done    bool // usage found, or known to be absent
+	depth   int  // nesting outside strings; 1 inside the top-level object
+	inStr   bool
+	esc     bool // the previous string byte was a backslash
+	inKey   bool // the current string is a top-level member name
+	inValue bool // past a top-level member's ':', before its ',' or '}'
+	key     []byte
+	keyLong bool
+	take    bool // the current member is "usage": its value is kept in val
+	val     []byte
+	u       *usage
 }
 
-func newJSONUsage() *jsonUsage {
-	pr, pw := io.Pipe()
-	j := &jsonUsage{pw: pw, done: make(chan struct{})}
-	go func() {
-		defer close(j.done)
-		j.u = topLevelUsage(json.NewDecoder(pr))
-		// Unblock and fail further writes: the rest is not needed.
-		pr.CloseWithError(io.ErrClosedPipe)
-	}()
-	return j
-}
+const (
+	maxUsageKey   = 64       // "usage" spelled with \u escapes fits
+	maxUsageValue = 64 << 10 // a usage object is a few hundred bytes
+)
+
+func newJSONUsage() *jsonUsage { return &jsonUsage{} }
 
 func (j *jsonUsage) Write(p []byte) {
-	if j.dead {
+	for i := 0; i < len(p) && !j.done; i++ {
+		c := p[i]
+		if j.inStr {
+			switch {
+			case j.esc:
+				j.esc = false
+			case c == '\\':
+				j.esc = true
+			case c == '"':
+				j.inStr = false
+				if j.inKey {
+					j.inKey = false
+					continue
+				}
+			}
+			if j.inKey {
+				if len(j.key) < maxUsageKey {
+					j.key = append(j.key, c)
+				} else {
+					j.keyLong = true
+				}
+			} else if j.take {
+				j.keep(c)
+			}
+			continue
+		}
+		if !j.started {
+			switch c {
+			case ' ', '\t', '\n', '\r':
+			case '{':
+				j.started, j.depth = true, 1
+			default:
+				j.done = true // not an object
+			}
+			continue
+		}
+		if j.depth == 1 {
+			switch c {
+			case '"':
+				j.inStr = true
+				if !j.inValue {
+					j.inKey, j.key, j.keyLong = true, j.key[:0], false
+					continue
+				}
+			case ':':
+				if !j.inValue {
+					j.inValue, j.take, j.val = true, j.isUsage(), j.val[:0]
+					continue
+				}
+			case ',', '}':
+				if j.take {
+					j.finish()
+				}
+				if c == '}' {
+					j.done = true // the object ended without usage
+				}
+				j.inValue = false
+				continue
+			}
+		}
+		switch c {
+		case '"':
+			j.inStr = true
+		case '{', '[':
+			j.depth++
+		case '}', ']':
+			j.depth--
+		}
+		if j.take {
+			j.keep(c)
+			if j.take && j.depth == 1 && (c == '}' || c == ']') {
+				j.finish() // the value is whole: what follows cannot change it
+			}
+		}
+	}
+}
+
+// isUsage reports whether the member name just read is "usage".
+func (j *jsonUsage) isUsage() bool {
+	if j.keyLong {
+		return false
+	}
+	if bytes.IndexByte(j.key, '\\') < 0 {
+		return string(j.key) == "usage"
+	}
+	var k string
+	return json.Unmarshal(append(append([]byte{'"'}, j.key...), '"'), &k) == nil && k == "usage"
+}
+
+func (j *jsonUsage) keep(c byte) {
+	if len(j.val) >= maxUsageValue {
+		j.done, j.take = true, false // longer than any usage: none
 		return
 	}
-	if _, err := j.pw.Write(p); err != nil {
-		j.dead = true
+	j.val = append(j.val, c)
+}
+
+// finish decodes the usage member's value; the scan is over either way.
+func (j *jsonUsage) finish() {
+	j.done, j.take = true, false
+	v := bytes.TrimSpace(j.val)
+	// null (a Responses request in the background) is no usage.
+	if string(v) == "null" {
+		return
+	}
+	var u usage
+	if json.Unmarshal(v, &u) == nil {
+		j.u = &u
 	}
 }
 
-func (j *jsonUsage) Usage() (int64, int64) {
-	j.pw.Close()
-	<-j.done
-	return j.u.split()
-}
+func (j *jsonUsage) Usage() (int64, int64) { return j.u.split() }
 
 func (j *jsonUsage) Final() bool { return j.u != nil }
-
-// topLevelUsage walks one JSON object and decodes its "usage" member.
-func topLevelUsage(dec *json.Decoder) *usage {
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil
-	}
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		if k == "usage" {
-			// null (a Responses request in the background) is no usage.
-			var raw json.RawMessage
-			if dec.Decode(&raw) != nil || string(raw) == "null" {
-				return nil
-			}
-			var u usage
-			if json.Unmarshal(raw, &u) != nil {
-				return nil
-			}
-			return &u
-		}
-		if skipValue(dec) != nil {
-			return nil
-		}
-	}
-	return nil
-}
-
-// skipValue consumes one value token by token, holding no more of it than
-// the current token.
-func skipValue(dec *json.Decoder) error {
-	depth := 0
-	for {
-		t, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		switch t {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-		if depth == 0 {
-			return nil
-		}
-	}
-}
 
 // usageStripper drops, from an OpenAI chat stream, the usage chunk the
 // proxy asked for on a client's behalf ({"choices":[],"usage":{...}}, and
@@ -274,7 +331,7 @@ func (u *usageStripper) rest() []byte {
 // chunk.
 func isUsageChunk(line []byte) bool {
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
-	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+	if !ok || !mayHoldUsage(data) {
 		return false
 	}
 	var ev struct {
@@ -282,4 +339,29 @@ func isUsageChunk(line []byte) bool {
 		Usage   *usage            `json:"usage"`
 	}
 	return json.Unmarshal(bytes.TrimSpace(data), &ev) == nil && ev.Usage != nil && len(ev.Choices) == 0
+}
+
+// mayHoldUsage reports whether an event's data may carry a usage object:
+// it names "usage" somewhere other than as `"usage":null`. An OpenAI chat
+// stream asked for usage sends "usage":null in every chunk but the last;
+// those chunks are not decoded at all. (Inside a JSON string the quotes
+// are escaped, so `"usage"` there never matches.)
+func mayHoldUsage(data []byte) bool {
+	key := []byte(`"usage"`)
+	for {
+		i := bytes.Index(data, key)
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(key):]
+		rest := bytes.TrimLeft(data, " \t")
+		if len(rest) == 0 || rest[0] != ':' {
+			return true
+		}
+		rest = bytes.TrimLeft(rest[1:], " \t")
+		if !bytes.HasPrefix(rest, []byte("null")) {
+			return true
+		}
+		data = rest[len("null"):]
+	}
 }
