@@ -35,12 +35,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/defaults"
+	"github.com/ironclaw/ironclaw/internal/metrics"
 	"github.com/ironclaw/ironclaw/internal/session"
 )
 
@@ -127,8 +125,8 @@ type Server struct {
 	tokens  []principalHash // hashes of every token, compared in constant time
 	limiter *limiter
 	inbound inbound // open inbound connections (ports.go)
-	metrics *metrics
-	gather  prometheus.Gatherer
+	metrics *apiMetrics
+	reg     *metrics.Registry // what /metrics serves
 	mux     *http.ServeMux
 	handler http.Handler
 	// routes lists what register mounted, for the test that holds them
@@ -142,11 +140,10 @@ type route struct {
 	pattern, role string
 }
 
-// New checks cfg and builds a Server. Metrics are registered on reg; nil
-// means a private registry. /metrics serves reg when it is also a
-// prometheus.Gatherer (a *prometheus.Registry is both), otherwise the
-// default gatherer.
-func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Registerer) (*Server, error) {
+// New checks cfg and builds a Server. Its metrics are registered on reg,
+// which /metrics serves (with whatever else the caller registered there);
+// nil means a private registry.
+func New(cfg Config, m *session.Manager, log *audit.Log, reg *metrics.Registry) (*Server, error) {
 	if cfg.AgentToken == "" || cfg.OperatorToken == "" {
 		return nil, errors.New("api: the agent and operator tokens are required")
 	}
@@ -187,12 +184,8 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	var gather prometheus.Gatherer = prometheus.DefaultGatherer
 	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg, gather = r, r
-	} else if g, ok := reg.(prometheus.Gatherer); ok {
-		gather = g
+		reg = metrics.NewRegistry()
 	}
 	met, err := newMetrics(reg, m)
 	if err != nil {
@@ -204,7 +197,7 @@ func New(cfg Config, m *session.Manager, log *audit.Log, reg prometheus.Register
 		limiter: newLimiter(rateShape{cfg.RatePerSecond, cfg.RateBurst},
 			rateShape{cfg.SandboxRatePerSecond, cfg.SandboxRateBurst}, cfg.RateBuckets),
 		metrics: met,
-		gather:  gather,
+		reg:     reg,
 		mux:     http.NewServeMux(),
 	}
 	s.register()
@@ -288,7 +281,7 @@ func (s *Server) register() {
 	s.handle("GET /healthz", "none", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, wire.Health{OK: true})
 	}))
-	s.handle("GET /metrics", "none", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
+	s.handle("GET /metrics", "none", s.reg)
 }
 
 // serve is the outermost layer: panic recovery, the request counter, and

@@ -583,6 +583,23 @@ func TestMetrics(t *testing.T) {
 	if endReason("lost", "its daemon run run-123 ended") != "daemon_restart" || endReason("destroyed", "weird "+s.ID) != "other" {
 		t.Fatal("endReason does not cap cardinality")
 	}
+	// A crash is its own state (docs/operations.md says to alert on it),
+	// its reason folded to why pid 1 died.
+	if endReason("crashed", "its pid 1 died (the memory limit's OOM killer ran 2 time(s))") != "oom" ||
+		endReason("crashed", "its pid 1 died") != "pid1_died" {
+		t.Fatal("endReason does not fold a crash's reason")
+	}
+	e.srv.OnEnd("sbx-x", "crashed", "its pid 1 died")
+	e.srv.OnEnd("sbx-y", "paused?", "whatever "+s.ID)
+	m = e.metricsText()
+	for _, want := range []string{
+		`ironclaw_sandbox_ends_total{reason="pid1_died",state="crashed"} 1`,
+		`ironclaw_sandbox_ends_total{reason="other",state="other"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 // TestConcurrentExec: 200 execs at once over HTTP across 50 sandboxes,

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/gateway"
@@ -126,8 +127,9 @@ func isCmd(call *execCall) bool {
 }
 
 // plainWord is a shell word that means itself: no quoting, expansion,
-// globbing, redirection or comment.
-var plainWord = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
+// globbing, redirection or comment. It compiles on first use, not at init
+// (every process of the binary links this package).
+var plainWord = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`) })
 
 // plainCmd splits a cmd made only of plain words, which the shell would
 // run as exactly those words.
@@ -143,7 +145,7 @@ func plainCmd(call *execCall) ([]string, bool) {
 		return nil, false
 	}
 	for _, w := range words {
-		if !plainWord.MatchString(w) {
+		if !plainWord().MatchString(w) {
 			return nil, false
 		}
 	}
@@ -154,7 +156,7 @@ func plainCmd(call *execCall) ([]string, bool) {
 func quoteArgv(argv []string) string {
 	out := make([]string, len(argv))
 	for i, a := range argv {
-		if plainWord.MatchString(a) {
+		if plainWord().MatchString(a) {
 			out[i] = a
 		} else {
 			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"

@@ -14,12 +14,11 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ironclaw/ironclaw/internal/api/openapi"
 	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/gateway"
+	"github.com/ironclaw/ironclaw/internal/metrics"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/secrets"
@@ -50,7 +49,7 @@ type env struct {
 	srv    *Server
 	ts     *httptest.Server
 	client *http.Client
-	reg    *prometheus.Registry
+	reg    *metrics.Registry
 	logs   *logSink
 	// secrets is the store with envOpts.secrets.
 	secrets *secrets.Store
@@ -104,7 +103,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close(context.Background()) })
-	e := &env{t: t, rt: rt, m: m, log: log, reg: prometheus.NewRegistry(), logs: &logSink{}, secrets: secretStore}
+	e := &env{t: t, rt: rt, m: m, log: log, reg: metrics.NewRegistry(), logs: &logSink{}, secrets: secretStore}
 	cfg := o.cfg
 	cfg.AgentToken, cfg.OperatorToken = agentTok, operTok
 	if cfg.RatePerSecond == 0 {

@@ -29,6 +29,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/errdefs"
 	"github.com/ironclaw/ironclaw/internal/gateway"
 	"github.com/ironclaw/ironclaw/internal/image"
+	"github.com/ironclaw/ironclaw/internal/metrics"
 	"github.com/ironclaw/ironclaw/internal/netlimit"
 	"github.com/ironclaw/ironclaw/internal/policy"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -36,7 +37,6 @@ import (
 	"github.com/ironclaw/ironclaw/internal/session"
 	"github.com/ironclaw/ironclaw/internal/store"
 	"github.com/ironclaw/ironclaw/internal/tools"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
 
@@ -407,7 +407,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
+	reg := metrics.NewRegistry()
 	if err := registerStoreMetrics(reg, st); err != nil {
 		return err
 	}
@@ -758,20 +758,13 @@ func within(dir, path string) bool {
 
 // registerStoreMetrics exposes the database's size and the free space
 // beside it, so growth (the audit log) is seen before the disk fills.
-func registerStoreMetrics(reg prometheus.Registerer, st *store.Store) error {
-	for _, c := range []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "ironclaw_store_bytes", Help: "Size of the database (main file, WAL and shared memory) in bytes.",
-		}, func() float64 { n, _ := st.Size(); return float64(n) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "ironclaw_store_free_bytes", Help: "Bytes available on the file system holding the database.",
-		}, func() float64 { n, _ := st.FreeBytes(); return float64(n) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
+func registerStoreMetrics(reg *metrics.Registry, st *store.Store) error {
+	if err := reg.GaugeFunc("ironclaw_store_bytes", "Size of the database (main file, WAL and shared memory) in bytes.",
+		func() float64 { n, _ := st.Size(); return float64(n) }); err != nil {
+		return err
 	}
-	return nil
+	return reg.GaugeFunc("ironclaw_store_free_bytes", "Bytes available on the file system holding the database.",
+		func() float64 { n, _ := st.FreeBytes(); return float64(n) })
 }
 
 // endForwarder buffers sandbox ends until the API is there to count them.

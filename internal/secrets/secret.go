@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/egress"
@@ -87,15 +88,18 @@ type Meta struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// The patterns compile on first use, not at init: every process of the
+// binary (the CLI, each sandbox's pid 1) links this package, few check a
+// secret.
 var (
-	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	envRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	headerRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	nameRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`) })
+	envRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
+	headerRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") })
 )
 
 // CheckName validates a secret's name.
 func CheckName(name string) error {
-	if len(name) > maxNameBytes || !nameRE.MatchString(name) {
+	if len(name) > maxNameBytes || !nameRE().MatchString(name) {
 		return fmt.Errorf("%w: name %q: want 1-64 of a-z, 0-9, _ and -, starting with a letter or digit", ErrInvalid, clip(name))
 	}
 	return nil
@@ -150,7 +154,7 @@ func (m Meta) Normalize() (Meta, error) {
 			m.Env = "_" + m.Env
 		}
 	}
-	if len(m.Env) > maxEnvBytes || !envRE.MatchString(m.Env) {
+	if len(m.Env) > maxEnvBytes || !envRE().MatchString(m.Env) {
 		return Meta{}, fmt.Errorf("%w: %s: env %q: want a variable name ([A-Za-z_][A-Za-z0-9_]*, at most %d bytes)", ErrInvalid, m.Name, clip(m.Env), maxEnvBytes)
 	}
 	up := strings.ToUpper(m.Env)
@@ -160,7 +164,7 @@ func (m Meta) Normalize() (Meta, error) {
 	if m.Header == "" {
 		m.Header = DefaultHeader
 	}
-	if len(m.Header) > maxHeaderBytes || !headerRE.MatchString(m.Header) {
+	if len(m.Header) > maxHeaderBytes || !headerRE().MatchString(m.Header) {
 		return Meta{}, fmt.Errorf("%w: %s: header %q is not a header name", ErrInvalid, m.Name, clip(m.Header))
 	}
 	if slices.Contains(reservedHeaders, strings.ToLower(m.Header)) {

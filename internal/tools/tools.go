@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/store"
@@ -29,13 +30,15 @@ type Tool struct {
 	RegisteredAt time.Time       `json:"registered_at,omitzero"`
 }
 
-var namePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+// namePattern compiles on first use, not at init: every process of the
+// binary links this package, few validate a tool.
+var namePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`) })
 
 // Validate checks a definition before it is filed and again before it is
 // stored.
 func (t Tool) Validate() error {
 	switch {
-	case !namePattern.MatchString(t.Name):
+	case !namePattern().MatchString(t.Name):
 		return fmt.Errorf("%w: name %q: 1-64 letters, digits, '_', '.', '-', starting with a letter", ErrInvalid, t.Name)
 	case len(t.Description) > 4096:
 		return fmt.Errorf("%w: description longer than 4096 bytes", ErrInvalid)

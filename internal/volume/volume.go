@@ -89,7 +89,9 @@ type Manager struct {
 	broken   []error           // volumes New could not mount
 }
 
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+// namePattern compiles on first use, not at init: every process of the
+// binary links this package, few name a volume.
+var namePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
 
 // New opens the volumes under dir (created 0700) and mounts the
 // filesystem of each volume the store lists. Volumes need root (loop
@@ -160,7 +162,7 @@ func (m *Manager) data(name string) string  { return filepath.Join(m.dir, "mount
 
 // Create makes a volume of size bytes for principal.
 func (m *Manager) Create(ctx context.Context, principal, name string, size int64) (Volume, error) {
-	if !namePattern.MatchString(name) {
+	if !namePattern().MatchString(name) {
 		return Volume{}, fmt.Errorf("%w: name %q: 1-63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", ErrInvalid, name)
 	}
 	if size < MinBytes || size > m.opts.MaxBytes {

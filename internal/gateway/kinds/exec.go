@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // ExecCommand is an exec.command request: a command the policy marks, to
@@ -32,7 +33,9 @@ const (
 	MaxExecPattern = 1024
 )
 
-var modePattern = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,31}$`)
+// modePattern compiles on first use, not at init (every process of the
+// binary links this package).
+var modePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,31}$`) })
 
 func (*ExecCommand) Kind() string { return KindExecCommand }
 
@@ -48,7 +51,7 @@ func (p *ExecCommand) check() error {
 		return fmt.Errorf("command longer than %d bytes", MaxExecCommand)
 	case len(p.Pattern) > MaxExecPattern:
 		return fmt.Errorf("pattern longer than %d bytes", MaxExecPattern)
-	case p.Mode != "" && !modePattern.MatchString(p.Mode):
+	case p.Mode != "" && !modePattern().MatchString(p.Mode):
 		return fmt.Errorf("mode %q: 1-32 lower-case letters, digits, '_', '.', '-', starting with a letter", p.Mode)
 	case strings.IndexByte(p.Command, 0) >= 0:
 		return errors.New("the command contains a NUL byte")
