@@ -184,6 +184,17 @@ func TestExecWait(t *testing.T) {
 	if r.Stdout != "in" {
 		t.Fatalf("stdin: %+v", r)
 	}
+	// Either side of the size up to which the answer is built in memory
+	// (inlineWaitOutput), with text that needs escaping, split between
+	// the two streams: the same object, the output exact.
+	for _, n := range []int{inlineWaitOutput/2 - 1, inlineWaitOutput/2 + 1, 3 * inlineWaitOutput} {
+		text := strings.Repeat("<\"\\\t&>\n", n/7+1)[:n]
+		r = e.execWait(s.ID, map[string]any{"cmd": "tee /dev/stderr", "stdin": text})
+		if r.Stdout != text || r.Stderr != text || r.Exit != 0 || r.Truncated {
+			t.Fatalf("%d bytes on each stream: stdout %d bytes, stderr %d, exit %d, truncated %v (equal: %v %v)",
+				n, len(r.Stdout), len(r.Stderr), r.Exit, r.Truncated, r.Stdout == text, r.Stderr == text)
+		}
+	}
 	// ?wait=1 holds the output in the daemon until the end: it keeps the
 	// first MiB and reports the rest as truncated, while a stream carries
 	// everything up to the sandbox's own output limit.

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -13,103 +15,258 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/defaults"
-
 	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/session"
 )
+
+// The latency benchmarks measure their peers in the same run, interleaved
+// iteration by iteration, so that the overhead they report is a difference
+// taken under the same load (the machine is shared and noisy):
+//
+//   - host: a plain fork+exec of the same `true` on the host (os/exec),
+//     the floor an exec in a sandbox cannot beat;
+//   - manager: the same operation through session.Manager in process, so
+//     the difference to it is what HTTP adds;
+//   - runtime: for creates, the runtime's Create and Exec alone, so the
+//     difference to it is what the session layer (store row, audit
+//     records, quotas) and HTTP add.
+//
+// Each reports p50 and p99 in milliseconds for itself (p50-ms, p99-ms)
+// and p50 for each peer (host-p50-ms, ...), and over-host-p50-ms or
+// over-runtime-p50-ms: its p50 minus the peer's.
+
+// samples collects the latencies of one path.
+type samples []time.Duration
+
+func (s samples) quantile(q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	d := slices.Clone(s)
+	slices.Sort(d)
+	return d[min(len(d)-1, int(q*float64(len(d))))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func reportPercentiles(b *testing.B, d []time.Duration) {
 	if len(d) == 0 {
 		return
 	}
-	slices.Sort(d)
-	at := func(q float64) float64 {
-		return float64(d[min(len(d)-1, int(q*float64(len(d))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(at(0.50), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
+	b.ReportMetric(ms(samples(d).quantile(0.50)), "p50-ms")
+	b.ReportMetric(ms(samples(d).quantile(0.99)), "p99-ms")
 }
 
-// BenchmarkHTTPExecRoundTrip: POST exec?wait=1 of ["true"] into one running
-// sandbox, over loopback HTTP with keep-alive.
-func BenchmarkHTTPExecRoundTrip(b *testing.B) {
-	e := newEnv(b, envOpts{})
-	s := e.create(nil)
-	body := `{"argv":["true"]}`
-	path := "/v1/sandboxes/" + s.ID + "/exec?wait=1"
-	e.execWait(s.ID, body) // warm the connection
-	times := make([]time.Duration, 0, b.N)
+// reportPeer reports a peer's p50 as name-p50-ms and the difference of the
+// measured path's p50 to it as over-name-p50-ms.
+func reportPeer(b *testing.B, name string, own, peer samples) {
+	b.ReportMetric(ms(peer.quantile(0.50)), name+"-p50-ms")
+	b.ReportMetric(ms(own.quantile(0.50)-peer.quantile(0.50)), "over-"+name+"-p50-ms")
+}
+
+// post is a request as an SDK sends it, without the tests' check of the
+// answer against the API's description (env.req), which is client-side
+// work no SDK does; the benchmarks check the first answer with env.req,
+// untimed.
+func (e *env) post(b *testing.B, path, body string) (int, []byte) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	r, err := http.NewRequest("POST", e.ts.URL+path, rd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Header.Set("Authorization", "Bearer "+agentTok)
+	resp, err := e.client.Do(r)
+	if err != nil {
+		b.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatalf("POST %s: %v", path, err)
+	}
+	return resp.StatusCode, out
+}
+
+// hostTrue returns a func that runs the host's `true` (the binary the
+// sandbox runs for ["true"]: the native root is built from the host's
+// directories) with a plain fork+exec and returns how long that took.
+func hostTrue(b *testing.B) func() time.Duration {
+	path, err := exec.LookPath("true")
+	if err != nil {
+		b.Skipf("no true on the host: %v", err)
+	}
+	return func() time.Duration {
+		start := time.Now()
+		if err := exec.Command(path).Run(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+}
+
+// BenchmarkHostForkExec is the floor on its own: os/exec of the host's true.
+func BenchmarkHostForkExec(b *testing.B) {
+	run := hostTrue(b)
+	run()
+	times := make(samples, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		resp, out := e.req("POST", path, agentTok, body)
-		times = append(times, time.Since(start))
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("exec: %d %s", resp.StatusCode, out)
-		}
+		times = append(times, run())
 	}
 	b.StopTimer()
 	reportPercentiles(b, times)
 }
 
+// BenchmarkHTTPExecRoundTrip: POST exec?wait=1 of ["true"] into one running
+// sandbox, over loopback HTTP with keep-alive; peers (same sandbox, same
+// iteration): the manager's Exec in process and the host's fork+exec.
+func BenchmarkHTTPExecRoundTrip(b *testing.B) {
+	e := newEnv(b, envOpts{})
+	s := e.create(nil)
+	body := `{"argv":["true"]}`
+	path := "/v1/sandboxes/" + s.ID + "/exec?wait=1"
+	host := hostTrue(b)
+	e.execWait(s.ID, body) // warm the connection
+	host()
+	times := make(samples, 0, b.N)
+	var mgr, hostTimes samples
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		code, out := e.post(b, path, body)
+		times = append(times, time.Since(start))
+		if code != http.StatusOK {
+			b.Fatalf("exec: %d %s", code, out)
+		}
+		b.StopTimer()
+		mgr = append(mgr, managerExec(b, e, s.ID))
+		hostTimes = append(hostTimes, host())
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportPercentiles(b, times)
+	reportPeer(b, "manager", times, mgr)
+	reportPeer(b, "host", times, hostTimes)
+}
+
+func managerExec(b *testing.B, e *env, id string) time.Duration {
+	start := time.Now()
+	if _, err := e.m.Exec(b.Context(), "agent", id, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// BenchmarkManagerExecRoundTrip is the same exec without HTTP, with the
+// host's fork+exec as its peer.
+func BenchmarkManagerExecRoundTrip(b *testing.B) {
+	e := newEnv(b, envOpts{})
+	s := e.create(nil)
+	host := hostTrue(b)
+	host()
+	times := make(samples, 0, b.N)
+	var hostTimes samples
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		times = append(times, managerExec(b, e, s.ID))
+		b.StopTimer()
+		hostTimes = append(hostTimes, host())
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportPercentiles(b, times)
+	reportPeer(b, "host", times, hostTimes)
+}
+
 // BenchmarkHTTPCreateFirstExec: POST /v1/sandboxes then the first exec
-// (?wait=1 of ["true"]), timed together; the DELETE and the wait for the
-// runtime's warm pool (PoolSize 2) to refill are outside the timer, so
-// this measures the warm-pool path, as a daemon with a pool runs it.
+// (?wait=1 of ["true"]), timed together, cold (no pool) and pooled (the
+// runtime's warm pool, PoolSize 2, as the daemon runs it by default; each
+// create waits, untimed, for the pool to be full again). Peers, in the
+// same iteration: the manager's Create and Exec in process, and the
+// runtime's Create and Exec alone. DELETEs are outside the timer.
 func BenchmarkHTTPCreateFirstExec(b *testing.B) {
-	e := newEnv(b, envOpts{poolSize: 2})
+	b.Run("cold", func(b *testing.B) { benchCreateFirstExec(b, 0) })
+	b.Run("pooled", func(b *testing.B) { benchCreateFirstExec(b, 2) })
+}
+
+func benchCreateFirstExec(b *testing.B, poolSize int) {
+	e := newEnv(b, envOpts{poolSize: poolSize})
 	waitPool := func() {
 		deadline := time.Now().Add(30 * time.Second)
-		for e.rt.PoolIdle() < 2 {
+		for e.rt.PoolIdle() < poolSize {
 			if time.Now().After(deadline) {
-				b.Fatalf("pool has %d of 2 after 30s", e.rt.PoolIdle())
+				b.Fatalf("pool has %d of %d after 30s", e.rt.PoolIdle(), poolSize)
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(time.Millisecond)
 		}
 	}
-	times := make([]time.Duration, 0, b.N)
+	ctx := context.Background()
+	argv := sandbox.ExecRequest{Argv: []string{"true"}}
+	// One create and exec checked against the API's description, untimed.
+	waitPool()
+	first := e.create(nil)
+	e.execWait(first.ID, `{"argv":["true"]}`)
+	e.must(http.StatusOK, "DELETE", "/v1/sandboxes/"+first.ID, agentTok, nil, nil)
+	times := make(samples, 0, b.N)
+	var mgr, rt samples
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		waitPool()
 		b.StartTimer()
 		start := time.Now()
-		resp, out := e.req("POST", "/v1/sandboxes", agentTok, nil)
-		if resp.StatusCode != http.StatusCreated {
-			b.Fatalf("create: %d %s", resp.StatusCode, out)
+		code, out := e.post(b, "/v1/sandboxes", "")
+		if code != http.StatusCreated {
+			b.Fatalf("create: %d %s", code, out)
 		}
 		var s sbx
 		if err := json.Unmarshal(out, &s); err != nil {
 			b.Fatal(err)
 		}
-		resp, out = e.req("POST", "/v1/sandboxes/"+s.ID+"/exec?wait=1", agentTok, `{"argv":["true"]}`)
+		code, out = e.post(b, "/v1/sandboxes/"+s.ID+"/exec?wait=1", `{"argv":["true"]}`)
 		times = append(times, time.Since(start))
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("exec: %d %s", resp.StatusCode, out)
+		if code != http.StatusOK {
+			b.Fatalf("exec: %d %s", code, out)
 		}
 		b.StopTimer()
 		e.must(http.StatusOK, "DELETE", "/v1/sandboxes/"+s.ID, agentTok, nil, nil)
+
+		waitPool()
+		start = time.Now()
+		info, err := e.m.Create(ctx, "agent", session.CreateRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.m.Exec(ctx, "agent", info.ID, argv); err != nil {
+			b.Fatal(err)
+		}
+		mgr = append(mgr, time.Since(start))
+		if err := e.m.Destroy(ctx, "agent", info.ID); err != nil {
+			b.Fatal(err)
+		}
+
+		waitPool()
+		start = time.Now()
+		sb, err := e.rt.Create(ctx, sandbox.Spec{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := sb.Exec(ctx, argv); err != nil {
+			b.Fatal(err)
+		}
+		rt = append(rt, time.Since(start))
+		if err := sb.Destroy(ctx); err != nil {
+			b.Fatal(err)
+		}
 		b.StartTimer()
 	}
 	b.StopTimer()
 	reportPercentiles(b, times)
-}
-
-// BenchmarkManagerExecRoundTrip is the same exec without HTTP, to show
-// what the API layer adds to BenchmarkHTTPExecRoundTrip.
-func BenchmarkManagerExecRoundTrip(b *testing.B) {
-	e := newEnv(b, envOpts{})
-	s := e.create(nil)
-	times := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		if _, err := e.m.Exec(b.Context(), "agent", s.ID, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-		times = append(times, time.Since(start))
-	}
-	b.StopTimer()
-	reportPercentiles(b, times)
+	reportPeer(b, "manager", times, mgr)
+	reportPeer(b, "runtime", times, rt)
 }
 
 // BenchmarkHTTPFileReadRate: as many small file reads (GET files of a

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -112,20 +113,63 @@ func (s *Server) execWait(w http.ResponseWriter, r *http.Request, who principal,
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
 	out.mu.Lock()
 	defer out.mu.Unlock()
-	// wire.ExecWaitResult, written by hand so that the output is not
-	// copied again: the two strings, then the exit frame's members.
-	bw := bufio.NewWriterSize(w, 32<<10)
-	bw.WriteString(`{"stdout":`)
-	writeJSONString(bw, out.buf[0].Bytes())
-	bw.WriteString(`,"stderr":`)
-	writeJSONString(bw, out.buf[1].Bytes())
-	bw.WriteByte(',')
-	bw.Write(tail[1:])
-	bw.WriteByte('\n')
+	stdout, stderr := out.buf[0].Bytes(), out.buf[1].Bytes()
+	if len(stdout)+len(stderr) <= inlineWaitOutput {
+		// The common answer, a command with little output: built in one
+		// buffer of about its size and sent with its length, in one write.
+		var body bytes.Buffer
+		body.Grow(len(stdout) + len(stderr) + len(tail) + 32)
+		writeWaitResult(&body, stdout, stderr, tail)
+		w.Header().Set("Content-Length", strconv.Itoa(body.Len()))
+		w.WriteHeader(http.StatusOK)
+		_, err := w.Write(body.Bytes())
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	bw := waitWriters.Get().(*bufio.Writer)
+	bw.Reset(w)
+	defer func() {
+		bw.Reset(nil) // the pool must not keep the connection reachable
+		waitWriters.Put(bw)
+	}()
+	writeWaitResult(bw, stdout, stderr, tail)
 	return bw.Flush()
+}
+
+// inlineWaitOutput is the most output an exec ?wait=1 answer is built in
+// memory for; a larger one is encoded in chunks straight to the connection
+// (through one of waitWriters), so the daemon holds little more than the
+// output.
+const inlineWaitOutput = 16 << 10
+
+// waitWriters are the buffers larger ?wait=1 answers are encoded through:
+// one 32 KiB buffer per answer in flight, reused instead of allocated
+// (and its fresh pages touched) per answer.
+var waitWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}
+
+// jsonWriter is what the answer encoders write to: a *bufio.Writer or a
+// *bytes.Buffer. Neither fails on its own (a bufio.Writer keeps the
+// first error of what it writes to for Flush), so their results are not
+// checked.
+type jsonWriter interface {
+	io.Writer
+	io.ByteWriter
+	io.StringWriter
+}
+
+// writeWaitResult writes wire.ExecWaitResult by hand so that the output
+// is not copied again: the two strings, then the exit frame's members
+// (tail, the encoded wire.ExecExitFrame).
+func writeWaitResult(w jsonWriter, stdout, stderr, tail []byte) {
+	w.WriteString(`{"stdout":`)
+	writeJSONString(w, stdout)
+	w.WriteString(`,"stderr":`)
+	writeJSONString(w, stderr)
+	w.WriteByte(',')
+	w.Write(tail[1:])
+	w.WriteByte('\n')
 }
 
 // cappedOutput keeps the first max bytes of two streams together, the
@@ -167,7 +211,7 @@ const maxFrameText = 32 << 10
 
 // writeJSONString writes b as a JSON string, encoding it in pieces cut at
 // rune boundaries; invalid UTF-8 becomes U+FFFD, as encoding/json does.
-func writeJSONString(w *bufio.Writer, b []byte) {
+func writeJSONString(w jsonWriter, b []byte) {
 	w.WriteByte('"')
 	for len(b) > 0 {
 		n := framePiece(b)

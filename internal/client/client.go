@@ -616,7 +616,9 @@ var errNoEndFrame = errors.New("no end frame")
 // read's error, or errNoEndFrame if the stream simply ended.
 func readFrames(ctx context.Context, body io.Reader, max int, broke string, f func(line []byte) (last bool, err error)) error {
 	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), max)
+	// Small to start (most frames are short, and a fresh 64 KiB buffer per
+	// exec was most of what an exec allocated here); it grows up to max.
+	sc.Buffer(make([]byte, 0, 4<<10), max)
 	for sc.Scan() {
 		line := sc.Bytes()
 		if len(bytes.TrimSpace(line)) == 0 {

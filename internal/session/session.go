@@ -11,6 +11,13 @@
 // and its control socket dies with the daemon, so there is nothing safe to
 // reconnect to. The runtime collects the cgroups such a run left; this
 // package records the outcome (state "lost", audit kind sandbox.lost).
+//
+// Durability: a create's row and its sandbox.create record, and an end's
+// row update and its record, are durable before the call returns, and cost
+// one fsync together: the row is committed without one (writeUnsynced) and
+// the record's commit, on the same writer right after, syncs the WAL that
+// holds both. An exec costs the one fsync of its intent record; its result
+// record is queued (audit.Intent.EndQueued).
 package session
 
 import (
@@ -21,6 +28,7 @@ import (
 
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -583,10 +591,16 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	}
 	spec, _ := json.Marshal(recorded)
 	labels, _ := json.Marshal(info.Labels)
-	if _, err := m.db.DB().ExecContext(ctx, `INSERT INTO sandboxes
+	// The row is made durable by the fsync of the create record's commit,
+	// just below: one fsync for both (writeUnsynced). If that record
+	// cannot be written, the create fails and undo ends the row.
+	if err := m.writeUnsynced(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
 		(id, owner, principal, state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '')`,
-		info.ID, m.opts.Owner, actor, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(info.ExpiresAt), idle.Milliseconds(), fmtTime(now)); err != nil {
+			info.ID, m.opts.Owner, actor, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(info.ExpiresAt), idle.Milliseconds(), fmtTime(now))
+		return err
+	}); err != nil {
 		return Info{}, fmt.Errorf("session: record %s: %w", info.ID, err)
 	}
 	undo = append(undo, func(c context.Context) {
@@ -1147,11 +1161,17 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	ended.State, ended.EndReason, ended.EndedAt, ended.LastUsedAt = state, reason, m.opts.Now(), lastUsed
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	if err := m.recordEnd(wctx, ended); err != nil {
+	// The row's end is made durable by the fsync of the end's audit
+	// record below (recordEndUnsynced); if that record fails, the end is
+	// retried as if the row had refused it, with a commit that syncs.
+	unrecorded := func(err error) {
 		m.mu.Lock()
 		m.unrecorded[id] = ended
 		m.mu.Unlock()
 		m.opts.Logf("session: recording the end of %s (retried): %v", id, err)
+	}
+	if err := m.recordEndUnsynced(wctx, ended); err != nil {
+		unrecorded(err)
 	}
 	metricReason := reason
 	if state == StateDestroyed {
@@ -1163,6 +1183,12 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 		data["error"] = derr.Error()
 	}
 	if _, err := m.log.Append(wctx, audit.Entry{Session: id, Actor: actor, Kind: kind, Data: data}); err != nil {
+		m.mu.Lock()
+		_, queued := m.unrecorded[id]
+		m.mu.Unlock()
+		if !queued {
+			unrecorded(fmt.Errorf("its audit record failed, so its row may not be durable: %w", err))
+		}
 		return fmt.Errorf("session: audit: %w", err)
 	}
 	return derr
@@ -1186,12 +1212,36 @@ func (m *Manager) teardown(ctx context.Context, id string, e *entry) error {
 	return nil
 }
 
-// recordEnd writes a sandbox's end to its row.
+// recordEnd writes a sandbox's end to its row, durably, in one commit.
 func (m *Manager) recordEnd(ctx context.Context, in Info) error {
-	if _, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(in.LastUsedAt), in.ID); err != nil {
+	tx, err := m.db.DB().BeginTx(ctx, nil)
+	if err != nil {
 		return fmt.Errorf("session: end %s: %w", in.ID, err)
 	}
-	_, err := m.db.DB().ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state IN (?, ?)`,
+	if err := writeEnd(ctx, tx, in); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("session: end %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+// recordEndUnsynced is recordEnd without an fsync of its own, for finish,
+// whose audit record follows at once and makes it durable
+// (writeUnsynced).
+func (m *Manager) recordEndUnsynced(ctx context.Context, in Info) error {
+	return m.writeUnsynced(ctx, func(tx *sql.Tx) error { return writeEnd(ctx, tx, in) })
+}
+
+// writeEnd is recordEnd's two statements: the last use whatever the
+// state, the end only over a running or paused row.
+func writeEnd(ctx context.Context, tx *sql.Tx, in Info) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(in.LastUsedAt), in.ID); err != nil {
+		return fmt.Errorf("session: end %s: %w", in.ID, err)
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state IN (?, ?)`,
 		in.State, fmtTime(in.EndedAt), in.EndReason, in.ID, StateRunning, StatePaused)
 	if err != nil {
 		return fmt.Errorf("session: end %s: %w", in.ID, err)
