@@ -16,7 +16,7 @@ import (
 // options.
 func (c *Client) Info(ctx context.Context) (Info, error) {
 	var in Info
-	err := c.getJSON(ctx, http.MethodGet, "/info", nil, nil, &in, MaxReply)
+	err := c.call(ctx, http.MethodGet, "/info", nil, nil, &in, MaxReply)
 	return in, err
 }
 
@@ -37,7 +37,7 @@ func (c *Client) ContainerCreate(ctx context.Context, name string, cfg *Config, 
 		q.Set("name", name)
 	}
 	var res CreateResponse
-	err := c.getJSON(ctx, http.MethodPost, "/containers/create", q, createRequest{Config: cfg, HostConfig: hc}, &res, MaxReply)
+	err := c.call(ctx, http.MethodPost, "/containers/create", q, createRequest{Config: cfg, HostConfig: hc}, &res, MaxReply)
 	return res, err
 }
 
@@ -74,7 +74,7 @@ func (c *Client) ContainerUnpause(ctx context.Context, id string) error {
 }
 
 func (c *Client) post(ctx context.Context, path string, q url.Values) error {
-	return c.getJSON(ctx, http.MethodPost, path, q, nil, nil, MaxReply)
+	return c.call(ctx, http.MethodPost, path, q, nil, nil, MaxReply)
 }
 
 // ContainerRemove removes a container; force kills it first, volumes
@@ -87,13 +87,13 @@ func (c *Client) ContainerRemove(ctx context.Context, id string, force, volumes 
 	if volumes {
 		q.Set("v", "1")
 	}
-	return c.getJSON(ctx, http.MethodDelete, "/containers/"+id, q, nil, nil, MaxReply)
+	return c.call(ctx, http.MethodDelete, "/containers/"+id, q, nil, nil, MaxReply)
 }
 
 // ContainerInspect is GET /containers/{id}/json.
 func (c *Client) ContainerInspect(ctx context.Context, id string) (ContainerInspect, error) {
 	var in ContainerInspect
-	err := c.getJSON(ctx, http.MethodGet, "/containers/"+id+"/json", nil, nil, &in, MaxReply)
+	err := c.call(ctx, http.MethodGet, "/containers/"+id+"/json", nil, nil, &in, MaxReply)
 	return in, err
 }
 
@@ -116,7 +116,7 @@ func (c *Client) ContainerList(ctx context.Context, all bool, labels ...string) 
 		q.Set("filters", string(data))
 	}
 	var list []ContainerSummary
-	err := c.getJSON(ctx, http.MethodGet, "/containers/json", q, nil, &list, MaxReply)
+	err := c.call(ctx, http.MethodGet, "/containers/json", q, nil, &list, MaxReply)
 	return list, err
 }
 
@@ -174,7 +174,7 @@ func (c *Client) ContainerLogs(ctx context.Context, id string, tail string) (io.
 func (c *Client) ContainerStats(ctx context.Context, id string) (Stats, error) {
 	var s Stats
 	q := url.Values{"stream": {"false"}, "one-shot": {"true"}}
-	err := c.getJSON(ctx, http.MethodGet, "/containers/"+id+"/stats", q, nil, &s, MaxReply)
+	err := c.call(ctx, http.MethodGet, "/containers/"+id+"/stats", q, nil, &s, MaxReply)
 	return s, err
 }
 
@@ -184,7 +184,7 @@ func (c *Client) ExecCreate(ctx context.Context, containerID string, cfg ExecCon
 	var res struct {
 		ID string `json:"Id"`
 	}
-	if err := c.getJSON(ctx, http.MethodPost, "/containers/"+containerID+"/exec", nil, cfg, &res, MaxReply); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/containers/"+containerID+"/exec", nil, cfg, &res, MaxReply); err != nil {
 		return "", err
 	}
 	if res.ID == "" {
@@ -208,14 +208,14 @@ func (c *Client) ExecAttach(ctx context.Context, execID string, tty bool) (*Hija
 // exit code.
 func (c *Client) ExecInspect(ctx context.Context, execID string) (ExecInspect, error) {
 	var in ExecInspect
-	err := c.getJSON(ctx, http.MethodGet, "/exec/"+execID+"/json", nil, nil, &in, MaxReply)
+	err := c.call(ctx, http.MethodGet, "/exec/"+execID+"/json", nil, nil, &in, MaxReply)
 	return in, err
 }
 
 // ImageExists reports whether the daemon has the image ref (GET
 // /images/{ref}/json); a missing image is (false, nil).
 func (c *Client) ImageExists(ctx context.Context, ref string) (bool, error) {
-	err := c.getJSON(ctx, http.MethodGet, "/images/"+ref+"/json", nil, nil, nil, MaxReply)
+	err := c.call(ctx, http.MethodGet, "/images/"+ref+"/json", nil, nil, nil, MaxReply)
 	switch {
 	case err == nil:
 		return true, nil

@@ -273,9 +273,9 @@ func readError(resp *http.Response) error {
 	return e
 }
 
-// getJSON sends a request and decodes its JSON reply into v (nil: the
+// call sends a request and decodes its JSON reply into v (nil: the
 // reply is discarded), reading at most limit bytes.
-func (c *Client) getJSON(ctx context.Context, method, path string, query url.Values, body, v any, limit int64) error {
+func (c *Client) call(ctx context.Context, method, path string, query url.Values, body, v any, limit int64) error {
 	resp, err := c.roundTrip(ctx, method, path, query, nil, body, true)
 	if err != nil {
 		return err

@@ -40,6 +40,10 @@ func Demux(stdout, stderr io.Writer, r io.Reader) (int64, error) {
 	}
 	var hdr [frameHeaderLen]byte
 	var total int64
+	// One copy buffer and one payload reader for the whole stream, not one
+	// per frame.
+	var buf []byte
+	payload := &io.LimitedReader{R: r}
 	for {
 		if n, err := io.ReadFull(r, hdr[:]); err != nil {
 			if err == io.EOF {
@@ -66,13 +70,17 @@ func Demux(stdout, stderr io.Writer, r io.Reader) (int64, error) {
 		default:
 			return total, fmt.Errorf("multiplexed stream: unknown stream %d", hdr[0])
 		}
-		n, err := io.CopyN(dst, r, size)
-		total += n
-		if err == io.EOF {
-			return total, fmt.Errorf("%w: %d of %d payload bytes", ErrTruncatedFrame, n, size)
+		if buf == nil {
+			buf = make([]byte, 32<<10)
 		}
+		payload.N = size
+		n, err := io.CopyBuffer(dst, payload, buf)
+		total += n
 		if err != nil {
 			return total, err
+		}
+		if n < size {
+			return total, fmt.Errorf("%w: %d of %d payload bytes", ErrTruncatedFrame, n, size)
 		}
 	}
 }
