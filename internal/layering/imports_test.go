@@ -105,6 +105,14 @@ var rules = []rule{
 		pkgs: []string{"internal/sandbox/docker"}, never: []string{"internal/sandbox/native", "internal/sandbox/oci"},
 		why: "backends share code through the packages below them, not each other",
 	},
+	{
+		pkgs: []string{"internal/sandbox/docker/engine"}, only: []string{}, tests: true,
+		why: "the Docker Engine API client speaks HTTP to dockerd on the standard library alone: it knows nothing of sandboxes",
+	},
+	{
+		pkgs: []string{"internal/sandbox/docker/engine"}, usedBy: []string{"internal/sandbox/docker"},
+		why: "the Engine API client covers exactly the docker backend's calls; it is no general Docker library",
+	},
 
 	// The daemon side: down from the API, never back.
 	{
@@ -237,6 +245,8 @@ func TestLayeringCatchesViolations(t *testing.T) {
 		{"internal/session", "internal/testutil/stack", false},
 		{"cmd/ironclaw", "internal/daemon", false},
 		{"internal/metrics", "internal/errdefs", false},
+		{"internal/sandbox/docker/engine", "internal/sandbox", false},
+		{"internal/sandbox/oci", "internal/sandbox/docker/engine", false},
 	} {
 		if got := violations(tc.from, tc.imp, tc.test); len(got) == 0 {
 			t.Errorf("%s importing %s (test: %v) breaks no rule", tc.from, tc.imp, tc.test)
@@ -250,6 +260,7 @@ func TestLayeringCatchesViolations(t *testing.T) {
 		{"internal/cli", "internal/daemon"},
 		{"internal/sandbox/native", "internal/sandbox/inside/boot"},
 		{"internal/sandbox/docker", "internal/sandbox/container"},
+		{"internal/sandbox/docker", "internal/sandbox/docker/engine"},
 		{"internal/sandbox/inside/agent", "internal/sandbox/wire"},
 		{"internal/gateway", "internal/errdefs"},
 		{"internal/api", "internal/metrics"},

@@ -12,11 +12,10 @@ import (
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/docker/engine"
 	"github.com/ironclaw/ironclaw/internal/sandbox/gate"
 	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
-	ctr "github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/mount"
 )
 
 // Container labels. ownerLabel lets New remove the containers of daemons
@@ -54,7 +53,7 @@ func (s state) sockDir() string { return filepath.Join(s.dir, "sock") }
 
 // plan is what a sandbox's root is made of, in Docker's terms.
 type plan struct {
-	mounts   []mount.Mount  // binds, in order
+	mounts   []engine.Mount // binds, in order
 	symlinks []rootfs.Entry // top-level symlinks: they live in the image
 }
 
@@ -79,8 +78,8 @@ func prepare(s state, spec sandbox.Spec, sl *seal.Seal, helperExe string) (plan,
 		return p, err
 	}
 	bind := func(src, dst string, ro bool) {
-		p.mounts = append(p.mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: dst, ReadOnly: ro,
-			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
+		p.mounts = append(p.mounts, engine.Mount{Type: "bind", Source: src, Target: dst, ReadOnly: ro,
+			BindOptions: &engine.BindOptions{Propagation: "rprivate"}})
 	}
 	taken := map[string]bool{}
 	var imageEtc string // a directory root's own /etc, if any
@@ -219,9 +218,9 @@ type containerOpts struct {
 
 // containerConfig is the sealed container for spec: its seal sl as
 // Docker settings (see the package documentation).
-func containerConfig(spec sandbox.Spec, sl *seal.Seal, p plan, o containerOpts) (*ctr.Config, *ctr.HostConfig, error) {
+func containerConfig(spec sandbox.Spec, sl *seal.Seal, p plan, o containerOpts) (*engine.Config, *engine.HostConfig, error) {
 	lim := spec.Limits
-	cfg := &ctr.Config{
+	cfg := &engine.Config{
 		Hostname:   sl.Hostname,
 		User:       user(sl),
 		Env:        append([]string(nil), seal.BaseEnv...),
@@ -240,13 +239,13 @@ func containerConfig(spec sandbox.Spec, sl *seal.Seal, p plan, o containerOpts) 
 		nano = int64(o.hostCPUs) * 1e9 // dockerd refuses more than the host has
 	}
 	pids := lim.Pids
-	var ulimits []*ctr.Ulimit
+	var ulimits []*engine.Ulimit
 	for _, r := range sl.Rlimits {
 		// (/dev/mqueue is mounted in every Docker container: RLIMIT_MSGQUEUE
 		// 0 keeps the queue quota, per host user and so shared by every
 		// sandbox, out of reach.)
 		v := int64(r.Value)
-		ulimits = append(ulimits, &ctr.Ulimit{Name: strings.ToLower(r.Name), Soft: v, Hard: v})
+		ulimits = append(ulimits, &engine.Ulimit{Name: strings.ToLower(r.Name), Soft: v, Hard: v})
 	}
 	if o.runsc {
 		// As in the oci backend: the host cgroup also holds the sentry's
@@ -260,7 +259,7 @@ func containerConfig(spec sandbox.Spec, sl *seal.Seal, p plan, o containerOpts) 
 	if err != nil {
 		return nil, nil, err
 	}
-	hc := &ctr.HostConfig{
+	hc := &engine.HostConfig{
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         sl.Capabilities,
@@ -268,10 +267,10 @@ func containerConfig(spec sandbox.Spec, sl *seal.Seal, p plan, o containerOpts) 
 		Mounts:         p.mounts,
 		Tmpfs:          map[string]string{},
 		Runtime:        o.runtime,
-		RestartPolicy:  ctr.RestartPolicy{Name: ctr.RestartPolicyDisabled},
+		RestartPolicy:  engine.RestartPolicy{Name: "no"},
 		// The agent writes only when it fails to start; keep that short.
-		LogConfig: ctr.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "64k", "max-file": "1"}},
-		Resources: ctr.Resources{
+		LogConfig: engine.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "64k", "max-file": "1"}},
+		Resources: engine.Resources{
 			Memory:     lim.MemoryBytes,
 			MemorySwap: lim.MemoryBytes, // memory plus swap: no swap
 			NanoCPUs:   nano,
@@ -297,9 +296,9 @@ func containerConfig(spec sandbox.Spec, sl *seal.Seal, p plan, o containerOpts) 
 		case seal.NSNetwork:
 			hc.NetworkMode = "none"
 		case seal.NSIPC:
-			hc.IpcMode = ctr.IPCModeNone // private, and no /dev/shm
+			hc.IpcMode = "none" // private, and no /dev/shm
 		case seal.NSCgroup:
-			hc.CgroupnsMode = ctr.CgroupnsModePrivate
+			hc.CgroupnsMode = "private"
 		default:
 			return nil, nil, fmt.Errorf("%w: the docker backend cannot make a %s namespace", sandbox.ErrUnsupported, ns)
 		}

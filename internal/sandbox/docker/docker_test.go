@@ -11,9 +11,9 @@ import (
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/docker"
+	"github.com/ironclaw/ironclaw/internal/sandbox/docker/engine"
 	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
-	"github.com/moby/moby/client"
 )
 
 // The behaviour and containment every backend shares is package
@@ -63,19 +63,22 @@ func TestDestroyLeavesNothing(t *testing.T) {
 	cid, dir := sb.ContainerID(), sb.StateDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cli, err := client.New(client.FromEnv)
+	cli, err := engine.New(os.Getenv("DOCKER_HOST"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
+	if err := cli.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
 	labelled := func() []string {
 		t.Helper()
-		list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "ironclaw.sandbox="+sb.ID())})
+		list, err := cli.ContainerList(ctx, true, "ironclaw.sandbox="+sb.ID())
 		if err != nil {
 			t.Fatal(err)
 		}
 		var ids []string
-		for _, c := range list.Items {
+		for _, c := range list {
 			ids = append(ids, c.ID)
 		}
 		return ids
@@ -95,8 +98,8 @@ func TestDestroyLeavesNothing(t *testing.T) {
 	if ids := labelled(); len(ids) != 0 {
 		t.Errorf("containers left: %v", ids)
 	}
-	if _, err := cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{}); err == nil {
-		t.Errorf("container %s still exists", cid)
+	if _, err := cli.ContainerInspect(ctx, cid); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("container %s after Destroy: %v, want not found", cid, err)
 	}
 }
 

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/container"
-	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/client"
+	"github.com/ironclaw/ironclaw/internal/sandbox/docker/engine"
 )
 
 // inspectGrace bounds the wait for dockerd to record an exec's exit code
@@ -25,7 +24,7 @@ func (x *box) Run(ctx context.Context, p container.Proc) (container.Process, err
 	ctx = context.WithoutCancel(ctx) // the caller's cancellation is handled by Abort, not by dropping the request
 	ctx, cancel := context.WithTimeout(ctx, container.ReadyTimeout)
 	defer cancel()
-	ex, err := x.rt.cli.ExecCreate(ctx, x.cid, client.ExecCreateOptions{
+	execID, err := x.rt.cli.ExecCreate(ctx, x.cid, engine.ExecConfig{
 		User:         user(x.seal),
 		AttachStdin:  p.Stdin != nil,
 		AttachStdout: true,
@@ -37,17 +36,17 @@ func (x *box) Run(ctx context.Context, p container.Proc) (container.Process, err
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: creating the exec: %w", x.id, err)
 	}
-	res, err := x.rt.cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	conn, err := x.rt.cli.ExecAttach(ctx, execID, false)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: starting the exec: %w", x.id, err)
 	}
-	a := &attached{x: x, id: ex.ID, conn: res.HijackedResponse, done: make(chan struct{})}
+	a := &attached{x: x, id: execID, conn: conn, done: make(chan struct{})}
 	if p.Stdin != nil {
 		go a.feed(p.Stdin)
 	}
 	go func() {
 		defer close(a.done)
-		_, a.ioErr = stdcopy.StdCopy(p.Stdout, p.Stderr, a.conn.Reader)
+		_, a.ioErr = a.conn.Output(p.Stdout, p.Stderr)
 	}()
 	return a, nil
 }
@@ -57,7 +56,7 @@ func (x *box) Run(ctx context.Context, p container.Proc) (container.Process, err
 type attached struct {
 	x     *box
 	id    string
-	conn  client.HijackedResponse
+	conn  *engine.Hijacked
 	done  chan struct{} // the stream ended
 	ioErr error         // set before done closes
 }
@@ -65,7 +64,7 @@ type attached struct {
 // feed copies r to the exec's stdin and then closes it (a half-close
 // dockerd passes on as end of file).
 func (a *attached) feed(r io.Reader) {
-	_, _ = io.Copy(a.conn.Conn, r)
+	_, _ = io.Copy(a.conn, r)
 	_ = a.conn.CloseWrite()
 }
 
@@ -80,7 +79,7 @@ func (a *attached) Wait() container.Exit {
 	deadline := time.Now().Add(inspectGrace)
 	for delay := 2 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), inspectGrace)
-		in, err := a.x.rt.cli.ExecInspect(ctx, a.id, client.ExecInspectOptions{})
+		in, err := a.x.rt.cli.ExecInspect(ctx, a.id)
 		cancel()
 		if err != nil {
 			exit.Code, exit.Err = -1, fmt.Errorf("sandbox %s: inspecting the exec: %w", a.x.id, err)

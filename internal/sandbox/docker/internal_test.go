@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/docker/engine"
 	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
-	"github.com/moby/moby/client"
 )
 
 // The container's seccomp profile is the seal's, whose test
@@ -128,13 +128,13 @@ func TestCollect(t *testing.T) {
 	liveCID, liveState := mk(r.Owner())
 	defer r.removeContainer(ctx, liveCID)
 	r.collect(ctx)
-	if _, err := r.cli.ContainerInspect(ctx, deadCID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+	if _, err := r.cli.ContainerInspect(ctx, deadCID); !errors.Is(err, engine.ErrNotFound) {
 		t.Errorf("dead owner's container: %v, want removed", err)
 	}
 	if _, err := os.Stat(deadState.dir); !os.IsNotExist(err) {
 		t.Errorf("dead owner's state: %v, want removed", err)
 	}
-	if _, err := r.cli.ContainerInspect(ctx, liveCID, client.ContainerInspectOptions{}); err != nil {
+	if _, err := r.cli.ContainerInspect(ctx, liveCID); err != nil {
 		t.Errorf("live owner's container: %v, want kept", err)
 	}
 	if _, err := os.Stat(liveState.dir); err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-
-	"github.com/moby/moby/client"
 )
 
 // Pause has dockerd pause the container (the cgroup freezer; on gVisor,
@@ -13,7 +11,7 @@ import (
 // not an error.
 func (b *Sandbox) Pause(ctx context.Context) error {
 	x := b.box
-	if _, err := x.rt.cli.ContainerPause(ctx, x.cid, client.ContainerPauseOptions{}); err != nil && !strings.Contains(err.Error(), "already paused") {
+	if err := x.rt.cli.ContainerPause(ctx, x.cid); err != nil && !strings.Contains(err.Error(), "already paused") {
 		return fmt.Errorf("sandbox %s: pause: %w", x.id, err)
 	}
 	return nil
@@ -23,7 +21,7 @@ func (b *Sandbox) Pause(ctx context.Context) error {
 // an error.
 func (b *Sandbox) Resume(ctx context.Context) error {
 	x := b.box
-	if _, err := x.rt.cli.ContainerUnpause(ctx, x.cid, client.ContainerUnpauseOptions{}); err != nil && !strings.Contains(err.Error(), "not paused") {
+	if err := x.rt.cli.ContainerUnpause(ctx, x.cid); err != nil && !strings.Contains(err.Error(), "not paused") {
 		return fmt.Errorf("sandbox %s: resume: %w", x.id, err)
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,14 +17,12 @@ import (
 	"sync"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/container"
+	"github.com/ironclaw/ironclaw/internal/sandbox/docker/engine"
 	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
-	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/client"
 )
 
 // DefaultStateDir holds the staged helper and one directory per sandbox.
@@ -33,7 +30,7 @@ const DefaultStateDir = "/run/ironclaw/docker"
 
 // DefaultHost is the daemon's socket when neither Options.Host nor
 // DOCKER_HOST says otherwise.
-const DefaultHost = "unix:///var/run/docker.sock"
+const DefaultHost = engine.DefaultHost
 
 // EmptyImage is the image of a root without top-level symlinks: no files
 // at all. Roots with symlinks (a merged-/usr host's /bin -> usr/bin) get
@@ -71,7 +68,7 @@ type Options struct {
 type Runtime struct {
 	*container.Runtime
 	opts    Options
-	cli     *client.Client
+	cli     *engine.Client
 	version string // dockerd's version
 	runsc   bool   // the containers' runtime is gVisor's runsc
 	ncpu    int    // the daemon's CPU count
@@ -111,7 +108,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	if opts.Exe, err = container.ResolveExe(opts.Exe); err != nil {
 		return nil, err
 	}
-	cli, err := client.New(client.WithHost(opts.Host))
+	cli, err := engine.New(opts.Host)
 	if err != nil {
 		return nil, fmt.Errorf("%w: docker client: %v", sandbox.ErrUnsupported, err)
 	}
@@ -122,14 +119,13 @@ func New(ctx context.Context, opts Options) (_ *Runtime, retErr error) {
 	}()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+	if err := cli.Ping(pctx); err != nil {
 		return nil, fmt.Errorf("%w: the Docker daemon at %s is unreachable: %v", sandbox.ErrUnsupported, opts.Host, err)
 	}
-	info, err := cli.Info(pctx, client.InfoOptions{})
+	in, err := cli.Info(pctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: docker info: %v", sandbox.ErrUnsupported, err)
 	}
-	in := info.Info
 	if in.OSType != "" && in.OSType != "linux" {
 		return nil, fmt.Errorf("%w: the Docker daemon runs %s containers, not linux", sandbox.ErrUnsupported, in.OSType)
 	}
@@ -231,11 +227,11 @@ func (r *Runtime) ensureImage(ctx context.Context, symlinks []rootfs.Entry) (str
 	if r.images[tag] {
 		return tag, nil
 	}
-	if _, err := r.cli.ImageInspect(ctx, tag); err == nil {
+	if ok, err := r.cli.ImageExists(ctx, tag); err != nil {
+		return "", fmt.Errorf("inspecting image %s: %w", tag, err)
+	} else if ok {
 		r.images[tag] = true
 		return tag, nil
-	} else if !cerrdefs.IsNotFound(err) {
-		return "", fmt.Errorf("inspecting image %s: %w", tag, err)
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -248,29 +244,8 @@ func (r *Runtime) ensureImage(ctx context.Context, symlinks []rootfs.Entry) (str
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
-	res, err := r.cli.ImageImport(ctx, client.ImageImportSource{Source: &buf, SourceName: "-"}, tag,
-		client.ImageImportOptions{Message: "IronClaw sandbox root: top-level symlinks only"})
-	if err != nil {
+	if err := r.cli.ImageImport(ctx, &buf, tag, "IronClaw sandbox root: top-level symlinks only"); err != nil {
 		return "", fmt.Errorf("importing image %s: %w", tag, err)
-	}
-	defer res.Close()
-	// The reply is a JSON message stream; an error arrives inside it.
-	dec := json.NewDecoder(res)
-	for {
-		var m struct {
-			Error       string `json:"error"`
-			ErrorDetail struct {
-				Message string `json:"message"`
-			} `json:"errorDetail"`
-		}
-		if err := dec.Decode(&m); err == io.EOF {
-			break
-		} else if err != nil {
-			return "", fmt.Errorf("importing image %s: %w", tag, err)
-		}
-		if m.Error != "" {
-			return "", fmt.Errorf("importing image %s: %s", tag, m.Error)
-		}
 	}
 	r.images[tag] = true
 	r.Logf("imported image %s (%d symlinks)", tag, len(symlinks))
@@ -296,17 +271,18 @@ func (r *Runtime) probe(ctx context.Context) error {
 		return fmt.Errorf("%w: docker cannot create a sealed container here: %v", sandbox.ErrUnsupported, err)
 	}
 	defer r.removeContainer(context.WithoutCancel(ctx), cid)
-	wait := r.cli.ContainerWait(ctx, cid, client.ContainerWaitOptions{Condition: "next-exit"})
-	if _, err := r.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
-		return fmt.Errorf("%w: docker cannot start a sealed container here: %v", sandbox.ErrUnsupported, err)
-	}
-	var code int64
-	select {
-	case res := <-wait.Result:
-		code = res.StatusCode
-	case err := <-wait.Error:
+	wait, err := r.cli.ContainerWait(ctx, cid, "next-exit")
+	if err != nil {
 		return fmt.Errorf("%w: waiting for the probe container: %v", sandbox.ErrUnsupported, err)
 	}
+	if err := r.cli.ContainerStart(ctx, cid); err != nil {
+		return fmt.Errorf("%w: docker cannot start a sealed container here: %v", sandbox.ErrUnsupported, err)
+	}
+	res := <-wait
+	if res.Err != nil {
+		return fmt.Errorf("%w: waiting for the probe container: %v", sandbox.ErrUnsupported, res.Err)
+	}
+	code := res.StatusCode
 	stdout, stderr := r.logs(ctx, cid)
 	if code != 0 {
 		return fmt.Errorf("%w: docker %s probe container exited %d: %s", sandbox.ErrUnsupported, r.version, code, strings.TrimSpace(stderr+" "+stdout))
@@ -320,13 +296,13 @@ func (r *Runtime) probe(ctx context.Context) error {
 
 // logs returns what a container's pid 1 wrote (bounded).
 func (r *Runtime) logs(ctx context.Context, cid string) (stdout, stderr string) {
-	rc, err := r.cli.ContainerLogs(ctx, cid, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	rc, err := r.cli.ContainerLogs(ctx, cid, "20")
 	if err != nil {
 		return "", err.Error()
 	}
 	defer rc.Close()
 	var o, e bytes.Buffer
-	_, _ = stdcopy.StdCopy(&o, &e, io.LimitReader(rc, 64<<10))
+	_, _ = engine.Demux(&o, &e, io.LimitReader(rc, 64<<10))
 	return o.String(), e.String()
 }
 
@@ -350,7 +326,7 @@ func (r *Runtime) createContainer(ctx context.Context, id string, s state, spec 
 	if err != nil {
 		return "", err
 	}
-	res, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "ironclaw-" + id, Config: cfg, HostConfig: hc})
+	res, err := r.cli.ContainerCreate(ctx, "ironclaw-"+id, cfg, hc)
 	if err != nil {
 		return "", err
 	}
@@ -363,8 +339,8 @@ func (r *Runtime) createContainer(ctx context.Context, id string, s state, spec 
 // removeContainer kills and removes a container with its anonymous
 // volumes; a container already gone is not an error.
 func (r *Runtime) removeContainer(ctx context.Context, cid string) error {
-	_, err := r.cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !cerrdefs.IsNotFound(err) {
+	err := r.cli.ContainerRemove(ctx, cid, true, true)
+	if err != nil && !errors.Is(err, engine.ErrNotFound) {
 		return err
 	}
 	return nil
@@ -377,11 +353,11 @@ func (r *Runtime) removeContainer(ctx context.Context, cid string) error {
 func (r *Runtime) collect(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", ownerLabel)})
+	list, err := r.cli.ContainerList(ctx, true, ownerLabel)
 	if err != nil {
 		r.Logf("listing leftover containers: %v", err)
 	} else {
-		for _, c := range list.Items {
+		for _, c := range list {
 			if sandbox.OwnerAlive(c.Labels[ownerLabel]) {
 				continue
 			}

@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,8 +13,6 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox/container"
 	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
-	ctr "github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
 )
 
 // Sandbox is one Docker container: the helper's agent as its pid 1,
@@ -91,8 +88,11 @@ func (x *box) Diag() string {
 // Start starts the container; failed reports its pid 1 exiting while ctx
 // lasts.
 func (x *box) Start(ctx context.Context) (<-chan error, error) {
-	wait := x.rt.cli.ContainerWait(ctx, x.cid, client.ContainerWaitOptions{Condition: ctr.WaitConditionNextExit})
-	if _, err := x.rt.cli.ContainerStart(ctx, x.cid, client.ContainerStartOptions{}); err != nil {
+	wait, err := x.rt.cli.ContainerWait(ctx, x.cid, "next-exit")
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: waiting for the container: %w", x.id, err)
+	}
+	if err := x.rt.cli.ContainerStart(ctx, x.cid); err != nil {
 		if herr := sandbox.HostExhaustedText("starting the container", err.Error()); herr != nil {
 			return nil, herr
 		}
@@ -100,12 +100,12 @@ func (x *box) Start(ctx context.Context) (<-chan error, error) {
 	}
 	failed := make(chan error, 1)
 	go func() {
-		select {
-		case res := <-wait.Result:
-			failed <- fmt.Errorf("%w: the sandbox's agent exited %d during start%s", sandbox.ErrUnsupported, res.StatusCode, x.Diag())
-		case err := <-wait.Error:
-			failed <- fmt.Errorf("sandbox %s: waiting for the container: %w", x.id, err)
+		res := <-wait
+		if res.Err != nil {
+			failed <- fmt.Errorf("sandbox %s: waiting for the container: %w", x.id, res.Err)
+			return
 		}
+		failed <- fmt.Errorf("%w: the sandbox's agent exited %d during start%s", sandbox.ErrUnsupported, res.StatusCode, x.Diag())
 	}()
 	return failed, nil
 }
@@ -123,13 +123,8 @@ func (x *box) Started(ctx context.Context, sb *container.Sandbox) error {
 // Stats reads the container stats API (one sample, no waiting); OOM kills
 // come from the container's memory cgroup, which dockerd does not report.
 func (x *box) Stats(ctx context.Context) (sandbox.Stats, error) {
-	res, err := x.rt.cli.ContainerStats(ctx, x.cid, client.ContainerStatsOptions{})
+	s, err := x.rt.cli.ContainerStats(ctx, x.cid)
 	if err != nil {
-		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", x.id, err)
-	}
-	defer res.Body.Close()
-	var s ctr.StatsResponse
-	if err := json.NewDecoder(res.Body).Decode(&s); err != nil {
 		return sandbox.Stats{}, fmt.Errorf("sandbox %s: stats: %w", x.id, err)
 	}
 	st := sandbox.Stats{
@@ -151,11 +146,11 @@ func (x *box) Stats(ctx context.Context) (sandbox.Stats, error) {
 // when not readable (a daemon in another cgroup namespace); OOMKilled is
 // then never set.
 func (r *Runtime) oomFile(ctx context.Context, cid string) (string, int) {
-	in, err := r.cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
-	if err != nil || in.Container.State == nil || in.Container.State.Pid <= 0 {
+	in, err := r.cli.ContainerInspect(ctx, cid)
+	if err != nil || in.State == nil || in.State.Pid <= 0 {
 		return "", 0
 	}
-	pid := in.Container.State.Pid
+	pid := in.State.Pid
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		return "", pid
