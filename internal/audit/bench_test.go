@@ -94,7 +94,7 @@ func benchAppend(b *testing.B, conc int, syncNormal, keyed bool) {
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
 		go func() {
@@ -112,9 +112,10 @@ func benchAppend(b *testing.B, conc int, syncNormal, keyed bool) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu0
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "appends/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // bulkLoad writes n chained records straight into the table in large
@@ -181,14 +182,15 @@ func BenchmarkVerify1M(b *testing.B) {
 	verifyRun := func(b *testing.B, run func(b *testing.B)) {
 		b.ReportAllocs()
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		for i := 0; i < b.N; i++ {
 			run(b)
 		}
-		elapsed := time.Since(start)
+		elapsed, cpu := time.Since(start), processCPU()-cpu0
 		b.StopTimer()
 		b.ReportMetric(float64(n)*float64(b.N)/elapsed.Seconds(), "records/s")
 		b.ReportMetric(elapsed.Seconds()/float64(b.N), "s/verify")
+		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/verify")
 	}
 	for _, mode := range []string{"checked", "unchecked"} {
 		b.Run("macs="+mode, func(b *testing.B) {
