@@ -174,8 +174,8 @@ type pending struct {
 	// per record is what bounds throughput.
 	args [4]any
 	rec  Record
-	err                  error
-	done                 chan struct{} // closed by the committer
+	err  error
+	done chan struct{} // closed by the committer
 	// lazy: nobody waits for this record (Intent.EndQueued), so the
 	// committer may hold it up to lazyDelay for a record somebody waits
 	// for, and commit both with one fsync.
