@@ -517,11 +517,10 @@ type segment struct {
 // boxed, another allocation), and the lengths, computed by SQLite from the
 // stored values, make the split exact whatever the columns contain. A NULL
 // anywhere makes the part after the seq NULL, which ifnull turns into an
-// empty string that splitPacked refuses. The || chain is what SQLite builds
-// fastest here: its result register keeps its buffer from row to row,
-// whereas concat() allocates a new one per row, and with one reader per CPU
-// those allocations contend in the driver's C allocator (Verify took 15-25%
-// more CPU with concat()).
+// empty string that splitPacked refuses. The || chain is kept because
+// concat() made Verify take 15-25% more CPU, likely because it allocates a
+// result buffer per row in the driver's C allocator, shared by the readers,
+// where the chain's result register keeps its buffer from row to row.
 const verifySQL = `SELECT seq || ',' || ifnull(
 	octet_length(time) || ',' || octet_length(session) || ',' || octet_length(actor) || ',' ||
 	octet_length(kind) || ',' || octet_length(data) || ',' || octet_length(prev_hash) || ',' ||
