@@ -11,6 +11,7 @@ package cgroups
 // NOT tested on that machine.
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -43,7 +44,10 @@ type simV2 struct {
 	exemptRoot bool   // whether dir is the real root (exempt from no-internal-processes)
 	noKill     bool   // pretend the kernel predates cgroup.kill
 	noSwap     bool   // pretend swap is not accounted (no memory.swap.max)
-	mu         sync.Mutex
+	// wedged is how many freezes (cgroup.freeze 1) stay unfrozen, as one
+	// with a vfork parent waiting on a frozen child does; -1: every one.
+	wedged int
+	mu     sync.Mutex
 	writes     []write
 }
 
@@ -177,7 +181,14 @@ func (s *simV2) write(p, data string) error {
 		})
 	case "cgroup.freeze":
 		s.put(p, data)
-		s.put(filepath.Join(dir, "cgroup.events"), "populated 1\nfrozen "+data+"\n")
+		frozen := data
+		if data == "1" && s.wedged != 0 {
+			frozen = "0"
+			if s.wedged > 0 {
+				s.wedged--
+			}
+		}
+		s.put(filepath.Join(dir, "cgroup.events"), "populated 1\nfrozen "+frozen+"\n")
 	default:
 		s.put(p, data)
 	}
@@ -613,6 +624,47 @@ func TestCgroupV2Simulated(t *testing.T) {
 		}
 		if !slices.Equal(dirs, []string{"a"}) {
 			t.Errorf("left %v, want [a]", dirs)
+		}
+	})
+
+	// A freeze that does not take (a vfork parent waiting on its frozen
+	// child) is thawed and tried again; one that never takes fails thawed,
+	// and so does one whose context ends.
+	t.Run("wedged freezes", func(t *testing.T) {
+		h, s := detectSimV2(t, func(s *simV2) { s.wedged = 2 })
+		c, err := h.Create("wedge", Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		freezeFile := filepath.Join(c.dirs()[0], "cgroup.freeze")
+		if err := c.Freeze(context.Background()); err != nil {
+			t.Fatalf("Freeze after two wedged attempts: %v", err)
+		}
+		if w := s.wrote(freezeFile); !slices.Equal(w, []string{"1", "0", "1", "0", "1"}) {
+			t.Errorf("cgroup.freeze writes = %v, want two thawed attempts, then the freeze", w)
+		}
+
+		s.mu.Lock()
+		s.wedged, s.writes = -1, nil
+		s.mu.Unlock()
+		err = c.Freeze(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "not frozen after 5 attempts") {
+			t.Fatalf("Freeze that never takes: %v", err)
+		}
+		if w := s.wrote(freezeFile); len(w) != 2*freezeAttempts || w[len(w)-1] != "0" {
+			t.Errorf("cgroup.freeze writes = %v, want %d attempts, each thawed", w, freezeAttempts)
+		}
+
+		s.mu.Lock()
+		s.writes = nil
+		s.mu.Unlock()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := c.Freeze(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Freeze with an ended context: %v", err)
+		}
+		if w := s.wrote(freezeFile); !slices.Equal(w, []string{"1", "0"}) {
+			t.Errorf("cgroup.freeze writes = %v, want one attempt, thawed", w)
 		}
 	})
 
