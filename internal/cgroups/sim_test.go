@@ -48,7 +48,7 @@ type simV2 struct {
 	// with a vfork parent waiting on a frozen child does; -1: every one.
 	wedged int
 	mu     sync.Mutex
-	writes     []write
+	writes []write
 }
 
 func (s *simV2) ops() fsOps {
