@@ -609,13 +609,13 @@ func TestFilterKillsForeignABI(t *testing.T) {
 		probe string
 		skip  bool
 	}{
-		{"int80-keyctl", !probe.HasInt80},
+		{"int80-keyctl", probe.Refused() != ""},
 		{"nr-x32-bit", false},
 	} {
 		t.Run(tc.probe, func(t *testing.T) {
 			t.Parallel()
 			if tc.skip {
-				t.Skipf("no %s on %s", tc.probe, runtime.GOARCH)
+				t.Skipf("%s: %s", tc.probe, probe.Refused())
 			}
 			base := runChild(t, tc.probe, false)
 			if base.killedBy(syscall.SIGSYS) {
