@@ -124,12 +124,28 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		return nil, err
 	}
 	defer devNull.Close()
-	proc, err := r.spawn.start(ctx, r.opts.Exe, initArgv, &os.ProcAttr{
+	exe, closeExe := r.opts.Exe, func() {}
+	if r.init != nil {
+		if exe, closeExe, err = r.init.open(); err != nil {
+			conn.Close()
+			errR.Close()
+			return nil, err
+		}
+	}
+	attr := &os.ProcAttr{
 		Dir:   "/",
 		Env:   initEnv,
 		Files: []*os.File{devNull, devNull, errW, childEnd},
 		Sys:   sys,
-	})
+	}
+	proc, err := r.spawn.start(ctx, exe, initArgv, attr)
+	closeExe() // executed by now, or never
+	if r.init != nil && errors.Is(err, fs.ErrPermission) {
+		// The magic link is refused when this process is not dumpable
+		// (seen in a test process that had driven other backends): the
+		// path itself, walked as the sandbox's host uid, may still do.
+		proc, err = r.spawn.start(ctx, r.init.path, initArgv, attr)
+	}
 	if err != nil {
 		conn.Close()
 		errR.Close()

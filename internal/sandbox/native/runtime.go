@@ -74,6 +74,7 @@ type Options struct {
 // destroys every sandbox it still holds.
 type Runtime struct {
 	opts     Options
+	init     *initFile // Options.Exe when it is not this binary (see initFile.open)
 	cg       *cgroups.Hierarchy
 	rootless bool
 	owner    string // "<pid>.<starttime>": names our cgroups so a later run can tell them from a live run's
@@ -106,12 +107,14 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("%w: this binary was built with cgo and would be its own sandbox init, which must seal every one of its threads (a cgo runtime's threads escape that): build it with CGO_ENABLED=0, or put a CGO_ENABLED=0 ironclaw-sandbox of the same build beside it (make build)", sandbox.ErrUnsupported)
 		}
 		opts.Exe = "/proc/self/exe"
-	} else if opts.Exe != "/proc/self/exe" {
-		exe, err := pinExe(opts.Exe)
+	}
+	var initBin *initFile
+	if opts.Exe != "/proc/self/exe" {
+		f, err := statInit(opts.Exe)
 		if err != nil {
 			return nil, err
 		}
-		opts.Exe = exe
+		initBin = &f
 	}
 	if opts.HostIDBase == 0 {
 		opts.HostIDBase = DefaultHostIDBase
@@ -134,7 +137,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	// saved fds, say) must never reach a sandbox: Go itself only passes
 	// what ExtraFiles names, so marking them costs nothing.
 	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	r := &Runtime{opts: opts, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(), boxes: map[string]*Sandbox{}, cpus: sandbox.NewCPUPicker(),
+	r := &Runtime{opts: opts, init: initBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(), boxes: map[string]*Sandbox{}, cpus: sandbox.NewCPUPicker(),
 		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID}
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
@@ -280,28 +283,51 @@ func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *os
 	return r.p, r.err
 }
 
-// pinExe opens the init binary at path once and returns a path that names
-// the open file: /proc/self/fd/N, which the sandbox's child resolves at
-// execve (the descriptor is close-on-exec, so the init never holds it).
-// The child executes as the sandbox's host uid, which may not be allowed to
-// walk the directories above path (a home directory of mode 0700, say);
-// the magic link needs no walk. It also pins the file: replacing it while
-// the daemon runs (an upgrade) does not change the init of this build.
-// The descriptor lives as long as the process (one per Runtime): closing
-// it under a create in flight could let another file take its number.
-func pinExe(path string) (string, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+// initFile is the init binary a Runtime was opened with (Options.Exe), as
+// it was then: a create executes it only if it is still that file.
+type initFile struct {
+	path     string
+	dev, ino uint64
+	size     int64
+	mtime    unix.Timespec
+}
+
+func statInit(path string) (initFile, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return initFile{}, fmt.Errorf("%w: the sandbox init %s: %v", sandbox.ErrUnsupported, path, err)
+	}
+	return initFile{path: path, dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim}, nil
+}
+
+// open opens the init for one create and returns a path naming the open
+// file, /proc/self/fd/N, which the sandbox's child resolves at execve, and
+// the function that closes it once the child has executed it. The child
+// executes as the sandbox's host uid, which may not be allowed to walk the
+// directories above the binary (a home directory of mode 0700, say); the
+// magic link needs no walk. The descriptor is opened per create, not held:
+// a descriptor held for the process's life would be lost to any code that
+// closes a stale descriptor number, and every create after it would fail.
+// A binary replaced since the Runtime started (an upgrade) is refused: it
+// may be another build, whose wire protocol is not this one's.
+func (f initFile) open() (string, func(), error) {
+	fd, err := unix.Open(f.path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", fmt.Errorf("%w: opening the sandbox init %s: %v", sandbox.ErrUnsupported, path, err)
+		return "", nil, fmt.Errorf("%w: opening the sandbox init %s: %v", sandbox.ErrUnsupported, f.path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Dev != f.dev || st.Ino != f.ino || st.Size != f.size || st.Mtim != f.mtime {
+		unix.Close(fd)
+		return "", nil, fmt.Errorf("%w: the sandbox init %s changed since this runtime started (an upgrade?): restart the daemon", sandbox.ErrUnsupported, f.path)
 	}
 	// Above the descriptors the child is given (0-3), so no dup2 in the
 	// child lands on it.
 	high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 64)
 	unix.Close(fd)
 	if err != nil {
-		return "", fmt.Errorf("opening the sandbox init %s: %v", path, err)
+		return "", nil, fmt.Errorf("opening the sandbox init %s: %v", f.path, err)
 	}
-	return "/proc/self/fd/" + strconv.Itoa(high), nil
+	return "/proc/self/fd/" + strconv.Itoa(high), func() { unix.Close(high) }, nil
 }
 
 // initArgv is the sandbox init's command line; see boot.IsInit.
