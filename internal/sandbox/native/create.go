@@ -141,9 +141,10 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	proc, err := r.spawn.start(ctx, exe, initArgv, attr)
 	closeExe() // executed by now, or never
 	if r.init != nil && errors.Is(err, fs.ErrPermission) {
-		// The magic link is refused when this process is not dumpable
-		// (seen in a test process that had driven other backends): the
-		// path itself, walked as the sandbox's host uid, may still do.
+		// The magic link was refused (EACCES) in a benchmark process
+		// that had driven the runc, runsc and Docker backends before; the
+		// cause is not known. The path itself, walked as the sandbox's
+		// host uid, may still do.
 		proc, err = r.spawn.start(ctx, r.init.path, initArgv, attr)
 	}
 	if err != nil {
