@@ -81,6 +81,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -181,6 +182,10 @@ type ctlDir struct {
 	base        string   // absolute path of the ironclaw folder
 	rel         string   // the same folder relative to its hierarchy root
 	hierarchy   string   // v1: every controller of the hierarchy, as /proc/self/cgroup names it ("cpu,cpuacct")
+	// v1: the caller's own cgroup, as a path in the hierarchy
+	// (/proc/self/cgroup's words) and as a directory; a thread that
+	// stepped into a sandbox cgroup (ForkInside) goes back there.
+	ownPath, ownDir string
 }
 
 // Hierarchy is where this process creates sandbox cgroups. Detect finds it.
@@ -550,13 +555,34 @@ const WorkloadName = "workload"
 // made the threads it makes from tid (a Go program's main thread makes its
 // first threads as it starts).
 func (c *Cgroup) SplitPids(tid int, reserve int64) error {
+	if tid <= 0 {
+		return fmt.Errorf("cgroups: split pids of %q: %w: tid %d", c.name, ErrInvalidLimits, tid)
+	}
+	if err := c.ReservePids(reserve); err != nil {
+		return err
+	}
+	if err := c.h.ops.write(filepath.Join(c.dirFor("pids"), WorkloadName, "tasks"), strconv.Itoa(tid)); err != nil {
+		return fmt.Errorf("cgroups: split pids of %q: %w", c.name, err)
+	}
+	return nil
+}
+
+// ReservePids is the first half of SplitPids: it makes the workload child
+// with the sandbox's pids limit and raises the sandbox's own limit by
+// reserve, moving no thread. The thread that is to fork the workload then
+// moves itself (see WorkloadTasks), or SplitPids is called with its tid.
+func (c *Cgroup) ReservePids(reserve int64) error {
 	if c.h.version != 1 {
 		return fmt.Errorf("cgroups: split pids of %q: %w: cgroup v2 has no per-thread pids cgroups here", c.name, ErrNotSupported)
 	}
-	if tid <= 0 || reserve <= 0 {
-		return fmt.Errorf("cgroups: split pids of %q: %w: tid %d, reserve %d", c.name, ErrInvalidLimits, tid, reserve)
+	if reserve <= 0 {
+		return fmt.Errorf("cgroups: split pids of %q: %w: reserve %d", c.name, ErrInvalidLimits, reserve)
 	}
 	d := c.dirFor("pids")
+	w := filepath.Join(d, WorkloadName)
+	if exists(w) {
+		return nil // reserved before; the limits are Update's to change
+	}
 	cur, err := readInt(filepath.Join(d, "pids.max"))
 	if err != nil {
 		return fmt.Errorf("cgroups: split pids of %q: %w", c.name, err)
@@ -564,12 +590,10 @@ func (c *Cgroup) SplitPids(tid int, reserve int64) error {
 	if cur < 0 {
 		return fmt.Errorf("cgroups: split pids of %q: %w: no pids limit to split", c.name, ErrInvalidLimits)
 	}
-	w := filepath.Join(d, WorkloadName)
 	steps := []func() error{
 		func() error { return c.h.ops.mkdir(w) },
 		func() error { return c.h.ops.write(filepath.Join(w, "pids.max"), strconv.FormatInt(cur, 10)) },
 		func() error { return c.h.ops.write(filepath.Join(d, "pids.max"), strconv.FormatInt(cur+reserve, 10)) },
-		func() error { return c.h.ops.write(filepath.Join(w, "tasks"), strconv.Itoa(tid)) },
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -577,6 +601,36 @@ func (c *Cgroup) SplitPids(tid int, reserve int64) error {
 		}
 	}
 	return nil
+}
+
+// WorkloadTasks opens, for writing, the tasks file of the workload child
+// that ReservePids made. A thread given this descriptor moves itself into
+// the workload by writing "0" to it: the kernel checks the opener's
+// credentials (the daemon's), not the writer's, and a thread moving only
+// itself does not wait for the global lock that moving another task takes
+// (see ForkInside). The caller closes the file.
+func (c *Cgroup) WorkloadTasks() (*os.File, error) {
+	if c.h.version != 1 {
+		return nil, fmt.Errorf("cgroups: workload tasks of %q: %w", c.name, ErrNotSupported)
+	}
+	f, err := os.OpenFile(filepath.Join(c.dirFor("pids"), WorkloadName, "tasks"), os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: workload tasks of %q: %w", c.name, err)
+	}
+	return f, nil
+}
+
+// InWorkload reports whether thread tid is in the workload child of the
+// pids hierarchy (v1), that is, whether the split is complete.
+func (c *Cgroup) InWorkload(tid int) (bool, error) {
+	if c.h.version != 1 {
+		return false, fmt.Errorf("cgroups: workload tasks of %q: %w", c.name, ErrNotSupported)
+	}
+	pids, err := readPids(filepath.Join(c.dirFor("pids"), WorkloadName, "tasks"))
+	if err != nil {
+		return false, fmt.Errorf("cgroups: workload tasks of %q: %w", c.name, err)
+	}
+	return slices.Contains(pids, tid), nil
 }
 
 // pidsReserve is what SplitPids reserved (0 when the cgroup is not split).

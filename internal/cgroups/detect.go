@@ -316,7 +316,8 @@ func detectV1(e sysEnv, mounts []mount, pc procCgroup) (*Hierarchy, string, erro
 			continue // no freezer then: Kill falls back to repeated sweeps
 		}
 		index[base] = len(dirs)
-		dirs = append(dirs, ctlDir{controllers: []string{f.controller}, base: base, rel: f.rel, hierarchy: pc.set[f.controller]})
+		dirs = append(dirs, ctlDir{controllers: []string{f.controller}, base: base, rel: f.rel, hierarchy: pc.set[f.controller],
+			ownPath: pc.v1[f.controller], ownDir: f.own})
 	}
 	return &Hierarchy{version: 1, dirs: dirs, ops: e.ops}, "", nil
 }

@@ -102,9 +102,14 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		sys.GidMappingsEnableSetgroups = true
 		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 	}
+	// How the init gets into its cgroup: cloned into it (v2); born in it,
+	// forked by a thread that steps inside for the fork (v1); or, where
+	// that is refused, moved in after the fork, which waits for the
+	// kernel (see cgroups.ForkInside). The first two make the cgroup
+	// namespace in the clone, the last has the init unshare it once
+	// placed.
+	var inside *cgroups.Cgroup
 	if fd, err := cg.OpenFD(); err == nil {
-		// cgroup v2: clone straight into the cgroup, and into a cgroup
-		// namespace rooted there.
 		defer syscall.Close(fd)
 		sys.UseCgroupFD = true
 		sys.CgroupFD = fd
@@ -113,8 +118,26 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		conn.Close()
 		errR.Close()
 		return nil, fmt.Errorf("sandbox cgroup: %w", err)
+	} else if !r.noted(&r.noForkInside) {
+		inside = cg
+		sys.Cloneflags |= syscall.CLONE_NEWCGROUP
 	} else {
 		cfg.UnshareCgroup = true
+	}
+	// cgroup v1: pid 1's tasks reserve is made now, and the init's main
+	// thread moves itself into the workload's share (see reservePids).
+	var workloadTasks *os.File
+	if err := cg.ReservePids(sandbox.InitPidsReserve); err == nil {
+		if workloadTasks, err = cg.WorkloadTasks(); err != nil {
+			conn.Close()
+			errR.Close()
+			return nil, fmt.Errorf("sandbox cgroup: %w", err)
+		}
+		defer workloadTasks.Close()
+	} else if !errors.Is(err, cgroups.ErrNotSupported) {
+		conn.Close()
+		errR.Close()
+		return nil, fmt.Errorf("sandbox cgroup: reserving PIDs for pid 1: %w", err)
 	}
 
 	devNull, err := os.Open(os.DevNull)
@@ -138,15 +161,22 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		Files: []*os.File{devNull, devNull, errW, childEnd},
 		Sys:   sys,
 	}
-	proc, err := r.spawn.start(ctx, exe, initArgv, attr)
-	closeExe() // executed by now, or never
+	proc, err := r.spawn.start(ctx, exe, initArgv, attr, inside)
+	if inside != nil && errors.Is(err, cgroups.ErrNotSupported) {
+		r.noteOnce(&r.noForkInside, fmt.Sprintf("sandbox inits are moved into their cgroups after the fork, which waits for the kernel: %v", err))
+		inside = nil
+		sys.Cloneflags &^= syscall.CLONE_NEWCGROUP
+		cfg.UnshareCgroup = true
+		proc, err = r.spawn.start(ctx, exe, initArgv, attr, nil)
+	}
 	if r.init != nil && errors.Is(err, fs.ErrPermission) {
 		// The magic link was refused (EACCES) in a benchmark process
 		// that had driven the runc, runsc and Docker backends before; the
 		// cause is not known. The path itself, walked as the sandbox's
 		// host uid, may still do.
-		proc, err = r.spawn.start(ctx, r.init.path, initArgv, attr)
+		proc, err = r.spawn.start(ctx, r.init.path, initArgv, attr, inside)
 	}
+	closeExe() // executed by now, or never
 	if err != nil {
 		conn.Close()
 		errR.Close()
@@ -177,7 +207,12 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	}
 	r.protectInit(cfg, proc.Pid)
 	trees := r.openTrees(cfg)
-	err = conn.Send(cfg, trees...)
+	files := trees
+	if workloadTasks != nil {
+		cfg.WorkloadTasks = true
+		files = append(files, workloadTasks)
+	}
+	err = conn.Send(cfg, files...)
 	for _, f := range trees {
 		f.Close()
 	}

@@ -25,22 +25,33 @@ func (r *Runtime) protectInit(cfg *wire.Config, pid int) {
 	cfg.WorkloadOOMScoreAdj = sandbox.WorkloadOOMScoreAdj
 }
 
-// reservePids keeps sandbox.InitPidsReserve of the sandbox's tasks for pid
-// 1 (cgroup v1): it moves the init's forking thread, its main thread (whose
-// tid is its pid), into the pids cgroup's workload child, where every
-// command it forks is born. It runs once the init is ready, not before:
-// a Go program makes its first threads from its main thread as it starts,
-// and threads are born in their maker's cgroup, so a main thread moved
-// early takes them all into the workload's share. Once started, the init's
+// reservePids completes the split of the pids limit that createCold began
+// (cgroup v1): sandbox.InitPidsReserve of the sandbox's tasks are pid 1's
+// alone, and its forking thread, its main thread (whose tid is its pid),
+// is in the pids cgroup's workload child, where every command it forks is
+// born. The init moves that thread itself, through the tasks file the
+// daemon opened for it, once it is set up and before it is ready: a Go
+// program makes its first threads from its main thread as it starts, and
+// threads are born in their maker's cgroup, so a main thread moved early
+// would take them all into the workload's share. Once started, the init's
 // main thread makes none (it is locked, and the Go runtime makes threads
 // for it on its template thread), so from here on every new thread of pid
-// 1 is born outside the workload's share and may use the reserve.
+// 1 is born outside the workload's share and may use the reserve. Where
+// the kernel refused the init's own move (before 5.16 the writer's
+// credentials were checked), the daemon moves the thread, which waits for
+// the kernel's global lock.
 func (r *Runtime) reservePids(cg *cgroups.Cgroup, pid int) error {
-	err := cg.SplitPids(pid, sandbox.InitPidsReserve)
+	in, err := cg.InWorkload(pid)
 	switch {
 	case errors.Is(err, cgroups.ErrNotSupported):
 		r.noteOnce(&r.noSplit, "cgroup v2: pid 1 of each sandbox shares its pids limit with the workload (no reserved PIDs)")
+		return nil
 	case err != nil:
+		return fmt.Errorf("sandbox cgroup: reserving PIDs for pid 1: %w", err)
+	case in:
+		return nil
+	}
+	if err := cg.SplitPids(pid, sandbox.InitPidsReserve); err != nil {
 		return fmt.Errorf("sandbox cgroup: reserving PIDs for pid 1: %w", err)
 	}
 	return nil

@@ -16,6 +16,7 @@ package native
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -84,8 +85,8 @@ type Runtime struct {
 	pool     *pool // nil when Options.PoolSize is 0
 	cpus     *sandbox.CPUPicker
 
-	notesMu        sync.Mutex // guards the flags below: things logged once
-	noSplit, noOOM bool
+	notesMu                      sync.Mutex // guards the flags below: things logged once
+	noSplit, noOOM, noForkInside bool
 
 	mu     sync.Mutex
 	boxes  map[string]*Sandbox
@@ -137,7 +138,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	// saved fds, say) must never reach a sandbox: Go itself only passes
 	// what ExtraFiles names, so marking them costs nothing.
 	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	r := &Runtime{opts: opts, init: initBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(), boxes: map[string]*Sandbox{}, cpus: sandbox.NewCPUPicker(),
+	r := &Runtime{opts: opts, init: initBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(opts.Logf), boxes: map[string]*Sandbox{}, cpus: sandbox.NewCPUPicker(),
 		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID}
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
@@ -243,15 +244,19 @@ func newID() string {
 // as the process: the kernel delivers an init's parent-death signal when
 // the *thread* that forked it exits, so a short-lived thread would kill
 // sandboxes at random, and a dead daemon must take its sandboxes with it.
+// On cgroup v1 that thread steps into the new sandbox's cgroup for the
+// fork (cgroups.ForkInside), so the init is born there.
 type spawner struct {
 	reqs chan spawnReq
+	logf func(string, ...any)
 }
 
 type spawnReq struct {
-	exe  string
-	argv []string
-	attr *os.ProcAttr
-	res  chan spawnRes
+	exe    string
+	argv   []string
+	attr   *os.ProcAttr
+	inside *cgroups.Cgroup // non-nil: fork inside this cgroup (v1)
+	res    chan spawnRes
 }
 
 type spawnRes struct {
@@ -259,23 +264,50 @@ type spawnRes struct {
 	err error
 }
 
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq)}
-	go func() {
-		// Never unlocked: the thread exits with the process.
-		runtime.LockOSThread()
-		for r := range s.reqs {
-			p, err := os.StartProcess(r.exe, r.argv, r.attr)
-			r.res <- spawnRes{p, err}
-		}
-	}()
+func newSpawner(logf func(string, ...any)) *spawner {
+	s := &spawner{reqs: make(chan spawnReq), logf: logf}
+	go s.serve()
 	return s
 }
 
-func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
+// serve runs on its own locked thread until the process ends. A thread
+// that could not leave a sandbox cgroup serves no more: it is parked for
+// good (its exit would kill the inits it forked) and a fresh thread takes
+// over.
+func (s *spawner) serve() {
+	// Never unlocked: the thread exits with the process.
+	runtime.LockOSThread()
+	for r := range s.reqs {
+		var p *os.Process
+		start := func() (err error) {
+			p, err = os.StartProcess(r.exe, r.argv, r.attr)
+			return err
+		}
+		var err error
+		if r.inside != nil {
+			err = r.inside.ForkInside(start)
+		} else {
+			err = start()
+		}
+		if errors.Is(err, cgroups.ErrStranded) {
+			if p != nil {
+				_ = p.Kill()
+				_, _ = p.Wait()
+			}
+			s.logf("sandbox spawner: %v; a new spawner thread takes over", err)
+			r.res <- spawnRes{nil, err}
+			go s.serve()
+			select {} // parked, locked, for the life of the process
+		}
+		r.res <- spawnRes{p, err}
+	}
+}
+
+// start starts exe; with inside set, the process is born in that cgroup.
+func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *os.ProcAttr, inside *cgroups.Cgroup) (*os.Process, error) {
 	res := make(chan spawnRes, 1)
 	select {
-	case s.reqs <- spawnReq{exe, argv, attr, res}:
+	case s.reqs <- spawnReq{exe, argv, attr, inside, res}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

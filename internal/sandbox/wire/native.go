@@ -113,6 +113,11 @@ type Config struct {
 	Listen []uint16 `json:"listen,omitempty"`
 	// UnshareCgroup: cgroup v1, enter a cgroup namespace once placed.
 	UnshareCgroup bool `json:"unshare_cgroup"`
+	// WorkloadTasks: cgroup v1, the last descriptor beside the Config is
+	// the tasks file of the pids cgroup's workload child, opened by the
+	// daemon; once set up, pid 1's main thread writes "0" to it to move
+	// itself there (see native's reservePids), and closes it.
+	WorkloadTasks bool `json:"workload_tasks,omitempty"`
 	// RequireLandlock: fail on a kernel without landlock.
 	RequireLandlock bool `json:"require_landlock"`
 	// Gate: the gated programs to mask (and to run for approved execs).

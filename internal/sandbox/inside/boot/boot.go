@@ -79,11 +79,22 @@ func Main() {
 	if err != nil {
 		os.Exit(1)
 	}
+	var workloadTasks *os.File
+	if cfg.WorkloadTasks && len(trees) > 0 {
+		workloadTasks, trees = trees[len(trees)-1], trees[:len(trees)-1]
+	}
 	listeners, err := setUp(&cfg, trees)
 	wire.CloseAll(trees)
 	if err != nil {
 		_ = conn.Send(wire.Reply{Op: wire.OpFailed, Err: err.Error()})
 		os.Exit(1)
+	}
+	if workloadTasks != nil {
+		// This (the main, forking) thread alone moves into the pids
+		// workload cgroup. A kernel that refuses is not fatal: the daemon
+		// checks, and moves the thread itself.
+		_, _ = workloadTasks.WriteString("0")
+		workloadTasks.Close()
 	}
 	// The daemon serves the exposed ports on these; pid 1 keeps no copy.
 	err = conn.Send(wire.Reply{Op: wire.OpReady}, listeners...)
