@@ -46,7 +46,15 @@
 // for a sandbox's pid 1: a child cgroup "workload" in the pids hierarchy
 // holds pid 1's forking thread, and with it everything that thread forks,
 // under the sandbox's pids limit, while the sandbox's own cgroup allows
-// the reserve on top; Update keeps the split.
+// the reserve on top; Update keeps the split. ReservePids and
+// WorkloadTasks are its two halves for a pid 1 that moves its own thread.
+//
+// Placing a process: v2 clones straight into a cgroup (OpenFD). v1 has no
+// such call, and moving another task there (Add, SplitPids) takes the
+// kernel's global threadgroup lock, which waits for an RCU grace period
+// (8-30 ms measured on this project's VM); a thread moving only itself
+// does not. ForkInside uses that: the forking thread steps into the
+// sandbox's cgroups, forks, and steps back, so the child is born inside.
 //
 // Kill and Destroy kill every process in a sandbox cgroup. v2's cgroup.kill
 // is used when the kernel has it (5.14+). Otherwise the cgroup is frozen
