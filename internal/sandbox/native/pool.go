@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
@@ -25,10 +26,21 @@ type pool struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	once  sync.Once
+
+	epoch    time.Time    // lastTake counts from here (monotonic)
+	lastTake atomic.Int64 // nanoseconds after epoch of the latest take; 0: none
 }
 
+// refillQuiet is how long after the latest take the pool waits before it
+// makes a sandbox, while it still has one ready. A create keeps both of
+// this machine's cores busy for a few milliseconds, and a take is nearly
+// always followed at once by the taker's first exec (and over HTTP by its
+// audit writes), which a refill running beside it slows down. With none
+// ready the pool refills at once: the next take would be cold otherwise.
+const refillQuiet = 25 * time.Millisecond
+
 func newPool(r *Runtime, size int) *pool {
-	p := &pool{r: r, size: size, ready: make(chan *Sandbox, size), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	p := &pool{r: r, size: size, ready: make(chan *Sandbox, size), wake: make(chan struct{}, 1), stop: make(chan struct{}), epoch: time.Now()}
 	p.wg.Add(1)
 	go p.fill()
 	return p
@@ -62,6 +74,14 @@ func (p *pool) fill() {
 	defer p.wg.Done()
 	for {
 		for len(p.ready) < p.size {
+			if wait := p.refillDelay(len(p.ready), time.Since(p.epoch)); wait > 0 {
+				select {
+				case <-time.After(wait):
+					continue // a take meanwhile moves the quiet on
+				case <-p.stop:
+					return
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 			sb, err := p.r.createCold(ctx, p.shape())
 			cancel()
@@ -89,6 +109,16 @@ func (p *pool) fill() {
 	}
 }
 
+// refillDelay is how long fill waits before its next create, with ready
+// sandboxes ready, at now (after epoch): see refillQuiet.
+func (p *pool) refillDelay(ready int, now time.Duration) time.Duration {
+	last := p.lastTake.Load()
+	if ready == 0 || last == 0 {
+		return 0
+	}
+	return max(refillQuiet-(now-time.Duration(last)), 0)
+}
+
 // idle reports how many sandboxes are ready.
 func (p *pool) idle() int { return len(p.ready) }
 
@@ -104,6 +134,7 @@ func (p *pool) take(spec sandbox.Spec) *Sandbox {
 		default:
 			return nil
 		}
+		p.lastTake.Store(max(int64(time.Since(p.epoch)), 1))
 		select {
 		case p.wake <- struct{}{}:
 		default:
