@@ -47,6 +47,6 @@ func processWide() []goleak.Option {
 		// parent-death signal follows the thread that forked, see
 		// native.spawner); Runtime.Close does not end it. One per
 		// Runtime: the daemon has one, tests make many.
-		goleak.IgnoreTopFunction("github.com/ironclaw/ironclaw/internal/sandbox/native.newSpawner.func1"),
+		goleak.IgnoreTopFunction("github.com/ironclaw/ironclaw/internal/sandbox/native.(*spawner).serve"),
 	}
 }
