@@ -77,10 +77,11 @@ func (p *pool) fill() {
 			if wait := p.refillDelay(len(p.ready), time.Since(p.epoch)); wait > 0 {
 				select {
 				case <-time.After(wait):
-					continue // a take meanwhile moves the quiet on
+				case <-p.wake: // a take: the quiet moves on, or none is left
 				case <-p.stop:
 					return
 				}
+				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 			sb, err := p.r.createCold(ctx, p.shape())
