@@ -85,6 +85,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -814,14 +815,58 @@ func (c *Cgroup) OOMKills() (int64, error) {
 	return n, nil
 }
 
-// oomKills reads the OOM-kill counter: v2 memory.events, v1
+// oomKills reads the OOM-kill counter.
+func (c *Cgroup) oomKills() (int64, error) { return readKeyed(c.oomFile(), "oom_kill") }
+
+// oomFile is the file holding the OOM-kill counter: v2 memory.events, v1
 // memory.oom_control.
-func (c *Cgroup) oomKills() (int64, error) {
+func (c *Cgroup) oomFile() string {
 	if c.h.version == 2 {
-		return readKeyed(filepath.Join(c.dirs()[0], "memory.events"), "oom_kill")
+		return filepath.Join(c.dirs()[0], "memory.events")
 	}
-	return readKeyed(filepath.Join(c.dirFor("memory"), "memory.oom_control"), "oom_kill")
+	return filepath.Join(c.dirFor("memory"), "memory.oom_control")
 }
+
+// OOMCounter reads a cgroup's OOM-kill counter through a descriptor kept
+// open: one pread a reading, where OOMKills opens, reads and closes the
+// file. The sandbox reads it before and after every command, so that is
+// six system calls fewer on each exec. It is safe for concurrent use.
+type OOMCounter struct {
+	f    *os.File
+	path string
+}
+
+// OpenOOMCounter opens the cgroup's OOM-kill counter. Close it before the
+// cgroup is destroyed.
+func (c *Cgroup) OpenOOMCounter() (*OOMCounter, error) {
+	p := c.oomFile()
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: oom kills of %q: %w", c.name, err)
+	}
+	return &OOMCounter{f: f, path: p}, nil
+}
+
+// Read returns the counter's current value. A kernfs file regenerates its
+// contents for every read at offset 0, so each pread sees the live count.
+func (o *OOMCounter) Read() (int64, error) {
+	var buf [512]byte // memory.events is 6 short lines, memory.oom_control 3
+	n, err := o.f.ReadAt(buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("cgroups: read %s: %w", o.path, err)
+	}
+	if n == len(buf) {
+		return 0, fmt.Errorf("cgroups: read %s: longer than %d bytes", o.path, len(buf))
+	}
+	v, err := parseKeyed(buf[:n], "oom_kill")
+	if err != nil {
+		return 0, fmt.Errorf("cgroups: parse %s: %w", o.path, err)
+	}
+	return v, nil
+}
+
+// Close releases the descriptor.
+func (o *OOMCounter) Close() error { return o.f.Close() }
 
 // Update changes the limits of a live cgroup (zero fields are left alone).
 // On v1 the swap-inclusive limit must never sit below the memory limit, so

@@ -493,6 +493,14 @@ print "nofail after=$n\n"; sleep 60;`
 func TestMemoryLimitReal(t *testing.T) {
 	h := realHierarchy(t)
 	c := create(t, h, "mem", Limits{MemoryBytes: 32 << 20})
+	counter, err := c.OpenOOMCounter() // opened before the kill: a kept descriptor must see it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer counter.Close()
+	if n, err := counter.Read(); err != nil || n != 0 {
+		t.Fatalf("OOMCounter.Read() before any kill = %d, %v; want 0", n, err)
+	}
 	ch := startChild(t, c, []string{helperEnv + "=alloc"}, os.Args[0], "-test.run=^$")
 	ch.start(t)
 	st := ch.wait(t, 30*time.Second)
@@ -510,6 +518,9 @@ func TestMemoryLimitReal(t *testing.T) {
 	t.Logf("Stats: %+v", s)
 	if s.OOMKills < 1 {
 		t.Errorf("Stats().OOMKills = %d, want >= 1", s.OOMKills)
+	}
+	if n, err := counter.Read(); err != nil || n != s.OOMKills {
+		t.Errorf("OOMCounter.Read() after the kill = %d, %v; want Stats().OOMKills %d", n, err, s.OOMKills)
 	}
 	if s.MemoryPeakBytes > 33<<20 {
 		t.Errorf("MemoryPeakBytes = %d exceeds the 32MiB limit", s.MemoryPeakBytes)

@@ -1,7 +1,6 @@
 package cgroups
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -115,17 +114,27 @@ func readKeyed(path, key string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok || k != key {
+	n, err := parseKeyed(b, key)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s %s: %w", path, key, err)
+	}
+	return n, nil
+}
+
+// parseKeyed finds key in the contents of a flat-keyed file.
+func parseKeyed(b []byte, key string) (int64, error) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(line, []byte{' '})
+		if !ok || string(k) != key {
 			continue
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("parse %s %s: %w", path, key, err)
-		}
-		return n, nil
+		return strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
 	}
 	return 0, nil
 }

@@ -520,6 +520,22 @@ func TestCgroupV2Simulated(t *testing.T) {
 		if st != want {
 			t.Errorf("Stats() = %+v, want %+v", st, want)
 		}
+		counter, err := c.OpenOOMCounter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := counter.Read(); err != nil || n != 2 {
+			t.Errorf("OOMCounter.Read() = %d, %v; want 2", n, err)
+		}
+		s.put(filepath.Join(dir, "memory.events"), "low 0\nhigh 0\nmax 9\noom 5\noom_kill 4\noom_group_kill 0\n")
+		if n, err := counter.Read(); err != nil || n != 4 {
+			t.Errorf("OOMCounter.Read() after the file changed = %d, %v; want 4 (each read starts at offset 0)", n, err)
+		}
+		s.put(filepath.Join(dir, "memory.events"), "oom_kill 1"+strings.Repeat(" ", 600)+"\n")
+		if _, err := counter.Read(); err == nil {
+			t.Error("OOMCounter.Read() of a file longer than its buffer succeeded; want an error, not a truncated parse")
+		}
+		counter.Close()
 		if err := os.Remove(filepath.Join(dir, "memory.peak")); err != nil { // kernel < 5.19
 			t.Fatal(err)
 		}

@@ -91,6 +91,54 @@ func TestExecConcurrent(t *testing.T) {
 	}
 }
 
+// More commands at once than pid 1 watches through pidfds (64): the rest
+// are reported by SIGCHLD's reaper, and every exit code still reaches the
+// exec it belongs to.
+func TestExecExitsBeyondTheWatchedOnes(t *testing.T) {
+	b := probeBox(t, sandbox.Spec{Limits: sandbox.Limits{Pids: 512}})
+	const n = 90
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			o := b.Exec(sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("sleep 0.5; exit %d", i%50)}})
+			if o.Err != nil || o.Res.ExitCode != i%50 {
+				errs <- fmt.Errorf("exec %d: exit %d, %v (stderr %q)", i, o.Res.ExitCode, o.Err, o.Stderr)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A command's standard streams are blocking pipes, as programs expect:
+// only the daemon's ends are non-blocking.
+func TestExecStdioBlocking(t *testing.T) {
+	b := probeBox(t, sandbox.Spec{})
+	o := b.Exec(sandbox.ExecRequest{Argv: []string{"sh", "-c", "for fd in 0 1 2; do sed -n 's/^flags:[[:space:]]*//p' /proc/self/fdinfo/$fd; done"}})
+	if o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	lines := strings.Fields(o.Stdout)
+	if len(lines) != 3 {
+		t.Fatalf("fdinfo flags of 0, 1, 2: %q (stderr %q)", o.Stdout, o.Stderr)
+	}
+	for fd, l := range lines {
+		flags, err := strconv.ParseUint(l, 8, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if flags&syscall.O_NONBLOCK != 0 {
+			t.Errorf("fd %d has O_NONBLOCK (flags %s)", fd, l)
+		}
+	}
+}
+
 func TestExecContextCancel(t *testing.T) {
 	b := probeBox(t, sandbox.Spec{})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -45,6 +45,9 @@ type Sandbox struct {
 	listeners map[uint16]net.Listener // exposed port -> listener on the sandbox's lo; fixed after Create
 
 	limitsMu sync.Mutex // guards spec.Limits, which UpdateLimits may change while execs run
+
+	oomOnce sync.Once
+	oom     *cgroups.OOMCounter // nil: read the file each time (OOMKills)
 }
 
 // limits returns the sandbox's current limits.
@@ -198,14 +201,14 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if !req.TTY {
 		var child [3]*os.File
 		var err error
-		if child[0], stdinW, err = os.Pipe(); err != nil {
+		if stdinW, child[0], err = commandPipe(false); err != nil {
 			return res, hostErr("the command's stdin", err)
 		}
-		if outR, child[1], err = os.Pipe(); err != nil {
+		if outR, child[1], err = commandPipe(true); err != nil {
 			wire.CloseAll([]*os.File{child[0], stdinW})
 			return res, hostErr("the command's stdout", err)
 		}
-		if errR, child[2], err = os.Pipe(); err != nil {
+		if errR, child[2], err = commandPipe(true); err != nil {
 			wire.CloseAll([]*os.File{child[0], stdinW, outR, child[1]})
 			return res, hostErr("the command's stderr", err)
 		}
@@ -395,12 +398,42 @@ func (b *Sandbox) kill(id uint64) {
 	_ = b.conn.Send(wire.Request{Op: wire.OpSignal, ID: id, Signal: int(syscall.SIGKILL)})
 }
 
+// oomKills reads the cgroup's OOM-kill count, through a descriptor opened
+// at the first exec and kept until Destroy.
 func (b *Sandbox) oomKills() int64 {
+	b.oomOnce.Do(func() { b.oom, _ = b.cg.OpenOOMCounter() })
+	if b.oom != nil {
+		if n, err := b.oom.Read(); err == nil {
+			return n
+		}
+	}
 	n, err := b.cg.OOMKills()
 	if err != nil {
 		return 0
 	}
 	return n
+}
+
+// commandPipe makes a pipe for one of a command's standard streams. Only
+// our end is non-blocking and on the runtime's poller; the command's end
+// stays blocking, as programs expect of their stdio. os.Pipe would put
+// both ends on the poller, and the command's end would be switched back to
+// blocking when it is sent: four system calls wasted per stream.
+func commandPipe(weRead bool) (ours, theirs *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, err
+	}
+	o, t := p[1], p[0]
+	if weRead {
+		o, t = p[0], p[1]
+	}
+	if err := unix.SetNonblock(o, true); err != nil {
+		_ = unix.Close(o)
+		_ = unix.Close(t)
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(o), "pipe"), os.NewFile(uintptr(t), "pipe"), nil
 }
 
 // WriteFile implements sandbox.Sandbox. The upload travels framed (package
@@ -559,6 +592,10 @@ func (b *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 func (b *Sandbox) Destroy(ctx context.Context) error {
 	b.destroyOnce.Do(func() {
 		b.closeListeners()
+		b.oomOnce.Do(func() {}) // no exec opens the counter after this
+		if b.oom != nil {
+			_ = b.oom.Close()
+		}
 		_ = b.proc.Kill()
 		// A paused sandbox's tasks take no signal until thawed (cgroup v1's
 		// freezer); the kill is pending, so thawing now lets it land.
