@@ -25,9 +25,9 @@ RACE_PKGS := ./internal/sandbox/native/... ./internal/session/ ./internal/audit/
 
 .PHONY: build help test test-go test-sdk lint fmt vet staticcheck typecheck race bench demo fuzz tools
 
-## build: bin/ironclaw and bin/ironclaw-sandbox, the small in-sandbox init it runs beside it (the default)
+## build: bin/ironclaw (the CLI), bin/ironclaw-full (the whole CLI, daemon included: ironclaw serve runs it) and bin/ironclaw-sandbox (the small in-sandbox init), side by side (the default)
 build:
-	$(GO) build -o bin/ ./cmd/ironclaw ./cmd/ironclaw-sandbox
+	$(GO) build -o bin/ ./cmd/ironclaw ./cmd/ironclaw-full ./cmd/ironclaw-sandbox
 
 ## help: this list
 help:

@@ -84,17 +84,18 @@ measure() {
 }
 
 # ---------------------------------------------------------------- build
-say "building bin/ironclaw and bin/ironclaw-sandbox, the comparison tool and the static workloads"
-go build -o bin/ ./cmd/ironclaw ./cmd/ironclaw-sandbox
+say "building bin/ironclaw, bin/ironclaw-full and bin/ironclaw-sandbox, the comparison tool and the static workloads"
+go build -o bin/ ./cmd/ironclaw ./cmd/ironclaw-full ./cmd/ironclaw-sandbox
 mkdir -p "$WORK/bin"
 go build -o "$CMP" ./bench/compare
 # Static, stripped: each peer execs the same small binary needing nothing else.
 go build -trimpath -ldflags='-s -w' -o "$WORK/bin/true" ./bench/workload/true
 go build -trimpath -ldflags='-s -w' -o "$WORK/bin/sleep" ./bench/workload/sleep
-# The CLI alone, without its small init beside it: its sandboxes re-execute
-# the whole ironclaw binary as their init, as before ironclaw-sandbox.
+# The whole command line alone, without the small init beside it: its
+# sandboxes re-execute the whole binary as their init, as before
+# ironclaw-sandbox.
 mkdir -p "$WORK/self"
-cp bin/ironclaw "$WORK/self/ironclaw"
+cp bin/ironclaw-full "$WORK/self/ironclaw-full"
 # The Go benchmarks' sandboxes get the small init too (the test binary
 # would otherwise be their init).
 IRONCLAW_TEST_INIT_EXE=$ROOT/bin/ironclaw-sandbox
@@ -143,9 +144,12 @@ if want ironclaw; then
 	# The CLI's own start (a Go process, cobra, flag parsing), which the
 	# whole-process ironclaw number includes and the in-daemon ones do not.
 	measure ironclaw cli-start -- bin/ironclaw version
+	# The whole command line, daemon included (what ironclaw was before it
+	# handed serve and the other heavy commands to ironclaw-full).
+	measure ironclaw-full cli-start -- bin/ironclaw-full version
 	measure ironclaw run -- bin/ironclaw run --mount "$WORK/bin:/bench:ro" -- /bench/true
 	# The same without bin/ironclaw-sandbox beside it: what the small init saves.
-	measure "ironclaw (self init)" run -- "$WORK/self/ironclaw" run --mount "$WORK/bin:/bench:ro" -- /bench/true
+	measure "ironclaw (self init)" run -- "$WORK/self/ironclaw-full" run --mount "$WORK/bin:/bench:ro" -- /bench/true
 	note "ironclaw exec: in-daemon: see BenchmarkExecRoundTrip; over HTTP through ironclaw serve: BenchmarkHTTPExecRoundTrip in internal/api"
 fi
 

@@ -1,4 +1,9 @@
 // Command ironclaw runs AI-agent tool calls inside sealed sandboxes.
+//
+// It links the light part of the command line only, so that it starts
+// like a C tool; the commands that need the daemon, its database or the
+// image registry client (serve, token add, offline audit verify, run
+// --image) run in ironclaw-full beside it (cmd/ironclaw-full).
 package main
 
 import (
@@ -12,5 +17,5 @@ func main() {
 	if inside.Entered() {
 		inside.Main() // in a sandbox: pid 1, an exec front or a file operation; never returns
 	}
-	os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(cli.Main(nil, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/cli/flagtypes"
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/spf13/cobra"
 )
@@ -215,7 +216,7 @@ func newApprovalsShowCmd(e *env) *cobra.Command {
 			return writeApproval(e.stdout, a)
 		},
 	}
-	durationVar(c.Flags(), &wait, "wait", "", 0, "wait up to this long for a pending request to be decided, e.g. 30s")
+	flagtypes.Duration(c.Flags(), &wait, "wait", "", 0, "wait up to this long for a pending request to be decided, e.g. 30s")
 	c.Flags().BoolVar(&asJSON, "json", false, "the approval object as JSON (control and bidi characters as \\u escapes)")
 	return c
 }

@@ -2,19 +2,14 @@ package cli
 
 import (
 	"bufio"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/cli/flagtypes"
 	"github.com/ironclaw/ironclaw/internal/client"
-	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/textsafe"
 	"github.com/spf13/cobra"
 )
@@ -178,7 +173,7 @@ func newAuditTailCmd(e *env) *cobra.Command {
 			return err
 		},
 	}
-	intVar(c.Flags(), &after, "after", 0, "start after this sequence number")
+	flagtypes.Int(c.Flags(), &after, "after", 0, "start after this sequence number")
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing records as they are appended (until interrupted)")
 	jsonFlag(c.Flags(), &asJSON)
 	return c
@@ -217,8 +212,10 @@ own key and checkpoint file. Offline:
 					return errors.New("--key and --checkpoints are for offline checks (--file, --data-dir); the daemon uses its own")
 				}
 				v, err = newClient().AuditVerify(ctx)
+			case e.full == nil:
+				return e.delegate(ctx, "audit verify --file/--data-dir")
 			default:
-				v, err = verifyOffline(ctx, e, file, dataDir, keyFile, cpFile)
+				v, err = e.full.VerifyOffline(ctx, file, dataDir, keyFile, cpFile)
 			}
 			if err != nil {
 				return err
@@ -231,50 +228,6 @@ own key and checkpoint file. Offline:
 	c.Flags().StringVar(&keyFile, "key", "", "audit key file for an offline check (with --data-dir default: the daemon's default)")
 	c.Flags().StringVar(&cpFile, "checkpoints", "", "checkpoint file for an offline check (with --data-dir default: the daemon's default)")
 	return c
-}
-
-func verifyOffline(ctx context.Context, e *env, file, dataDir, keyFile, cpFile string) (client.VerifyResult, error) {
-	if dataDir != "" {
-		if keyFile == "" {
-			keyFile = audit.DefaultKeyFile()
-		}
-		if cpFile == "" {
-			cpFile = audit.DefaultCheckpointFile(dataDir)
-		}
-	}
-	var opts audit.VerifyOptions
-	if keyFile != "" {
-		k, err := audit.LoadKey(keyFile)
-		if err != nil {
-			return client.VerifyResult{}, err
-		}
-		opts.Key = k
-	}
-	opts.CheckpointFile = cpFile
-	var (
-		res audit.Result
-		err error
-	)
-	if file != "" {
-		f, ferr := os.Open(file)
-		if ferr != nil {
-			return client.VerifyResult{}, ferr
-		}
-		defer f.Close()
-		res, err = audit.VerifyExport(ctx, f, opts)
-	} else {
-		res, err = audit.VerifyDatabase(ctx, filepath.Join(dataDir, daemon.DatabaseFile), opts)
-	}
-	if err != nil {
-		return client.VerifyResult{}, err
-	}
-	// audit.Result and client.VerifyResult are the same JSON.
-	var v client.VerifyResult
-	b, err := json.Marshal(res)
-	if err == nil {
-		err = json.Unmarshal(b, &v)
-	}
-	return v, err
 }
 
 // printVerify writes the verdict to stdout and the details to stderr, and

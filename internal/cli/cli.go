@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/spf13/cobra"
 )
@@ -36,12 +37,35 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) 
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// full is the heavy part of the command line, nil in the ironclaw
+	// binary: its commands are then handed to ironclaw-full (delegate).
+	full Full
+	args []string // the command line, without the program name
+}
+
+// Full is the part of the command line that only ironclaw-full links
+// (package cli/full): what needs the daemon, its SQLite store, the audit
+// verifier or the image registry client, whose package initialisers alone
+// would more than double the start of every other command.
+type Full interface {
+	// ServeCommand is 'serve', with its flags; diagnostics go to stderr.
+	ServeCommand(stderr io.Writer) *cobra.Command
+	// AddOperator and AddAgent write a named token into a data directory
+	// and return its path.
+	AddOperator(dataDir, name string) (string, error)
+	AddAgent(dataDir, name string) (string, error)
+	// VerifyOffline checks an audit export or a data directory's
+	// database without a daemon.
+	VerifyOffline(ctx context.Context, file, dataDir, keyFile, checkpointFile string) (client.VerifyResult, error)
+	// ResolveImage turns run's --image into a root.
+	ResolveImage(ctx context.Context, ref string) (sandbox.Root, error)
 }
 
 // Main runs the CLI with args (without the program name) and returns the
-// process exit code.
-func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+// process exit code. full is nil in the ironclaw binary, which hands the
+// commands that need it to ironclaw-full beside it.
+func Main(full Full, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, full: full, args: args}
 	root := &cobra.Command{
 		Use:           "ironclaw",
 		Short:         "Run AI-agent tool calls inside sealed sandboxes",
@@ -56,7 +80,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fmt.Errorf("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newRunCmd(e), newDoctorCmd(e), newVersionCmd(e), newServeCmd(e), newSandboxCmd(e), newAuditCmd(e), newApprovalsCmd(e), newToolsCmd(e), newVolumeCmd(e), newSecretCmd(e), newOperatorCmd(e), newAgentCmd(e), newE2BCmd(e))
+	root.AddCommand(e.commands(args)...)
 	root.SetArgs(args)
 	// One context for every command: the first SIGINT, SIGTERM or SIGHUP
 	// cancels it, a second one ends the process.
@@ -82,6 +106,52 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "ironclaw: %s\n", safe(err.Error())) // the daemon's messages may quote an agent's text
 	return ExitIronClaw
+}
+
+// commands builds the top-level commands args needs: only the one it
+// names, when it names one, or else all of them (for the root's help, the
+// "help" command and the suggestions for a mistyped name). Building the
+// whole tree, every subcommand with its flags and help, costs about a
+// millisecond, as long as the rest of a short command's start.
+func (e *env) commands(args []string) []*cobra.Command {
+	all := e.commandTable()
+	if len(args) > 0 {
+		for _, c := range all {
+			if c.name == args[0] {
+				return []*cobra.Command{c.make()}
+			}
+		}
+	}
+	out := make([]*cobra.Command, len(all))
+	for i, c := range all {
+		out[i] = c.make()
+	}
+	return out
+}
+
+// namedCommand is a top-level command and its constructor; name is the
+// first word of its Use (TestCommandTableNames).
+type namedCommand struct {
+	name string
+	make func() *cobra.Command
+}
+
+func (e *env) commandTable() []namedCommand {
+	return []namedCommand{
+		{"run", func() *cobra.Command { return newRunCmd(e) }},
+		{"doctor", func() *cobra.Command { return newDoctorCmd(e) }},
+		{"version", func() *cobra.Command { return newVersionCmd(e) }},
+		{"serve", e.serveCmd},
+		{"sandbox", func() *cobra.Command { return newSandboxCmd(e) }},
+		{"audit", func() *cobra.Command { return newAuditCmd(e) }},
+		{"approvals", func() *cobra.Command { return newApprovalsCmd(e) }},
+		{"tools", func() *cobra.Command { return newToolsCmd(e) }},
+		{"volume", func() *cobra.Command { return newVolumeCmd(e) }},
+		{"secret", func() *cobra.Command { return newSecretCmd(e) }},
+		{"operator", func() *cobra.Command { return newOperatorCmd(e) }},
+		{"agent", func() *cobra.Command { return newAgentCmd(e) }},
+		{"e2b", func() *cobra.Command { return newE2BCmd(e) }},
+	}
 }
 
 // Version is set at build time with -ldflags "-X .../cli.Version=...".

@@ -10,8 +10,10 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ironclaw/ironclaw/internal/cli/full"
 	"github.com/ironclaw/ironclaw/internal/daemontest"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
+	"github.com/ironclaw/ironclaw/internal/testutil/gobuild"
 	"github.com/ironclaw/ironclaw/internal/testutil/selfcopy"
 )
 
@@ -20,18 +22,27 @@ func TestMain(m *testing.M) {
 		inside.Main()
 	}
 	if os.Getenv("IRONCLAW_CLI_TEST_MAIN") == "1" { // the test binary as the ironclaw CLI
-		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(Main(full.Commands{}, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	if os.Getenv("IRONCLAW_CLI_TEST_THIN") == "1" { // the thin CLI, its streams not the process's
+		var out, errb bytes.Buffer
+		code := Main(nil, os.Args[1:], os.Stdin, &out, &errb)
+		_, _ = os.Stdout.Write(out.Bytes())
+		_, _ = os.Stderr.Write(errb.Bytes())
+		os.Exit(code)
 	}
 	if os.Getenv("IRONCLAW_CLI_TEST_SIGNALS") == "1" {
 		signalHelper()
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	gobuild.Cleanup()
+	os.Exit(code)
 }
 
 func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = Main(args, strings.NewReader(stdin), &out, &errb)
+	code = Main(full.Commands{}, args, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

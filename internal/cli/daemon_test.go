@@ -55,41 +55,11 @@ func TestServeSecondRefused(t *testing.T) {
 	}
 }
 
-func TestServeSettingsPrecedence(t *testing.T) {
+// serve's settings through the whole command line: a bad config file is
+// one clear error, and --help is the daemon's (package full tests the
+// precedence of flags, environment and file).
+func TestServeSettingsErrors(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.yaml")
-	os.WriteFile(file, []byte("listen: 127.0.0.1:1111\ndata-dir: /from/file\npool: 5\ndefault-idle: 5m\nmax-upload: 1G\n"), 0o600)
-	parse := func(args ...string) *serveFlagsView {
-		c := newServeCmd(&env{})
-		if err := c.ParseFlags(args); err != nil {
-			t.Fatal(err)
-		}
-		cf, _ := c.Flags().GetString("config")
-		if err := layerSettings(c.Flags(), cf); err != nil {
-			t.Fatal(err)
-		}
-		v := &serveFlagsView{}
-		v.listen, _ = c.Flags().GetString("listen")
-		v.dataDir, _ = c.Flags().GetString("data-dir")
-		v.pool, _ = c.Flags().GetInt("pool")
-		v.idle, _ = c.Flags().GetDuration("default-idle")
-		v.upload, _ = c.Flags().GetString("max-upload")
-		return v
-	}
-	t.Setenv("IRONCLAW_LISTEN", "")
-	t.Setenv("IRONCLAW_DATA_DIR", "")
-	v := parse("--config", file)
-	if v.listen != "127.0.0.1:1111" || v.dataDir != "/from/file" || v.pool != 5 || v.idle != 5*time.Minute || v.upload != "1G" {
-		t.Errorf("file: %+v", v)
-	}
-	t.Setenv("IRONCLAW_LISTEN", "127.0.0.1:2222")
-	v = parse("--config", file, "--pool", "1")
-	if v.listen != "127.0.0.1:2222" || v.dataDir != "/from/file" || v.pool != 1 {
-		t.Errorf("env over file, flag over file: %+v", v)
-	}
-	v = parse("--config", file, "--listen", "127.0.0.1:3333")
-	if v.listen != "127.0.0.1:3333" {
-		t.Errorf("flag over env: %+v", v)
-	}
 	os.WriteFile(file, []byte("lisen: x\n"), 0o600)
 	code, _, stderr := run(t, "", "serve", "--config", file)
 	if code != ExitIronClaw || !strings.Contains(stderr, `unknown setting "lisen"`) {
@@ -102,12 +72,6 @@ func TestServeSettingsPrecedence(t *testing.T) {
 	if code, out, _ := run(t, "", "serve", "--help"); code != 0 || !strings.Contains(out, "order of precedence") {
 		t.Errorf("help: %d %q", code, out)
 	}
-}
-
-type serveFlagsView struct {
-	listen, dataDir, upload string
-	pool                    int
-	idle                    time.Duration
 }
 
 var idRE = regexp.MustCompile(`^sbx-[0-9a-f]+\n$`)

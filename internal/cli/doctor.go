@@ -23,7 +23,7 @@ Exits 0 when everything required works, 1 otherwise.`,
 				initFinding = native.Finding{Feature: "small sandbox init", Detail: "sandboxes re-execute this binary (slower start, more memory each): " + why,
 					Fix: "make build (bin/ironclaw-sandbox beside bin/ironclaw), or go install github.com/ironclaw/ironclaw/cmd/...@VERSION"}
 			}
-			findings := append([]native.Finding{initFinding}, native.Diagnose(c.Context(), exe)...)
+			findings := append([]native.Finding{initFinding, e.fullFinding()}, native.Diagnose(c.Context(), exe)...)
 			failed := false
 			for _, f := range findings {
 				mark := "ok  "
@@ -44,4 +44,22 @@ Exits 0 when everything required works, 1 otherwise.`,
 			return nil
 		},
 	}
+}
+
+// fullFinding says where serve and the other heavy commands run.
+func (e *env) fullFinding() native.Finding {
+	f := native.Finding{Feature: "full command line", OK: true}
+	if e.full != nil {
+		f.Detail = "this binary (" + FullExeName + ")"
+		return f
+	}
+	path, err := fullExe()
+	if err != nil {
+		f.OK = false
+		f.Detail = "serve, operator/agent add, offline audit verify and run --image are unavailable: " + err.Error()
+		f.Fix = "make build (bin/ironclaw-full beside bin/ironclaw), or go install github.com/ironclaw/ironclaw/cmd/...@VERSION"
+		return f
+	}
+	f.Detail = path
+	return f
 }

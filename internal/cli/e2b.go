@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ironclaw/ironclaw/internal/daemon"
+	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 )
@@ -28,12 +28,12 @@ is rotated. Use it as:
   export E2B_API_KEY=$(ironclaw e2b key)`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			path := filepath.Join(dataDir, daemon.AgentTokenFile)
+			path := filepath.Join(dataDir, client.AgentTokenFile)
 			if agent != "" {
 				if strings.ContainsAny(agent, `/\`) || strings.HasPrefix(agent, ".") {
 					return fmt.Errorf("--agent %q is not an agent name", agent)
 				}
-				path = filepath.Join(dataDir, daemon.AgentsDir, agent+".token")
+				path = filepath.Join(dataDir, client.AgentsDir, agent+".token")
 			}
 			b, err := os.ReadFile(path)
 			if err != nil {

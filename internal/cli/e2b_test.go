@@ -1,13 +1,10 @@
 package cli
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 
 	"github.com/ironclaw/ironclaw/internal/e2b/auth"
 )
@@ -37,34 +34,6 @@ func TestE2BKey(t *testing.T) {
 	for _, bad := range []string{"../agent", ".hidden", "nobody"} {
 		if code, _, _ := run(t, "", "e2b", "key", "--data-dir", dir, "--agent", bad); code == 0 {
 			t.Errorf("--agent %q: exit 0", bad)
-		}
-	}
-}
-
-// The E2B flags fill the daemon's Config: templates repeatable or comma
-// separated, ports likewise and within 1024-65535.
-func TestServeE2BFlags(t *testing.T) {
-	s := &serveSettings{}
-	f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	s.flags(f)
-	err := f.Parse([]string{"--e2b-template", "base=/srv/images/base", "--e2b-template", "py=/srv/images/py,node=",
-		"--e2b-port", "3000", "--e2b-port", "5173,8080", "--e2b-domain", "sb.example.com", "--no-e2b"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := s.cfg
-	if len(c.E2BTemplates) != 3 || c.E2BTemplates["base"] != "/srv/images/base" || c.E2BTemplates["py"] != "/srv/images/py" || c.E2BTemplates["node"] != "" {
-		t.Fatalf("templates %v", c.E2BTemplates)
-	}
-	if len(c.E2BPorts) != 3 || c.E2BPorts[0] != 3000 || c.E2BPorts[2] != 8080 || c.E2BDomain != "sb.example.com" || !c.DisableE2B {
-		t.Fatalf("config %+v %v", c.E2BPorts, c.E2BDomain)
-	}
-	for _, bad := range []string{"80", "70000", "x"} {
-		f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-		f.SetOutput(io.Discard)
-		(&serveSettings{}).flags(f)
-		if err := f.Parse([]string{"--e2b-port", bad}); err == nil {
-			t.Errorf("--e2b-port %s accepted", bad)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/ironclaw/ironclaw/internal/cli/full"
 	"golang.org/x/term"
 )
 
@@ -66,7 +67,9 @@ func TestExecTTY(t *testing.T) {
 	go func() { _, _ = io.Copy(shown, ptmx) }()
 	var errb lockedBuffer
 	done := make(chan int, 1)
-	go func() { done <- Main([]string{"sandbox", "exec", "-it", id, "--", "sh"}, tty, tty, &errb) }()
+	go func() {
+		done <- Main(full.Commands{}, []string{"sandbox", "exec", "-it", id, "--", "sh"}, tty, tty, &errb)
+	}()
 	wait := func(want string) {
 		t.Helper()
 		for end := time.Now().Add(20 * time.Second); !strings.Contains(shown.String(), want); {

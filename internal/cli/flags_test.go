@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/cli/flagtypes"
+	"github.com/ironclaw/ironclaw/internal/cli/full"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -21,7 +24,7 @@ func allFlags(t *testing.T, fn func(cmd string, f *pflag.Flag)) {
 			walk(sub)
 		}
 	}
-	for _, c := range []*cobra.Command{newRunCmd(&env{}), newServeCmd(&env{}), newSandboxCmd(&env{}),
+	for _, c := range []*cobra.Command{newRunCmd(&env{}), full.Commands{}.ServeCommand(io.Discard), newSandboxCmd(&env{}),
 		newAuditCmd(&env{}), newApprovalsCmd(&env{}), newToolsCmd(&env{}), newOperatorCmd(&env{}), newAgentCmd(&env{})} {
 		walk(c)
 	}
@@ -38,14 +41,16 @@ func TestDurationFlagsEverywhere(t *testing.T) {
 		}
 		n++
 		name := cmd + " --" + f.Name
-		d, ok := f.Value.(*durationValue)
+		d, ok := f.Value.(flagtypes.Value)
 		if !ok {
 			t.Errorf("%s is a %T, not the CLI's duration flag", name, f.Value)
 			return
 		}
 		for in, want := range map[string]time.Duration{"30s": 30 * time.Second, "1m30s": 90 * time.Second, "2h": 2 * time.Hour, "0": 0, " 250ms ": 250 * time.Millisecond} {
-			if err := f.Value.Set(in); err != nil || *d.p != want {
-				t.Errorf("%s %q: %v, %v", name, in, *d.p, err)
+			err := f.Value.Set(in)
+			got, perr := time.ParseDuration(f.Value.String())
+			if err != nil || perr != nil || got != want {
+				t.Errorf("%s %q: %v (%v), %v", name, in, f.Value, perr, err)
 			}
 		}
 		if err := f.Value.Set("30"); err == nil || !strings.Contains(err.Error(), "no unit") {
@@ -56,10 +61,10 @@ func TestDurationFlagsEverywhere(t *testing.T) {
 		}
 		for _, off := range []string{"off", "none", "-1s"} {
 			err := f.Value.Set(off)
-			if d.off && (err != nil || *d.p != -1 || f.Value.String() != "off") {
-				t.Errorf("%s %s: %v %v, want off", name, off, *d.p, err)
+			if d.CanBeOff() && (err != nil || f.Value.String() != "off") {
+				t.Errorf("%s %s: %v %v, want off", name, off, f.Value, err)
 			}
-			if !d.off && err == nil {
+			if !d.CanBeOff() && err == nil {
 				t.Errorf("%s %s: accepted, but the setting cannot be off", name, off)
 			}
 		}
@@ -82,124 +87,6 @@ func TestListingsHaveJSON(t *testing.T) {
 	for cmd, ok := range want {
 		if !ok {
 			t.Errorf("%s has no --json like the others", cmd)
-		}
-	}
-}
-
-// Integer, size and rate flags refuse what they cannot mean, and those
-// that can be off take off.
-func TestNumberFlags(t *testing.T) {
-	s := &serveSettings{}
-	f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	s.flags(f)
-	for _, tc := range []struct {
-		flag, in string
-		ok       bool
-	}{
-		{"pool", "off", true}, {"pool", "-1", true}, {"pool", "0", true}, {"pool", "3", true}, {"pool", "2.5", false}, {"pool", "many", false},
-		{"max-sandboxes", "-1", false}, {"max-sandboxes", "off", false}, {"max-sandboxes", "0", true},
-		{"rate", "-1", false}, {"rate", "NaN", false}, {"rate", "+Inf", false}, {"rate", "12.5", true},
-		{"sandbox-rate", "-1", false}, {"sandbox-rate", "NaN", false}, {"sandbox-rate", "7.5", true},
-		{"sandbox-rate-burst", "-1", false}, {"sandbox-rate-burst", "9", true}, {"rate-buckets", "off", false}, {"rate-buckets", "64", true},
-		{"max-body", "-1M", false}, {"max-body", "off", false}, {"max-body", "2M", true}, {"max-body", "0", true},
-		{"store-size-warn", "off", true}, {"store-size-warn", "-1", true}, {"store-size-warn", "-x", false}, {"store-size-warn", "2G", true},
-		{"model-budget-agent", "off", true}, {"model-budget-agent", "99999999999", true},
-		{"model-token-max", "-2", false},
-		{"model-port", "99999999999999999999", false},
-	} {
-		err := f.Set(tc.flag, tc.in)
-		if (err == nil) != tc.ok {
-			t.Errorf("--%s %q: %v, want ok=%v", tc.flag, tc.in, err, tc.ok)
-		}
-	}
-	if s.cfg.StoreSizeWarn != 2<<30 || s.cfg.RatePerSecond != 12.5 || s.cfg.PoolSize != 3 || s.cfg.MaxBodyBytes != 0 ||
-		s.cfg.SandboxRatePerSecond != 7.5 || s.cfg.SandboxRateBurst != 9 || s.cfg.RateBuckets != 64 {
-		t.Errorf("parsed %+v", s.cfg)
-	}
-}
-
-// The serve flags and daemon.Config apply one rule: for every number,
-// size and duration flag, 0 is accepted and valid (the default), and a
-// negative value is accepted by the flag exactly when the daemon reads it
-// as none rather than refusing it.
-func TestServeFlagsFollowDaemonRule(t *testing.T) {
-	probe := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	(&serveSettings{}).flags(probe)
-	checked := 0
-	probe.VisitAll(func(pf *pflag.Flag) {
-		if pf.Deprecated != "" {
-			return
-		}
-		s := &serveSettings{}
-		f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-		s.flags(f)
-		fl := f.Lookup(pf.Name)
-		var setNegative func()
-		switch v := fl.Value.(type) {
-		case *durationValue:
-			setNegative = func() { *v.p = -1 }
-		case *intValue[int]:
-			setNegative = func() { *v.p = -1 }
-		case *intValue[int64]:
-			setNegative = func() { *v.p = -1 }
-		case *sizeValue:
-			setNegative = func() { *v.p = -1 }
-		case *rateValue:
-			setNegative = func() { *v.p = -1 }
-		default:
-			return // strings, lists, booleans
-		}
-		checked++
-		if err := f.Set(pf.Name, "0"); err != nil {
-			t.Errorf("--%s 0: %v", pf.Name, err)
-		} else if err := s.cfg.Validate(); err != nil {
-			t.Errorf("--%s 0: the daemon refuses it: %v", pf.Name, err)
-		}
-		flagErr := f.Set(pf.Name, "-1")
-		setNegative()
-		daemonErr := s.cfg.Validate()
-		if (flagErr == nil) != (daemonErr == nil) {
-			t.Errorf("--%s -1: the flag says %v, the daemon says %v", pf.Name, flagErr, daemonErr)
-		}
-		if flagErr == nil && !strings.Contains(pf.Usage, "off") {
-			t.Errorf("--%s can be off, but its help does not say so: %q", pf.Name, pf.Usage)
-		}
-	})
-	if checked < 20 {
-		t.Fatalf("only %d numeric serve flags checked", checked)
-	}
-}
-
-// The config file speaks the flags' language, "off" included.
-func TestServeConfigFileRule(t *testing.T) {
-	t.Setenv("IRONCLAW_LISTEN", "")
-	t.Setenv("IRONCLAW_DATA_DIR", "")
-	file := filepath.Join(t.TempDir(), "c.yaml")
-	parse := func(yaml string) (*serveSettings, error) {
-		os.WriteFile(file, []byte(yaml), 0o600)
-		s := &serveSettings{}
-		f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-		s.flags(f)
-		return s, layerSettings(f, file)
-	}
-	s, err := parse("pool: off\ndefault-ttl: off\ndefault-idle: 0\nstore-size-warn: off\nmodel-port: -1\negress-port: none\nmax-sandboxes: 0\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := s.cfg
-	if c.PoolSize != -1 || c.DefaultTTL != -1 || c.DefaultIdle != 0 || c.StoreSizeWarn != -1 || c.Model.Port != -1 || c.Egress.Port != -1 || c.MaxSandboxes != 0 {
-		t.Errorf("from the file: %+v", c)
-	}
-	if err := c.Validate(); err != nil {
-		t.Errorf("daemon: %v", err)
-	}
-	for yaml, want := range map[string]string{
-		"max-sandboxes: -5\n": "max-sandboxes: must not be negative",
-		"default-idle: 30\n":  "no unit",
-		"body-timeout: off\n": "body-timeout",
-	} {
-		if _, err := parse(yaml); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: %v, want %q", yaml, err, want)
 		}
 	}
 }

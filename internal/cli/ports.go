@@ -5,20 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/cli/flagtypes"
 	"github.com/spf13/cobra"
 )
-
-func parsePort(s string) (int, error) {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > 65535 {
-		return 0, fmt.Errorf("port %q: want 1-65535", s)
-	}
-	return n, nil
-}
 
 func newSandboxPortURLCmd(e *env) *cobra.Command {
 	var ttl time.Duration
@@ -31,7 +23,7 @@ WebSocket to a server the sandbox serves on PORT (one of its create's
 sandbox ends.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
-			port, err := parsePort(args[1])
+			port, err := flagtypes.ParsePort(args[1])
 			if err != nil {
 				return err
 			}
@@ -43,7 +35,7 @@ sandbox ends.`,
 			return nil
 		},
 	}
-	durationVar(c.Flags(), &ttl, "ttl", "", 0, "how long the URL works (default and most: the policy's ports.url_ttl)")
+	flagtypes.Duration(c.Flags(), &ttl, "ttl", "", 0, "how long the URL works (default and most: the policy's ports.url_ttl)")
 	return c
 }
 
@@ -60,7 +52,7 @@ one of the sandbox's create's --port.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
 			id := args[0]
-			port, err := parsePort(args[1])
+			port, err := flagtypes.ParsePort(args[1])
 			if err != nil {
 				return err
 			}
@@ -139,7 +131,7 @@ func (p portsFlag) String() string {
 }
 
 func (p portsFlag) Set(s string) error {
-	n, err := parsePort(s)
+	n, err := flagtypes.ParsePort(s)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ironclaw/ironclaw/internal/image"
+	"github.com/ironclaw/ironclaw/internal/cli/flagtypes"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
 	"github.com/spf13/cobra"
@@ -69,7 +69,7 @@ the only writable places. There is no network but loopback.`,
 	f.StringVar(&a.memory, "memory", sandbox.FormatBytes(d.MemoryBytes), "memory limit, tmpfs pages included (e.g. 256M, 1G)")
 	f.Int64Var(&a.pids, "pids", d.Pids, "maximum number of processes and threads")
 	f.Float64Var(&a.cpus, "cpus", d.CPUs, "CPU bandwidth in CPUs (e.g. 0.5)")
-	durationVar(f, &a.timeout, "timeout", "", d.Timeout, "wall-time limit for the command")
+	flagtypes.Duration(f, &a.timeout, "timeout", "", d.Timeout, "wall-time limit for the command")
 	f.StringVar(&a.output, "output", sandbox.FormatBytes(d.OutputBytes), "stdout+stderr bytes kept; the rest is dropped and reported")
 	f.StringVar(&a.workspaceSize, "workspace-size", "", "size of the private /workspace (default "+sandbox.FormatBytes(d.WorkspaceBytes)+", less if that does not fit --memory)")
 	f.StringVar(&a.tmpSize, "tmp-size", "", "size of /tmp (default "+sandbox.FormatBytes(d.TmpBytes)+", less if that does not fit --memory)")
@@ -156,7 +156,14 @@ func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
 		return err
 	}
 	if a.image != "" {
-		if spec.Root, err = resolveImage(ctx, a.image); err != nil {
+		ref, err := imageArg(a.image)
+		if err != nil {
+			return err
+		}
+		if e.full == nil {
+			return e.delegate(ctx, "run --image") // images need the registry client
+		}
+		if spec.Root, err = e.full.ResolveImage(ctx, ref); err != nil {
 			return err
 		}
 	}
@@ -262,28 +269,4 @@ func hostTerminal(e *env, req *sandbox.ExecRequest) (restore, stopResize func())
 	req.Resize = ch
 	stopResize = func() { signal.Stop(sig); close(done) }
 	return
-}
-
-// resolveImage turns --image into a root. The caller of a one-shot run is
-// the operator, so any local path and any registry will do; images are
-// unpacked once into $XDG_CACHE_HOME/ironclaw/images.
-func resolveImage(ctx context.Context, arg string) (sandbox.Root, error) {
-	ref, err := imageArg(arg)
-	if err != nil {
-		return sandbox.Root{}, err
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return sandbox.Root{}, fmt.Errorf("--image: no cache directory for images: %w", err)
-	}
-	st, err := image.Open(filepath.Join(cache, "ironclaw", "images"), image.Options{})
-	if err != nil {
-		return sandbox.Root{}, fmt.Errorf("--image: %w", err)
-	}
-	roots := &image.Roots{Store: st, AnyLocal: true, AnyRegistry: true}
-	root, err := roots.Root(ctx, ref)
-	if err != nil {
-		return sandbox.Root{}, fmt.Errorf("--image: %w", err)
-	}
-	return root, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/cli/flagtypes"
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/spf13/cobra"
 )
@@ -109,13 +110,13 @@ when its --image-registry allows the registry.`,
 	f.StringArrayVar(&req.Secrets, "secret", nil, "a brokered secret the sandbox may use: it sees a placeholder, the egress broker puts in the value (repeatable; see 'ironclaw secret')")
 	f.StringVar(&req.Snapshot, "from-snapshot", "", "start /workspace as this snapshot (snap-..., from 'sandbox snapshot')")
 	f.StringVar(&req.Image, "image", "", "root filesystem (default: the host-toolchain view): a local image on the daemon's host (a path: /, . or ~ first, or an existing path) or a registry reference such as ghcr.io/org/app:1")
-	durationVar(f, &req.TTL, "ttl", "", 0, "lifetime (default: the daemon's)")
-	durationVar(f, &req.Idle, "idle", "", 0, "idle timeout (default: the daemon's)")
+	flagtypes.Duration(f, &req.TTL, "ttl", "", 0, "lifetime (default: the daemon's)")
+	flagtypes.Duration(f, &req.Idle, "idle", "", 0, "idle timeout (default: the daemon's)")
 	f.StringVar(&req.IdleAction, "idle-action", "", "what the idle timeout does: destroy or pause (default: the policy's limits.idle_action)")
 	f.StringVar(&req.Limits.Memory, "memory", "", "memory limit (e.g. 256M)")
 	f.Int64Var(&req.Limits.Pids, "pids", 0, "maximum number of processes and threads")
 	f.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU bandwidth in CPUs")
-	durationVar(f, &timeout, "timeout", "", 0, "wall-time limit per command, e.g. 30s (default: the daemon's)")
+	flagtypes.Duration(f, &timeout, "timeout", "", 0, "wall-time limit per command, e.g. 30s (default: the daemon's)")
 	f.StringVar(&req.Limits.Output, "output", "", "output bytes kept per command")
 	f.StringVar(&req.Limits.Workspace, "workspace-size", "", "size of /workspace")
 	f.StringVar(&req.Limits.Tmp, "tmp-size", "", "size of /tmp")
@@ -306,7 +307,7 @@ stdin. If ironclaw is interrupted or the session breaks, the command is killed.`
 	f.SetInterspersed(false)
 	f.StringArrayVarP(&envs, "env", "e", nil, "set KEY=VALUE for this command (repeatable)")
 	f.StringVarP(&cwd, "workdir", "w", "", "working directory inside (default /workspace)")
-	durationVar(f, &timeout, "timeout", "", 0, "wall-time limit, e.g. 30s (default: the sandbox's)")
+	flagtypes.Duration(f, &timeout, "timeout", "", 0, "wall-time limit, e.g. 30s (default: the sandbox's)")
 	f.BoolVarP(&interactive, "interactive", "i", false, "send stdin to the command")
 	f.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal and attach this one (needs a terminal; -it for a shell)")
 	return c

@@ -47,6 +47,8 @@ const DefaultAddr = defaults.Addr
 const (
 	AgentTokenFile    = "agent.token"
 	OperatorTokenFile = "operator.token"
+	// AgentsDir holds named agents' tokens, NAME.token.
+	AgentsDir = "agents"
 )
 
 // DefaultDataDir is $IRONCLAW_DATA_DIR, else $XDG_DATA_HOME/ironclaw, else

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ironclaw/ironclaw/internal/api"
+	"github.com/ironclaw/ironclaw/internal/client"
 )
 
 // Folders of named tokens inside the data directory, one NAME.token file
@@ -18,7 +19,7 @@ const (
 	OperatorsDir = "operators"
 	// AgentsDir holds further agent tokens; each is the principal
 	// "agent:NAME", with its own sandboxes, approvals and quotas.
-	AgentsDir = "agents"
+	AgentsDir = client.AgentsDir
 )
 
 // namedTokens reads dir/sub/NAME.token files, sorted by name. T is

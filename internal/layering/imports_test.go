@@ -47,6 +47,11 @@ var (
 		"internal/sandbox/native", "internal/sandbox/oci", "internal/sandbox/container",
 		"internal/sandbox/docker", "internal/sandbox/backend",
 	}
+	// heavyCLI: what only ironclaw-full may link, for the start of every
+	// other command (TestThinCLILinksNothingHeavy).
+	heavyCLI = []string{"internal/cli/full", "internal/daemon", "internal/api", "internal/api/console", "internal/session", "internal/gateway/...",
+		"internal/modelproxy/...", "internal/egress", "internal/policy", "internal/secrets", "internal/store", "internal/audit",
+		"internal/image", "internal/e2b", "internal/e2b/control", "internal/e2b/envd", "internal/e2b/envdpb/...", "internal/metrics"}
 	// testKits: helpers for tests, never linked into the binary.
 	testKits = []string{"internal/testutil/...", "internal/sandbox/conformance", "internal/sandbox/sandboxtest", "internal/e2b/e2btest"}
 )
@@ -149,25 +154,29 @@ var rules = []rule{
 		why: "the Go client carries nothing of the daemon: the wire types and package sandbox's JSON forms",
 	},
 	{
-		pkgs: []string{"internal/cli"}, never: []string{"internal/api", "internal/session", "internal/gateway/...", "internal/modelproxy/...", "internal/egress", "internal/policy", "internal/secrets"},
-		why: "the CLI reaches a daemon only over HTTP (internal/client); it imports the daemon only to be `serve` and a runtime only for `run` and `doctor`",
+		pkgs: []string{"internal/cli", "internal/cli/flagtypes"}, never: heavyCLI,
+		why: "the CLI reaches a daemon only over HTTP (internal/client) and a runtime only for `run` and `doctor`; what needs the daemon's packages is in internal/cli/full, which only ironclaw-full links",
+	},
+	{
+		pkgs: []string{"internal/cli/full"}, never: []string{"internal/cli"},
+		why: "package cli's tests use package full, and the ironclaw binary links cli without full",
 	},
 
 	// Who may import what.
 	{
-		pkgs: []string{"internal/cli"}, usedBy: []string{"cmd/..."},
+		pkgs: []string{"internal/cli", "internal/cli/full"}, usedBy: []string{"cmd/...", "internal/cli"},
 		why: "main is thin: the command line is a library only main uses",
 	},
 	{
-		pkgs: []string{"internal/daemon"}, usedBy: []string{"cmd/...", "internal/cli", "internal/e2b/e2btest"},
-		why: "the daemon is `ironclaw serve`: only the CLI starts it (and the E2B test kit, whose tests drive the whole daemon as the SDKs do)",
+		pkgs: []string{"internal/daemon"}, usedBy: []string{"cmd/...", "internal/cli/full", "internal/cli", "internal/e2b/e2btest"},
+		why: "the daemon is `ironclaw serve`: only the CLI's heavy part starts it (package cli only in its tests, which the rule on cli holds to; and the E2B test kit, whose tests drive the whole daemon as the SDKs do)",
 	},
 	{
 		pkgs: []string{"internal/api", "internal/api/console"}, usedBy: []string{"internal/daemon"},
 		why: "the API server is wired by the daemon; clients use internal/client and internal/api/wire",
 	},
 	{
-		pkgs: []string{"cmd/..."}, only: []string{"internal/cli", "internal/sandbox/inside"},
+		pkgs: []string{"cmd/..."}, only: []string{"internal/cli", "internal/cli/full", "internal/sandbox/inside"},
 		why: "main only picks the process it is: inside a sandbox (the native init, the container helper) or the CLI",
 	},
 	{
@@ -244,6 +253,9 @@ func TestLayeringCatchesViolations(t *testing.T) {
 		{"internal/sandbox/native", "internal/sandbox/docker", false},
 		{"internal/session", "internal/testutil/stack", false},
 		{"cmd/ironclaw", "internal/daemon", false},
+		{"internal/cli", "internal/daemon", false},
+		{"internal/cli", "internal/cli/full", false},
+		{"internal/cli/full", "internal/cli", false},
 		{"internal/metrics", "internal/errdefs", false},
 		{"internal/sandbox/docker/engine", "internal/sandbox", false},
 		{"internal/sandbox/oci", "internal/sandbox/docker/engine", false},
@@ -257,7 +269,8 @@ func TestLayeringCatchesViolations(t *testing.T) {
 		{"internal/api", "internal/session"},
 		{"internal/session", "internal/sandbox"},
 		{"internal/daemon", "internal/api"},
-		{"internal/cli", "internal/daemon"},
+		{"internal/cli/full", "internal/daemon"},
+		{"internal/cli", "internal/client"},
 		{"internal/sandbox/native", "internal/sandbox/inside/boot"},
 		{"internal/sandbox/docker", "internal/sandbox/container"},
 		{"internal/sandbox/docker", "internal/sandbox/docker/engine"},
@@ -295,4 +308,46 @@ func violations(from, imp string, test bool) []string {
 		}
 	}
 	return out
+}
+
+// The ironclaw binary links nothing heavy, through any chain of imports:
+// its start is the CLI's (docs/performance.md). The direct rules above
+// keep package cli clean; this follows every path from cmd/ironclaw.
+func TestThinCLILinksNothingHeavy(t *testing.T) {
+	_, pkgs := modulePackages(t)
+	byRel := map[string]*pkg{}
+	for _, p := range pkgs {
+		byRel[p.rel] = p
+	}
+	if byRel["cmd/ironclaw"] == nil || byRel["cmd/ironclaw-full"] == nil {
+		t.Fatal("cmd/ironclaw or cmd/ironclaw-full is missing")
+	}
+	linked := func(root string) map[string]string { // package -> the package that imports it
+		via := map[string]string{root: ""}
+		queue := []string{root}
+		for len(queue) > 0 {
+			p := byRel[queue[0]]
+			queue = queue[1:]
+			if p == nil {
+				continue
+			}
+			for _, imp := range p.imports {
+				if _, seen := via[imp]; !seen {
+					via[imp] = p.rel
+					queue = append(queue, imp)
+				}
+			}
+		}
+		return via
+	}
+	thin := linked("cmd/ironclaw")
+	for p, from := range thin {
+		if matchAny(heavyCLI, p) {
+			t.Errorf("cmd/ironclaw links %s (imported by %s): it belongs in ironclaw-full (internal/cli/full)", p, from)
+		}
+	}
+	// The check sees what it must: the full binary does link them.
+	if via := linked("cmd/ironclaw-full"); via["internal/daemon"] == "" || via["internal/store"] == "" {
+		t.Errorf("the walk from cmd/ironclaw-full did not reach internal/daemon and internal/store: the check is blind")
+	}
 }

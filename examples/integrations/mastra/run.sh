@@ -91,7 +91,7 @@ command -v curl >/dev/null || die "curl is needed on the host (to talk to the da
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 [ -x "$GO" ] || die "no Go toolchain found (set GO=/path/to/go)"
 mkdir -p "$TMP/bin"
-(cd "$REPO" && CGO_ENABLED=0 "$GO" build -o "$TMP/bin/" ./cmd/ironclaw ./cmd/ironclaw-sandbox) \
+(cd "$REPO" && CGO_ENABLED=0 "$GO" build -o "$TMP/bin/" ./cmd/ironclaw ./cmd/ironclaw-full ./cmd/ironclaw-sandbox) \
   || die "go build failed (if someone is mid-change in the Go tree, retry in a minute)"
 IRONCLAW="$TMP/bin/ironclaw"
 info "$("$IRONCLAW" version 2>/dev/null | head -n 1 || echo built) -> $IRONCLAW"

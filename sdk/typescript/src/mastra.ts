@@ -968,7 +968,8 @@ export class IronClawProcessHandle extends MastraProcessHandle {
       }, options.timeout);
       this.timer.unref?.();
     }
-    if (info.state === 'exited') this.finish(info.exitCode, info.error);
+    // A process that exited before this handle was made is not finished here: its output is still unread,
+    // and the first read (refresh, follow, wait) takes the output and the end together.
   }
 
   /** The daemon's handle of the process (a number). */
@@ -1159,7 +1160,7 @@ export class IronClawProcessManager extends SandboxProcessManager<IronClawWorksp
   override release(pid: string): void {
     const h = this._tracked.get(pid) as IronClawProcessHandle | undefined;
     super.release(pid);
-    if (h && h.exitCode !== undefined) void h.forget();
+    if (h && (h.exitCode !== undefined || h.info.state === 'exited')) void h.forget();
   }
 }
 

@@ -118,6 +118,22 @@ describe('IronClawProcessManager (LocalSandbox semantics)', () => {
     assert.equal(await second.processes!.kill(h.pid), true);
     assert.equal((await first.processes!.get(h.pid))!.exitCode !== undefined, true, 'the first client sees the end');
   });
+
+  test('a process that ended before its handle was made still gives its output and its end', async () => {
+    const first = sandbox({ id: 'proc-ended' });
+    const h = await first.processes!.spawn('printf "done\\n"; exit 3');
+    const second = new IronClawWorkspaceSandbox({ ...srv.conn, id: 'proc-ended' });
+    assert.deepEqual(await second.start(), { outcome: 'connected' });
+    await eventually(async () => (await second.processes!.list()).some((p) => p.pid === h.pid && !p.running));
+    // the daemon describes it as exited when the handle is made: the output is still to be read
+    const late = await second.processes!.get(h.pid);
+    assert.ok(late);
+    assert.equal(late.exitCode, 3);
+    assert.equal(late.stdout, 'done\n');
+    const r = await late.wait();
+    assert.equal(r.stdout, 'done\n');
+    assert.equal(r.exitCode, 3);
+  });
 });
 
 describe("Mastra's background process tools through an Agent", () => {

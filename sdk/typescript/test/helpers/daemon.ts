@@ -50,8 +50,9 @@ function findGo(): string {
 }
 
 /**
- * $IRONCLAW_BIN, or a fresh `CGO_ENABLED=0 go build` of ./cmd/ironclaw and its small sandbox
- * init ./cmd/ironclaw-sandbox (which the daemon runs when it lies beside it) into a temp dir.
+ * $IRONCLAW_BIN, or a fresh `CGO_ENABLED=0 go build` of ./cmd/ironclaw, ./cmd/ironclaw-full (where
+ * `ironclaw serve` runs) and the small sandbox init ./cmd/ironclaw-sandbox (which the daemon runs when
+ * it lies beside it) into a temp dir.
  */
 export function ironclawBin(): string {
   const env = process.env['IRONCLAW_BIN'];
@@ -63,13 +64,14 @@ export function ironclawBin(): string {
   const out = join(outDir, 'ironclaw');
   const tmp = join(outDir, `build.${process.pid}`);
   mkdirSync(tmp, { recursive: true });
-  execFileSync(findGo(), ['build', '-o', `${tmp}/`, './cmd/ironclaw', './cmd/ironclaw-sandbox'], {
+  execFileSync(findGo(), ['build', '-o', `${tmp}/`, './cmd/ironclaw', './cmd/ironclaw-full', './cmd/ironclaw-sandbox'], {
     cwd: repoRoot(),
     env: { ...process.env, CGO_ENABLED: '0' },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
-  // The init first: a daemon started from `out` meanwhile finds the pair of one build or none.
+  // The init and ironclaw-full first: a daemon started from `out` meanwhile finds binaries of one build.
   renameSync(join(tmp, 'ironclaw-sandbox'), join(outDir, 'ironclaw-sandbox'));
+  renameSync(join(tmp, 'ironclaw-full'), join(outDir, 'ironclaw-full'));
   renameSync(join(tmp, 'ironclaw'), out);
   rmSync(tmp, { recursive: true, force: true });
   process.env['IRONCLAW_BIN'] = out;

@@ -1,13 +1,15 @@
-package cli
+package full
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
+	"github.com/ironclaw/ironclaw/internal/cli/flagtypes"
 	"github.com/ironclaw/ironclaw/internal/daemon"
 	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
@@ -29,7 +31,7 @@ type serveSettings struct {
 	cfg        daemon.Config
 }
 
-func newServeCmd(e *env) *cobra.Command {
+func serveCommand(stderr io.Writer) *cobra.Command {
 	s := &serveSettings{}
 	c := &cobra.Command{
 		Use:   "serve [flags]",
@@ -115,7 +117,7 @@ to be rotated or deleted). 'ironclaw audit verify' checks both.`,
 				return err
 			}
 			cfg := s.cfg
-			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "ironclaw: "+format+"\n", args...) }
+			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "ironclaw: "+format+"\n", args...) }
 			// Until the root context ends (SIGINT, SIGTERM, SIGHUP): the daemon then
 			// destroys its sandboxes and returns nil.
 			return daemon.Run(c.Context(), cfg)
@@ -140,33 +142,33 @@ func (s *serveSettings) flags(f *pflag.FlagSet) {
 	f.StringVar(&cfg.PortsListen, "ports-listen", defaults.PortsListen, "address to serve port URLs on when the policy turns inbound ports on (ports.inbound; port 0 picks one)")
 	f.StringVar(&cfg.DataDir, "data-dir", defaults.DataDir(), "directory of the database, lock and tokens [$IRONCLAW_DATA_DIR]")
 	f.StringVar(&cfg.Runtime, "runtime", backend.Native, "sandbox backend: "+strings.Join(backend.Names(), ", "))
-	intOffVar(f, &cfg.PoolSize, "pool", defaults.PoolSize, "sealed idle sandboxes kept ready for fast creates"+orOff)
-	intVar(f, &cfg.MaxSandboxes, "max-sandboxes", defaults.MaxSandboxes, "maximum number of running sandboxes"+orDefault)
-	durationOffVar(f, &cfg.DefaultIdle, "default-idle", defaults.Idle, "idle timeout of sandboxes created without one"+orOff)
-	durationOffVar(f, &cfg.DefaultTTL, "default-ttl", defaults.TTL, "lifetime of sandboxes created without a ttl (the default, 0 and off: none)")
-	rateVar(f, &cfg.RatePerSecond, "rate", defaults.RatePerSecond, "requests per second allowed per token (principal)"+orDefault)
-	intVar(f, &cfg.RateBurst, "rate-burst", defaults.RateBurst, "burst of requests allowed per token (principal)"+orDefault)
-	rateVar(f, &cfg.SandboxRatePerSecond, "sandbox-rate", defaults.SandboxRatePerSecond, "requests per second allowed per running sandbox, on its routes (on top of --rate)"+orDefault)
-	intVar(f, &cfg.SandboxRateBurst, "sandbox-rate-burst", defaults.SandboxRateBurst, "burst of requests allowed per running sandbox"+orDefault)
-	intVar(f, &cfg.RateBuckets, "rate-buckets", defaults.RateBuckets, "most sandbox rate buckets held at once (idle ones are dropped)"+orDefault)
-	sizeVar(f, &cfg.MaxBodyBytes, "max-body", defaults.MaxBodyBytes, "largest JSON request body, a `size` such as 1M"+orDefault)
-	sizeVar(f, &cfg.MaxUploadBytes, "max-upload", defaults.MaxUploadBytes, "largest file upload, a `size`"+orDefault)
-	durationVar(f, &cfg.BodyTimeout, "body-timeout", "", defaults.BodyTimeout, "how long the API waits for a request body, and how long an upload may stall"+orDefault)
-	sizeVar(f, &cfg.WaitOutputBytes, "wait-output", defaults.WaitOutputBytes, "most output an exec with ?wait=1 returns, a `size` (held in memory until the command ends)"+orDefault)
+	flagtypes.IntOff(f, &cfg.PoolSize, "pool", defaults.PoolSize, "sealed idle sandboxes kept ready for fast creates"+orOff)
+	flagtypes.Int(f, &cfg.MaxSandboxes, "max-sandboxes", defaults.MaxSandboxes, "maximum number of running sandboxes"+orDefault)
+	flagtypes.DurationOff(f, &cfg.DefaultIdle, "default-idle", defaults.Idle, "idle timeout of sandboxes created without one"+orOff)
+	flagtypes.DurationOff(f, &cfg.DefaultTTL, "default-ttl", defaults.TTL, "lifetime of sandboxes created without a ttl (the default, 0 and off: none)")
+	flagtypes.Rate(f, &cfg.RatePerSecond, "rate", defaults.RatePerSecond, "requests per second allowed per token (principal)"+orDefault)
+	flagtypes.Int(f, &cfg.RateBurst, "rate-burst", defaults.RateBurst, "burst of requests allowed per token (principal)"+orDefault)
+	flagtypes.Rate(f, &cfg.SandboxRatePerSecond, "sandbox-rate", defaults.SandboxRatePerSecond, "requests per second allowed per running sandbox, on its routes (on top of --rate)"+orDefault)
+	flagtypes.Int(f, &cfg.SandboxRateBurst, "sandbox-rate-burst", defaults.SandboxRateBurst, "burst of requests allowed per running sandbox"+orDefault)
+	flagtypes.Int(f, &cfg.RateBuckets, "rate-buckets", defaults.RateBuckets, "most sandbox rate buckets held at once (idle ones are dropped)"+orDefault)
+	flagtypes.Size(f, &cfg.MaxBodyBytes, "max-body", defaults.MaxBodyBytes, "largest JSON request body, a `size` such as 1M"+orDefault)
+	flagtypes.Size(f, &cfg.MaxUploadBytes, "max-upload", defaults.MaxUploadBytes, "largest file upload, a `size`"+orDefault)
+	flagtypes.Duration(f, &cfg.BodyTimeout, "body-timeout", "", defaults.BodyTimeout, "how long the API waits for a request body, and how long an upload may stall"+orDefault)
+	flagtypes.Size(f, &cfg.WaitOutputBytes, "wait-output", defaults.WaitOutputBytes, "most output an exec with ?wait=1 returns, a `size` (held in memory until the command ends)"+orDefault)
 	f.StringVar(&cfg.Model.Provider, "provider", "", "model provider: empty uses a provider whose key is in the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY) and the offline mock for the rest; \"mock\" uses the mock for all")
 	f.StringVar(&cfg.Model.MockScript, "mock-script", "", "JSON file of scripted turns for the mock provider")
-	intOffVar(f, &cfg.Model.Port, "model-port", defaults.ModelPort, "port of the model proxy inside every sandbox"+orOff)
+	flagtypes.IntOff(f, &cfg.Model.Port, "model-port", defaults.ModelPort, "port of the model proxy inside every sandbox"+orOff)
 	f.StringSliceVar(&cfg.Model.Models, "allow-model", nil, "model names agents may use (repeatable; default: any)")
-	intOffVar(f, &cfg.Model.RequestsPerMinute, "model-rpm", 0, "model requests per minute per proxy token (the default, 0 and off: no limit)")
-	intOffVar(f, &cfg.Model.SandboxBudget, "model-budget-sandbox", 0, "model tokens (input+output) each sandbox may use (the default, 0 and off: no limit)")
-	intOffVar(f, &cfg.Model.SandboxBudget, "model-tokens", 0, "model tokens per sandbox")
+	flagtypes.IntOff(f, &cfg.Model.RequestsPerMinute, "model-rpm", 0, "model requests per minute per proxy token (the default, 0 and off: no limit)")
+	flagtypes.IntOff(f, &cfg.Model.SandboxBudget, "model-budget-sandbox", 0, "model tokens (input+output) each sandbox may use (the default, 0 and off: no limit)")
+	flagtypes.IntOff(f, &cfg.Model.SandboxBudget, "model-tokens", 0, "model tokens per sandbox")
 	_ = f.MarkDeprecated("model-tokens", "use --model-budget-sandbox")
-	intOffVar(f, &cfg.Model.AgentBudget, "model-budget-agent", 0, "model tokens (input+output) each agent token (principal) may use across its sandboxes and host tokens; kept across restarts (the default, 0 and off: no limit)")
-	durationOffVar(f, &cfg.Model.BudgetWindow, "model-budget-window", 0, "renew --model-budget-agent every window, e.g. 24h (the default, 0 and off: never)")
-	intVar(f, &cfg.Model.MaxOutput, "model-max-output", defaults.ModelMaxOutput, "output bound given to model requests that set none while a budget applies"+orDefault)
-	durationVar(f, &cfg.Model.TokenTTL, "model-token-ttl", "", defaults.ModelTokenTTL, "lifetime of model tokens minted for programs on the host (POST /v1/model/tokens)"+orDefault)
-	intVar(f, &cfg.Model.MaxTokens, "model-token-max", defaults.ModelMaxTokens, "live host model tokens each principal may hold"+orDefault)
-	intOffVar(f, &cfg.Egress.Port, "egress-port", defaults.EgressPort, "port of the egress broker inside every sandbox"+orOff)
+	flagtypes.IntOff(f, &cfg.Model.AgentBudget, "model-budget-agent", 0, "model tokens (input+output) each agent token (principal) may use across its sandboxes and host tokens; kept across restarts (the default, 0 and off: no limit)")
+	flagtypes.DurationOff(f, &cfg.Model.BudgetWindow, "model-budget-window", 0, "renew --model-budget-agent every window, e.g. 24h (the default, 0 and off: never)")
+	flagtypes.Int(f, &cfg.Model.MaxOutput, "model-max-output", defaults.ModelMaxOutput, "output bound given to model requests that set none while a budget applies"+orDefault)
+	flagtypes.Duration(f, &cfg.Model.TokenTTL, "model-token-ttl", "", defaults.ModelTokenTTL, "lifetime of model tokens minted for programs on the host (POST /v1/model/tokens)"+orDefault)
+	flagtypes.Int(f, &cfg.Model.MaxTokens, "model-token-max", defaults.ModelMaxTokens, "live host model tokens each principal may hold"+orDefault)
+	flagtypes.IntOff(f, &cfg.Egress.Port, "egress-port", defaults.EgressPort, "port of the egress broker inside every sandbox"+orOff)
 	f.StringSliceVar(&cfg.Egress.Allow, "egress-allow", nil, "hosts every sandbox may reach through the broker, e.g. api.github.com or *.pypi.org:443 (repeatable)")
 	f.StringSliceVar(&cfg.Egress.AllowPrivate, "egress-allow-private", nil, "CIDRs reachable although private or loopback (repeatable; for tests)")
 	f.StringArrayVar(&cfg.Egress.TrustCA, "egress-trust-ca", nil, "PEM file of CA certificates the broker trusts, beside the system's, when it verifies hosts whose TLS it terminates to inject secrets (repeatable)")
@@ -183,7 +185,7 @@ func (s *serveSettings) flags(f *pflag.FlagSet) {
 	f.StringVar(&cfg.E2BDomain, "e2b-domain", "", "domain of E2B sandbox hosts <port>-<id>.DOMAIN (wildcard DNS to this daemon), reported to the SDKs as each sandbox's domain")
 	f.StringToStringVar(&cfg.E2BTemplates, "e2b-template", nil, "map an E2B template id or alias onto an image, ALIAS=IMAGE (repeatable; \"base\" is the host-toolchain view unless mapped)")
 	f.Var(e2bPortsFlag{&cfg.E2BPorts}, "e2b-port", "loopback port every E2B sandbox declares for previews, 1024-65535 (repeatable, or comma-separated)")
-	sizeOffVar(f, &cfg.StoreSizeWarn, "store-size-warn", defaults.StoreSizeWarn, "log a warning when the database grows past this `size`"+orOff)
+	flagtypes.SizeOff(f, &cfg.StoreSizeWarn, "store-size-warn", defaults.StoreSizeWarn, "log a warning when the database grows past this `size`"+orOff)
 }
 
 // layerSettings applies, to every flag not given on the command line, its
@@ -255,7 +257,7 @@ func (p e2bPortsFlag) String() string {
 
 func (p e2bPortsFlag) Set(s string) error {
 	for _, f := range strings.Split(s, ",") {
-		n, err := parsePort(strings.TrimSpace(f))
+		n, err := flagtypes.ParsePort(strings.TrimSpace(f))
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,8 @@
-package cli
+// Package flagtypes holds the flag types every ironclaw command shares, so
+// that one kind of value is spelled, checked and shown the same way in the
+// light commands (package cli) and in those only ironclaw-full links
+// (package cli/full).
+package flagtypes
 
 import (
 	"errors"
@@ -12,9 +16,6 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Flag types shared by every command, so that one kind of value is
-// spelled, checked and shown the same way everywhere.
-//
 // Durations are Go durations ("30s", "1m30s", "2h", "0"), as in the policy
 // file and the HTTP API. A bare number other than 0 is refused: "30" could
 // mean seconds or milliseconds, and a wrong guess at a timeout is worse
@@ -25,11 +26,37 @@ import (
 // negative value is none). Those take "off" (or "none", or any negative
 // value, a bare -1 included), which is stored as -1 and shown as "off".
 
-// isOff reports whether s spells "none" for a flag that can be off.
-func isOff(s string) bool {
+// IsOff reports whether s spells "none" for a flag that can be off.
+func IsOff(s string) bool {
 	s = strings.ToLower(strings.TrimSpace(s))
 	return s == "off" || s == "none"
 }
+
+// Value is every flag type of this package.
+type Value interface {
+	pflag.Value
+	// CanBeOff reports whether the flag takes "off" (stored as -1).
+	CanBeOff() bool
+	// SetNone stores -1, what "off" stores, even in a flag that refuses
+	// it: for checking that the daemon reads -1 as the flag does.
+	SetNone()
+}
+
+var (
+	_ Value = (*durationValue)(nil)
+	_ Value = (*intValue[int])(nil)
+	_ Value = (*rateValue)(nil)
+	_ Value = (*sizeValue)(nil)
+)
+
+func (d *durationValue) CanBeOff() bool { return d.off }
+func (d *durationValue) SetNone()       { *d.p = -1 }
+func (v *intValue[T]) CanBeOff() bool   { return v.off }
+func (v *intValue[T]) SetNone()         { *v.p = -1 }
+func (r *rateValue) CanBeOff() bool     { return false }
+func (r *rateValue) SetNone()           { *r.p = -1 }
+func (z *sizeValue) CanBeOff() bool     { return z.off }
+func (z *sizeValue) SetNone()           { *z.p = -1 }
 
 // errNegative is what a flag that cannot be off says about -1.
 var errNegative = errors.New("must not be negative")
@@ -41,7 +68,7 @@ type durationValue struct {
 }
 
 func (d *durationValue) Set(s string) error {
-	if d.off && isOff(s) {
+	if d.off && IsOff(s) {
 		*d.p = -1
 		return nil
 	}
@@ -49,7 +76,7 @@ func (d *durationValue) Set(s string) error {
 		*d.p = -1 // -1, as for the counts: none, whatever the unit
 		return nil
 	}
-	v, err := parseDuration(s)
+	v, err := ParseDuration(s)
 	if err != nil {
 		return err
 	}
@@ -63,9 +90,9 @@ func (d *durationValue) Set(s string) error {
 	return nil
 }
 
-// parseDuration reads a Go duration; a bare number other than 0 is
+// ParseDuration reads a Go duration; a bare number other than 0 is
 // refused with an example.
-func parseDuration(s string) (time.Duration, error) {
+func ParseDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	v, err := time.ParseDuration(s)
 	if err == nil {
@@ -84,12 +111,12 @@ func (d *durationValue) String() string {
 	case *d.p < 0:
 		return "off"
 	}
-	return shortDuration(*d.p)
+	return ShortDuration(*d.p)
 }
 
-// shortDuration is d as Go writes it without the zero tail: 30m, not
+// ShortDuration is d as Go writes it without the zero tail: 30m, not
 // 30m0s; 24h, not 24h0m0s.
-func shortDuration(d time.Duration) string {
+func ShortDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = s[:len(s)-2]
@@ -103,14 +130,14 @@ func shortDuration(d time.Duration) string {
 // Type is pflag's: "duration", so FlagSet.GetDuration reads these flags.
 func (d *durationValue) Type() string { return "duration" }
 
-// durationVar defines a duration flag that refuses negative values.
-func durationVar(f *pflag.FlagSet, p *time.Duration, name, short string, def time.Duration, usage string) {
+// Duration defines a duration flag that refuses negative values.
+func Duration(f *pflag.FlagSet, p *time.Duration, name, short string, def time.Duration, usage string) {
 	*p = def
 	f.VarP(&durationValue{p: p}, name, short, usage)
 }
 
-// durationOffVar defines a duration flag whose setting can be off.
-func durationOffVar(f *pflag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+// DurationOff defines a duration flag whose setting can be off.
+func DurationOff(f *pflag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
 	*p = def
 	f.Var(&durationValue{p: p, off: true}, name, usage)
 }
@@ -122,7 +149,7 @@ type intValue[T int | int64] struct {
 }
 
 func (v *intValue[T]) Set(s string) error {
-	if v.off && isOff(s) {
+	if v.off && IsOff(s) {
 		*v.p = -1
 		return nil
 	}
@@ -160,14 +187,14 @@ func (v *intValue[T]) Type() string {
 	return "int64"
 }
 
-// intVar defines an integer flag that refuses negative values; intOffVar
-// one whose setting can be off.
-func intVar[T int | int64](f *pflag.FlagSet, p *T, name string, def T, usage string) {
+// Int defines an integer flag that refuses negative values.
+func Int[T int | int64](f *pflag.FlagSet, p *T, name string, def T, usage string) {
 	*p = def
 	f.Var(&intValue[T]{p: p}, name, usage)
 }
 
-func intOffVar[T int | int64](f *pflag.FlagSet, p *T, name string, def T, usage string) {
+// IntOff defines an integer flag whose setting can be off.
+func IntOff[T int | int64](f *pflag.FlagSet, p *T, name string, def T, usage string) {
 	*p = def
 	f.Var(&intValue[T]{p: p, off: true}, name, usage)
 }
@@ -197,7 +224,8 @@ func (r *rateValue) String() string {
 
 func (r *rateValue) Type() string { return "float64" }
 
-func rateVar(f *pflag.FlagSet, p *float64, name string, def float64, usage string) {
+// Rate defines a rate (a float) flag.
+func Rate(f *pflag.FlagSet, p *float64, name string, def float64, usage string) {
 	*p = def
 	f.Var(&rateValue{p: p}, name, usage)
 }
@@ -216,8 +244,8 @@ type sizeValue struct {
 func (z *sizeValue) Set(s string) error {
 	t := strings.TrimSpace(s)
 	switch {
-	case z.off && (isOff(t) || strings.HasPrefix(t, "-")):
-		if !isOff(t) {
+	case z.off && (IsOff(t) || strings.HasPrefix(t, "-")):
+		if !IsOff(t) {
 			if _, err := sandbox.ParseBytes(t[1:]); err != nil {
 				return err
 			}
@@ -239,14 +267,23 @@ func (z *sizeValue) Set(s string) error {
 func (z *sizeValue) String() string { return z.text }
 func (z *sizeValue) Type() string   { return "string" }
 
-// sizeVar defines a size flag that refuses negative values; sizeOffVar
-// one whose setting can be off.
-func sizeVar(f *pflag.FlagSet, p *int64, name string, def int64, usage string) {
+// Size defines a size flag that refuses negative values.
+func Size(f *pflag.FlagSet, p *int64, name string, def int64, usage string) {
 	*p = def
 	f.Var(&sizeValue{p: p, text: sandbox.FormatBytes(def)}, name, usage)
 }
 
-func sizeOffVar(f *pflag.FlagSet, p *int64, name string, def int64, usage string) {
+// SizeOff defines a size flag whose setting can be off.
+func SizeOff(f *pflag.FlagSet, p *int64, name string, def int64, usage string) {
 	*p = def
 	f.Var(&sizeValue{p: p, text: sandbox.FormatBytes(def), off: true}, name, usage)
+}
+
+// ParsePort reads a TCP port, 1-65535.
+func ParsePort(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("port %q: want 1-65535", s)
+	}
+	return n, nil
 }
