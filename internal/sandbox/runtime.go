@@ -74,7 +74,9 @@ type ExecRequest struct {
 	TTY bool
 	// WindowSize is the initial terminal size when TTY is set.
 	WindowSize WindowSize
-	// Resize delivers terminal size changes when TTY is set.
+	// Resize delivers terminal size changes when TTY is set. A size sent
+	// before some input is written to Stdin is set before that input
+	// reaches the terminal.
 	Resize <-chan WindowSize
 	// Timeout overrides the Spec's per-exec wall time if smaller and
 	// positive (with Background: the wall time, if positive).

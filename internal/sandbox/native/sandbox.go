@@ -274,31 +274,10 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	copiers.Add(1)
 	if req.TTY {
 		go copyOut(req.Stdout, master, &outBytes)
-		if req.Stdin != nil {
-			go func() { _, _ = io.Copy(master, req.Stdin) }()
-		}
-		if req.Resize != nil {
-			// Through the descriptor's raw conn, which holds it open for
-			// the ioctl: a resize racing the end of the command meets a
-			// closed file, never a reused descriptor (Fd would race Close).
-			rc, rcErr := master.SyscallConn()
+		if req.Stdin != nil || req.Resize != nil {
 			stop := make(chan struct{})
 			defer close(stop)
-			go func() {
-				if rcErr != nil {
-					return // an *os.File always has one; no resizes without it
-				}
-				for {
-					select {
-					case ws := <-req.Resize:
-						_ = rc.Control(func(fd uintptr) {
-							_ = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
-						})
-					case <-stop:
-						return
-					}
-				}
-			}()
+			go terminalInput(master, req.Stdin, req.Resize, stop)
 		}
 	} else {
 		copiers.Add(1)
@@ -373,6 +352,98 @@ wait:
 	}
 	return res, ctxErr
 }
+
+// terminalInput copies stdin to a terminal and applies resizes, in one
+// goroutine so that they reach the terminal in the order the caller made
+// them: a size sent before some input is set before that input is
+// written (a shell asked `stty size` right after a resize answers the new
+// size). A write the terminal holds back (its input queue full, the
+// program not reading) is retried in short slices, so resizes still pass.
+func terminalInput(master *os.File, stdin io.Reader, resize <-chan sandbox.WindowSize, stop <-chan struct{}) {
+	// Through the descriptor's raw conn, which holds it open for the
+	// ioctl: a resize racing the end of the command meets a closed file,
+	// never a reused descriptor (Fd would race Close).
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return // an *os.File always has one
+	}
+	apply := func(ws sandbox.WindowSize) {
+		_ = rc.Control(func(fd uintptr) {
+			_ = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+		})
+	}
+	pending := func() {
+		for {
+			select {
+			case ws := <-resize:
+				apply(ws)
+			default:
+				return
+			}
+		}
+	}
+	var chunks chan []byte // nil: no input (left, or ended)
+	next := make(chan struct{})
+	if stdin != nil {
+		chunks = make(chan []byte)
+		go func() {
+			defer close(chunks)
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := stdin.Read(buf)
+				if n > 0 {
+					select {
+					case chunks <- buf[:n]:
+					case <-stop:
+						return
+					}
+					select { // the writer is done with buf
+					case <-next:
+					case <-stop:
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	writable := true
+	for {
+		select {
+		case ws := <-resize:
+			apply(ws)
+		case b, ok := <-chunks:
+			if !ok {
+				chunks = nil
+				continue
+			}
+			for writable && len(b) > 0 {
+				pending() // every size set before this input came
+				// Off the poller the deadline is refused and the write
+				// blocks: resizes then wait for it.
+				_ = master.SetWriteDeadline(time.Now().Add(terminalWriteSlice))
+				n, err := master.Write(b)
+				b = b[n:]
+				if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+					writable = false // the terminal is gone: input is read and dropped
+				}
+			}
+			select {
+			case next <- struct{}{}:
+			case <-stop:
+				return
+			}
+		case <-stop:
+			return
+		}
+	}
+}
+
+// terminalWriteSlice bounds how long a resize waits behind input that the
+// terminal is not taking.
+const terminalWriteSlice = 20 * time.Millisecond
 
 // killGrace bounds the wait for a killed command's exit report.
 const killGrace = 10 * time.Second
