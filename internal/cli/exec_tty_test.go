@@ -1,38 +1,19 @@
 package cli
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
 	"github.com/ironclaw/ironclaw/internal/cli/full"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 	"golang.org/x/term"
 )
-
-// lockedBuffer collects what the command shows on the pseudo-terminal.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func TestExecTTY(t *testing.T) {
 	startDaemon(t)
@@ -63,9 +44,9 @@ func TestExecTTY(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shown := &lockedBuffer{}
+	shown := &sandboxtest.LockedBuffer{}
 	go func() { _, _ = io.Copy(shown, ptmx) }()
-	var errb lockedBuffer
+	var errb sandboxtest.LockedBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- Main(full.Commands{}, []string{"sandbox", "exec", "-it", id, "--", "sh"}, tty, tty, &errb)

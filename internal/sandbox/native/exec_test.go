@@ -431,24 +431,30 @@ func engineMount(mountPoint string) bool {
 	return strings.Contains(mountPoint, "/ironclaw-oci-") || strings.Contains(mountPoint, "/ironclaw-docker-")
 }
 
-// A resize sent before some input takes effect before that input reaches
-// the terminal: a shell asked its size right after each resize answers
-// the new one. (Resize and input once ran in two goroutines, and under
-// load the input could overtake the resize.)
-func TestTerminalResizeBeforeInput(t *testing.T) {
-	b := probeBox(t, sandbox.Spec{})
-	inR, inW := io.Pipe()
-	resize := make(chan sandbox.WindowSize, 1)
-	var out lockedOutput
-	done := make(chan sandbox.ExecResult, 1)
+// terminal runs argv on a terminal in b (24x80) with stdin and resizes
+// from the returned writer and channel; done gets the result.
+func terminal(t *testing.T, b *sandboxtest.Box, argv ...string) (in *io.PipeWriter, resize chan sandbox.WindowSize, out *sandboxtest.LockedBuffer, done chan sandbox.ExecResult) {
+	inR, in := io.Pipe()
+	resize = make(chan sandbox.WindowSize, 1)
+	out = &sandboxtest.LockedBuffer{}
+	done = make(chan sandbox.ExecResult, 1)
 	go func() {
-		res, err := b.SB.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"sh"}, TTY: true, Stdin: inR, Stdout: &out,
+		res, err := b.SB.Exec(context.Background(), sandbox.ExecRequest{Argv: argv, TTY: true, Stdin: inR, Stdout: out,
 			WindowSize: sandbox.WindowSize{Rows: 24, Cols: 80}, Resize: resize})
 		if err != nil {
 			t.Errorf("exec: %v", err)
 		}
 		done <- res
 	}()
+	return in, resize, out, done
+}
+
+// A resize sent before some input takes effect before that input reaches
+// the terminal: a shell asked its size right after each resize answers
+// the new one. (Resize and input once ran in two goroutines, and under
+// load the input could overtake the resize.)
+func TestTerminalResizeBeforeInput(t *testing.T) {
+	inW, resize, out, done := terminal(t, probeBox(t, sandbox.Spec{}), "sh")
 	for i := 0; i < 20; i++ {
 		rows := 30 + i
 		resize <- sandbox.WindowSize{Rows: uint16(rows), Cols: 100}
@@ -457,7 +463,7 @@ func TestTerminalResizeBeforeInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("%s %d 100", marker, rows)
-		if got := out.waitLine(t, marker+" "); got != want {
+		if got := waitLine(t, out, marker+" "); got != want {
 			t.Fatalf("after resize %d: the shell saw %q, want %q", i, got, want)
 		}
 	}
@@ -470,18 +476,9 @@ func TestTerminalResizeBeforeInput(t *testing.T) {
 // A resize passes while input waits for a program that reads none: the
 // terminal's input queue is full and the write is held back.
 func TestTerminalResizeBehindHeldInput(t *testing.T) {
-	b := probeBox(t, sandbox.Spec{})
-	inR, inW := io.Pipe()
-	resize := make(chan sandbox.WindowSize, 1)
-	var out lockedOutput
-	done := make(chan sandbox.ExecResult, 1)
-	go func() {
-		res, _ := b.SB.Exec(context.Background(), sandbox.ExecRequest{
-			Argv: []string{"sh", "-c", `trap 'echo winch $(stty size); exit 0' WINCH; stty raw -echo; echo ready; while :; do sleep 0.05; done`},
-			TTY:  true, Stdin: inR, Stdout: &out, WindowSize: sandbox.WindowSize{Rows: 24, Cols: 80}, Resize: resize})
-		done <- res
-	}()
-	out.waitLine(t, "ready")
+	inW, resize, out, done := terminal(t, probeBox(t, sandbox.Spec{}),
+		"sh", "-c", `trap 'echo winch $(stty size); exit 0' WINCH; stty raw -echo; echo ready; while :; do sleep 0.05; done`)
+	waitLine(t, out, "ready")
 	held := make(chan struct{})
 	go func() { // more than a terminal queues: the write is held back
 		_, _ = inW.Write(bytes.Repeat([]byte("x"), 1<<20))
@@ -494,7 +491,7 @@ func TestTerminalResizeBehindHeldInput(t *testing.T) {
 	default:
 	}
 	resize <- sandbox.WindowSize{Rows: 50, Cols: 132}
-	if got := out.waitLine(t, "winch "); got != "winch 50 132" {
+	if got := waitLine(t, out, "winch "); got != "winch 50 132" {
 		t.Fatalf("resize behind held input: %q", got)
 	}
 	inW.Close()
@@ -505,29 +502,14 @@ func TestTerminalResizeBehindHeldInput(t *testing.T) {
 	}
 }
 
-// lockedOutput collects a terminal's output and waits for a line.
-type lockedOutput struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *lockedOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-// waitLine returns the first whole line (ended by a newline) that holds
-// prefix after the shell's prompt, without the prompt and the line end; the terminal's
-// echo of a command line ("$ echo ...") is not one.
-func (o *lockedOutput) waitLine(t *testing.T, prefix string) string {
+// waitLine returns the first whole line (ended by a newline) of out that
+// holds prefix after the shell's prompt, without the prompt and the line
+// end; the terminal's echo of a command line ("$ echo ...") is not one.
+func waitLine(t *testing.T, out *sandboxtest.LockedBuffer, prefix string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		o.mu.Lock()
-		s := o.buf.String()
-		o.mu.Unlock()
-		lines := strings.Split(s, "\n")
+		lines := strings.Split(out.String(), "\n")
 		for _, l := range lines[:len(lines)-1] {
 			if l = strings.TrimPrefix(strings.TrimRight(l, "\r"), "$ "); strings.HasPrefix(l, prefix) {
 				return l
@@ -535,8 +517,6 @@ func (o *lockedOutput) waitLine(t *testing.T, prefix string) string {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	t.Fatalf("no line starting %q in %q", prefix, o.buf.String())
+	t.Fatalf("no line starting %q in %q", prefix, out.String())
 	return ""
 }

@@ -335,7 +335,7 @@ func (b *Box) Exec(req sandbox.ExecRequest) Output {
 
 // ExecCtx is Exec under ctx.
 func (b *Box) ExecCtx(ctx context.Context, req sandbox.ExecRequest) Output {
-	var out, errb lockedBuffer
+	var out, errb LockedBuffer
 	if req.Stdout == nil {
 		req.Stdout = &out
 	}
@@ -378,20 +378,20 @@ func Lines(s string) []string {
 	return out
 }
 
-// lockedBuffer is a bytes.Buffer safe for the concurrent writes of an
+// LockedBuffer is a bytes.Buffer safe for the concurrent writes of an
 // exec's streams and a reader.
-type lockedBuffer struct {
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
