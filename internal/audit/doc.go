@@ -51,7 +51,11 @@
 //     chain head is unchanged: appends work again once the cause is gone.
 //     Begin writes an intent record before an action and Intent.End the
 //     result after it, so no action happens whose record could not be made
-//     durable first. One committer goroutine assigns seq, chains hashes and
+//     durable first. AppendWith commits a change to the store (a row the
+//     record is about) in the record's own transaction: both or neither,
+//     for one fsync; a change the store refuses ends only its own record
+//     (ErrChangeRefused), and the rest of the batch is written again
+//     without it. One committer goroutine assigns seq, chains hashes and
 //     writes many pending records in one transaction (group commit), so
 //     concurrent appenders share each fsync instead of paying one each.
 //     What one batch costs (WAL, synchronous=FULL; counted with strace):

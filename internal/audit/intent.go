@@ -83,7 +83,7 @@ func (in *Intent) EndQueued(data any, onErr func(error)) error {
 	if err != nil {
 		return err
 	}
-	p, err := in.log.enqueue(context.Background(), in.base, canon, true)
+	p, err := in.log.enqueue(context.Background(), in.base, canon, true, nil)
 	if err != nil {
 		return err
 	}

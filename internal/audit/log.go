@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,10 @@ var (
 	ErrStorageFull = errdefs.New(errdefs.ErrInsufficientStorage, "audit: the disk is full; the record was not written")
 	// ErrNotWritten: any other failure to make a record durable.
 	ErrNotWritten = errdefs.New(errdefs.ErrUnavailable, "audit: the record could not be written")
+	// ErrChangeRefused: the store change given to AppendWith failed, so
+	// neither it nor its record was written; the log itself is fine (the
+	// other records of the batch were committed).
+	ErrChangeRefused = errdefs.New(errdefs.ErrUnavailable, "audit: the change to commit with the record failed; neither was written")
 )
 
 // Defaults for Options' zero values.
@@ -180,7 +185,19 @@ type pending struct {
 	// committer may hold it up to lazyDelay for a record somebody waits
 	// for, and commit both with one fsync.
 	lazy bool
+	// change, if set, is AppendWith's store change, run in the batch's
+	// transaction before the records are chained.
+	change Change
 }
+
+// Change is a store change committed in the same transaction as its
+// record (AppendWith). It runs on the committer's goroutine, inside the
+// batch's transaction on the store's writer: it must only run a few
+// statements on tx, and never wait for anything else (an Append from it
+// would wait for itself). It may run more than once: when another change
+// of the same batch fails, the batch is rolled back and written again, so
+// it must have no effect outside tx.
+type Change func(ctx context.Context, tx *sql.Tx) error
 
 // lazyDelay is how long a batch of only lazy records waits for company.
 // An action's result record then shares the fsync of the next action's
@@ -338,28 +355,66 @@ func scanHead(row *sql.Row) (int64, string, string, error) {
 // the context's error, and the record may or may not be in the log: it is
 // not withdrawn from a batch already in flight.
 func (l *Log) Append(ctx context.Context, e Entry) (Record, error) {
+	data, err := l.checkEntry(e)
+	if err != nil {
+		return Record{}, err
+	}
+	return l.appendCanonical(ctx, e, data)
+}
+
+// checkEntry checks e's identifiers and returns its data redacted,
+// bounded and canonical.
+func (l *Log) checkEntry(e Entry) ([]byte, error) {
 	if e.Actor == "" || e.Kind == "" {
-		return Record{}, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("audit: append: actor and kind are required (got actor %q, kind %q)", e.Actor, e.Kind))
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("audit: append: actor and kind are required (got actor %q, kind %q)", e.Actor, e.Kind))
 	}
 	if !utf8.ValidString(e.Session) || !utf8.ValidString(e.Actor) || !utf8.ValidString(e.Kind) {
 		// JSON cannot carry invalid UTF-8, so such a record could not be
 		// exported and verified byte for byte.
-		return Record{}, errdefs.New(errdefs.ErrInvalidArgument, "audit: append: session, actor and kind must be valid UTF-8")
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "audit: append: session, actor and kind must be valid UTF-8")
 	}
 	if len(e.Session) > maxIdentifier || len(e.Actor) > maxIdentifier || len(e.Kind) > maxIdentifier {
-		return Record{}, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("audit: append: session, actor and kind are limited to %d bytes", maxIdentifier))
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("audit: append: session, actor and kind are limited to %d bytes", maxIdentifier))
 	}
 	data, err := l.redact.Canonicalize(e.Data)
 	if err != nil {
-		return Record{}, fmt.Errorf("audit: append %s: %w", e.Kind, err)
+		return nil, fmt.Errorf("audit: append %s: %w", e.Kind, err)
 	}
-	return l.appendCanonical(ctx, e, data)
+	return data, nil
+}
+
+// AppendWith is Append with a change to the store (say, a row the record
+// is about) made in the same transaction as the record: when it returns
+// nil, both are durable, and after a crash either both are there or
+// neither. If change fails, neither is written and the error wraps
+// ErrChangeRefused and change's error; the other records of the batch
+// are written all the same. The other errors are Append's. The pair costs
+// one commit, shared with whatever else the batch holds, where a
+// transaction of the caller's own followed by Append cost two.
+//
+// change runs on the committer (see Change); a change that fails makes
+// the committer roll the batch back and write it again without that
+// record, so a failing change is for the store's refusals, not for
+// ordinary control flow.
+func (l *Log) AppendWith(ctx context.Context, e Entry, change Change) (Record, error) {
+	if change == nil {
+		return Record{}, errdefs.New(errdefs.ErrInvalidArgument, "audit: append with: no change")
+	}
+	data, err := l.checkEntry(e)
+	if err != nil {
+		return Record{}, err
+	}
+	return l.appendCanonicalWith(ctx, e, data, change)
 }
 
 // appendCanonical queues a record whose data is already canonical and
 // waits until it is committed.
 func (l *Log) appendCanonical(ctx context.Context, e Entry, data []byte) (Record, error) {
-	p, err := l.enqueue(ctx, e, data, false)
+	return l.appendCanonicalWith(ctx, e, data, nil)
+}
+
+func (l *Log) appendCanonicalWith(ctx context.Context, e Entry, data []byte, change Change) (Record, error) {
+	p, err := l.enqueue(ctx, e, data, false, change)
 	if err != nil {
 		return Record{}, err
 	}
@@ -376,9 +431,10 @@ func (l *Log) appendCanonical(ctx context.Context, e Entry, data []byte) (Record
 
 // enqueue hands a record whose data is already canonical to the committer;
 // p.done closes once it is committed or has failed.
-func (l *Log) enqueue(ctx context.Context, e Entry, data []byte, lazy bool) (*pending, error) {
+func (l *Log) enqueue(ctx context.Context, e Entry, data []byte, lazy bool, change Change) (*pending, error) {
 	p := &pending{
-		lazy: lazy,
+		lazy:   lazy,
+		change: change,
 		// Session and actor are identifiers, but a caller may build one from
 		// a credential by mistake; they are hashed and stored too.
 		session: l.redact.RedactString(e.Session),
@@ -586,8 +642,26 @@ func (l *Log) fill(batch *[]*pending, timer **time.Timer) bool {
 // some errors, not all), so it is rolled back explicitly: the next batch
 // must not find itself inside a transaction that holds rows nobody
 // acknowledged.
+//
+// A change (AppendWith) that fails ends only its own record: the batch is
+// rolled back and written again without it. Each round removes one, so a
+// batch is written at most once per change it holds, plus once.
 func (l *Log) commit(batch []*pending) {
-	err := l.writeBatch(batch)
+	var err error
+	for {
+		err = l.writeBatch(batch)
+		var refused *changeRefused
+		if !errors.As(err, &refused) {
+			break
+		}
+		p := refused.p
+		p.err = fmt.Errorf("%w: %w", ErrChangeRefused, refused.err)
+		close(p.done)
+		batch = slices.DeleteFunc(batch, func(q *pending) bool { return q == p })
+		if len(batch) == 0 {
+			return
+		}
+	}
 	if err != nil {
 		err = classifyWriteError(err)
 		for _, p := range batch {
@@ -623,6 +697,15 @@ func classifyWriteError(err error) error {
 	return fmt.Errorf("%w: %w", ErrNotWritten, err)
 }
 
+// changeRefused is writeBatch's error when the change of one of its
+// records failed.
+type changeRefused struct {
+	p   *pending
+	err error
+}
+
+func (e *changeRefused) Error() string { return "audit: change refused: " + e.err.Error() }
+
 const insertSQL = `INSERT INTO audit_log (seq, time, session, actor, kind, data, prev_hash, hash, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // cols is the number of columns insertSQL binds per row.
@@ -649,6 +732,16 @@ func (l *Log) writeBatch(batch []*pending) (err error) {
 			tx.Rollback()
 		}
 	}()
+	// The changes first: one that fails sends the batch back to commit,
+	// which writes it again without that record.
+	for _, p := range batch {
+		if p.change == nil {
+			continue
+		}
+		if cerr := p.change(ctx, tx); cerr != nil {
+			return &changeRefused{p: p, err: cerr}
+		}
+	}
 	seq, prev, headMAC, err := scanHead(tx.StmtContext(ctx, l.headStmt).QueryRowContext(ctx))
 	if err != nil {
 		return fmt.Errorf("audit: read chain head: %w", err)

@@ -13,11 +13,10 @@
 // package records the outcome (state "lost", audit kind sandbox.lost).
 //
 // Durability: a create's row and its sandbox.create record, and an end's
-// row update and its record, are durable before the call returns, and cost
-// one fsync together: the row is committed without one (writeUnsynced) and
-// the record's commit, on the same writer right after, syncs the WAL that
-// holds both. An exec costs the one fsync of its intent record; its result
-// record is queued (audit.Intent.EndQueued).
+// row update and its record, are durable before the call returns, and
+// commit in one transaction of the audit log's batch (audit.Log.AppendWith):
+// both or neither, for one shared fsync. An exec costs the one fsync of
+// its intent record; its result record is queued (audit.Intent.EndQueued).
 package session
 
 import (
@@ -301,6 +300,12 @@ type Manager struct {
 
 	snaps *snapshots // nil without Options.SnapshotDir
 
+	// rows are the statements of a sandbox's row, prepared once on the
+	// store's writer: they run inside the audit committer's transaction
+	// (AppendWith), where parsing them on every create and end was most
+	// of their cost.
+	rows rowStatements
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -354,8 +359,12 @@ func New(ctx context.Context, rt sandbox.Runtime, db *store.Store, log *audit.Lo
 	if err := m.markLost(ctx); err != nil {
 		return nil, err
 	}
+	if err := m.rows.prepare(ctx, db.DB()); err != nil {
+		return nil, err
+	}
 	snaps, err := openSnapshots(opts.SnapshotDir)
 	if err != nil {
+		m.rows.close()
 		return nil, err
 	}
 	m.snaps = snaps
@@ -591,23 +600,6 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	}
 	spec, _ := json.Marshal(recorded)
 	labels, _ := json.Marshal(info.Labels)
-	// The row is made durable by the fsync of the create record's commit,
-	// just below: one fsync for both (writeUnsynced). If that record
-	// cannot be written, the create fails and undo ends the row.
-	if err := m.writeUnsynced(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-		(id, owner, principal, state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '')`,
-			info.ID, m.opts.Owner, actor, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(info.ExpiresAt), idle.Milliseconds(), fmtTime(now))
-		return err
-	}); err != nil {
-		return Info{}, fmt.Errorf("session: record %s: %w", info.ID, err)
-	}
-	undo = append(undo, func(c context.Context) {
-		if err := m.end(c, info.ID, StateDestroyed, "its create failed"); err != nil {
-			m.opts.Logf("session: undoing the create of %s: %v", info.ID, err)
-		}
-	})
 	created := map[string]any{"labels": info.Labels, "ttl_ms": ttl.Milliseconds(), "idle_ms": idle.Milliseconds(), "spec": json.RawMessage(spec)}
 	if snap != nil {
 		created["snapshot"] = snap.info.ID
@@ -615,7 +607,26 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if len(req.Secrets) > 0 {
 		created["secrets"] = req.Secrets // names; values never reach a sandbox or a record
 	}
-	if _, err := m.log.Append(ctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}); err != nil {
+	// The row and the sandbox.create record commit in one transaction
+	// (audit's AppendWith): both or neither, for one fsync. A create whose
+	// caller hangs up still waits for that commit, so that a row is never
+	// left running for a sandbox the undo destroyed; only the deadline
+	// ends the wait early, and the undo then ends the row in case it
+	// commits after all (on a row that never was, that changes nothing).
+	rowInsert := func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.StmtContext(ctx, m.rows.insert).ExecContext(ctx,
+			info.ID, m.opts.Owner, actor, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(info.ExpiresAt), idle.Milliseconds(), fmtTime(now))
+		return err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	_, err = m.log.AppendWith(rctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}, rowInsert)
+	cancel()
+	undo = append(undo, func(c context.Context) {
+		if err := m.end(c, info.ID, StateDestroyed, "its create failed"); err != nil {
+			m.opts.Logf("session: undoing the create of %s: %v", info.ID, err)
+		}
+	})
+	if err != nil {
 		return Info{}, fmt.Errorf("session: audit: %w", err)
 	}
 	if snap != nil {
@@ -1161,17 +1172,15 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	ended.State, ended.EndReason, ended.EndedAt, ended.LastUsedAt = state, reason, m.opts.Now(), lastUsed
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	// The row's end is made durable by the fsync of the end's audit
-	// record below (recordEndUnsynced); if that record fails, the end is
-	// retried as if the row had refused it, with a commit that syncs.
+	// The row's end and the end's record commit in one transaction
+	// (AppendWith). If the store refuses the row's change, the record is
+	// written on its own and the row's end is retried (retry); if the
+	// record fails, neither was written and the row's end is retried too.
 	unrecorded := func(err error) {
 		m.mu.Lock()
 		m.unrecorded[id] = ended
 		m.mu.Unlock()
 		m.opts.Logf("session: recording the end of %s (retried): %v", id, err)
-	}
-	if err := m.recordEndUnsynced(wctx, ended); err != nil {
-		unrecorded(err)
 	}
 	metricReason := reason
 	if state == StateDestroyed {
@@ -1182,13 +1191,15 @@ func (m *Manager) finish(ctx context.Context, actor, id, state, reason, kind str
 	if derr != nil {
 		data["error"] = derr.Error()
 	}
-	if _, err := m.log.Append(wctx, audit.Entry{Session: id, Actor: actor, Kind: kind, Data: data}); err != nil {
-		m.mu.Lock()
-		_, queued := m.unrecorded[id]
-		m.mu.Unlock()
-		if !queued {
-			unrecorded(fmt.Errorf("its audit record failed, so its row may not be durable: %w", err))
-		}
+	entry := audit.Entry{Session: id, Actor: actor, Kind: kind, Data: data}
+	_, err := m.log.AppendWith(wctx, entry, func(ctx context.Context, tx *sql.Tx) error { return m.rows.writeEnd(ctx, tx, ended) })
+	if errors.Is(err, audit.ErrChangeRefused) {
+		unrecorded(err)
+		_, err = m.log.Append(wctx, entry)
+	} else if err != nil {
+		unrecorded(fmt.Errorf("its audit record failed, so its row was not written: %w", err))
+	}
+	if err != nil {
 		return fmt.Errorf("session: audit: %w", err)
 	}
 	return derr
@@ -1218,7 +1229,7 @@ func (m *Manager) recordEnd(ctx context.Context, in Info) error {
 	if err != nil {
 		return fmt.Errorf("session: end %s: %w", in.ID, err)
 	}
-	if err := writeEnd(ctx, tx, in); err != nil {
+	if err := m.rows.writeEnd(ctx, tx, in); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -1228,21 +1239,47 @@ func (m *Manager) recordEnd(ctx context.Context, in Info) error {
 	return nil
 }
 
-// recordEndUnsynced is recordEnd without an fsync of its own, for finish,
-// whose audit record follows at once and makes it durable
-// (writeUnsynced).
-func (m *Manager) recordEndUnsynced(ctx context.Context, in Info) error {
-	return m.writeUnsynced(ctx, func(tx *sql.Tx) error { return writeEnd(ctx, tx, in) })
+// rowStatements are the writes of a sandbox's row (see Manager.rows).
+type rowStatements struct {
+	insert, touch, end *sql.Stmt
+}
+
+func (r *rowStatements) prepare(ctx context.Context, db *sql.DB) error {
+	for _, s := range []struct {
+		st  **sql.Stmt
+		sql string
+	}{
+		{&r.insert, `INSERT INTO sandboxes
+		(id, owner, principal, state, spec, labels, created_at, expires_at, idle_timeout_ms, last_used_at, ended_at, end_reason)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', '')`},
+		{&r.touch, `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`},
+		{&r.end, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state IN (?, ?)`},
+	} {
+		st, err := db.PrepareContext(ctx, s.sql)
+		if err != nil {
+			r.close()
+			return fmt.Errorf("session: prepare: %w", err)
+		}
+		*s.st = st
+	}
+	return nil
+}
+
+func (r *rowStatements) close() {
+	for _, st := range []*sql.Stmt{r.insert, r.touch, r.end} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
 }
 
 // writeEnd is recordEnd's two statements: the last use whatever the
 // state, the end only over a running or paused row.
-func writeEnd(ctx context.Context, tx *sql.Tx, in Info) error {
-	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET last_used_at = ? WHERE id = ?`, fmtTime(in.LastUsedAt), in.ID); err != nil {
+func (r *rowStatements) writeEnd(ctx context.Context, tx *sql.Tx, in Info) error {
+	if _, err := tx.StmtContext(ctx, r.touch).ExecContext(ctx, fmtTime(in.LastUsedAt), in.ID); err != nil {
 		return fmt.Errorf("session: end %s: %w", in.ID, err)
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, ended_at = ?, end_reason = ? WHERE id = ? AND state IN (?, ?)`,
-		in.State, fmtTime(in.EndedAt), in.EndReason, in.ID, StateRunning, StatePaused)
+	_, err := tx.StmtContext(ctx, r.end).ExecContext(ctx, in.State, fmtTime(in.EndedAt), in.EndReason, in.ID, StateRunning, StatePaused)
 	if err != nil {
 		return fmt.Errorf("session: end %s: %w", in.ID, err)
 	}
@@ -1345,6 +1382,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.retry()
 	m.closeSnapshots()
+	m.rows.close()
 	m.mu.Lock()
 	for id := range m.tearingDown {
 		errs = append(errs, fmt.Errorf("session: sandbox %s could not be torn down", id))
