@@ -92,9 +92,14 @@ func altTarget(t string) bool {
 // within racyWindow of the time they were taken is not kept (a second
 // change within the file system's timestamp granularity would go unseen),
 // so the next plan scans again.
+//
+// One scan of a root runs at a time: a plan that finds a scan of its root
+// under way (WarmHostView's, say) waits for it instead of reading the same
+// directories beside it.
 var altCache struct {
 	sync.Mutex
-	m map[string]*altScan
+	m        map[string]*altScan
+	scanning map[string]chan struct{} // closed when that root's scan ends
 }
 
 // altScans counts scans, for tests.
@@ -139,38 +144,65 @@ func (s stamp) isDir() bool { return s.ok && s.mode == unix.S_IFDIR }
 // (none when the host has none); see the top of this file. The caller
 // must not change the slice's entries.
 func alternatives(hostRoot string) []Entry {
-	altCache.Lock()
-	c := altCache.m[hostRoot]
-	altCache.Unlock()
-	var paths []string
-	if c != nil {
-		paths = c.paths
-	} else {
-		paths = stampPaths(hostRoot)
+	for {
+		altCache.Lock()
+		if wait := altCache.scanning[hostRoot]; wait != nil {
+			altCache.Unlock()
+			<-wait
+			continue // its result may be in the cache now
+		}
+		c := altCache.m[hostRoot]
+		altCache.Unlock()
+		var paths []string
+		if c != nil {
+			paths = c.paths
+		} else {
+			paths = stampPaths(hostRoot)
+		}
+		var buf [8]stamp
+		stamps := buf[:len(paths)]
+		for i, p := range paths {
+			stamps[i] = takeStamp(p)
+		}
+		if c != nil && sameStamps(c.stamps, stamps) {
+			return c.entries
+		}
+		altCache.Lock()
+		if altCache.scanning[hostRoot] != nil {
+			altCache.Unlock()
+			continue // another plan started a scan meanwhile
+		}
+		if altCache.scanning == nil {
+			altCache.scanning = map[string]chan struct{}{}
+		}
+		done := make(chan struct{})
+		altCache.scanning[hostRoot] = done
+		altCache.Unlock()
+
+		now := time.Now()
+		stamps = append([]stamp(nil), stamps...)
+		entries, complete := scanAlternatives(hostRoot, stamps)
+		altCache.Lock()
+		if altCache.m == nil {
+			altCache.m = map[string]*altScan{}
+		}
+		if complete && !racy(stamps, now) {
+			altCache.m[hostRoot] = &altScan{paths: paths, stamps: stamps, entries: entries}
+		} else {
+			delete(altCache.m, hostRoot)
+		}
+		delete(altCache.scanning, hostRoot)
+		close(done)
+		altCache.Unlock()
+		return entries
 	}
-	var buf [8]stamp
-	stamps := buf[:len(paths)]
-	for i, p := range paths {
-		stamps[i] = takeStamp(p)
-	}
-	if c != nil && sameStamps(c.stamps, stamps) {
-		return c.entries
-	}
-	now := time.Now()
-	stamps = append([]stamp(nil), stamps...)
-	entries, complete := scanAlternatives(hostRoot, stamps)
-	altCache.Lock()
-	defer altCache.Unlock()
-	if altCache.m == nil {
-		altCache.m = map[string]*altScan{}
-	}
-	if complete && !racy(stamps, now) {
-		altCache.m[hostRoot] = &altScan{paths: paths, stamps: stamps, entries: entries}
-	} else {
-		delete(altCache.m, hostRoot)
-	}
-	return entries
 }
+
+// WarmHostView reads what HostView's plan of hostRoot reads from the
+// host (its alternatives), so that the first plan finds it ready. A
+// runtime calls it in the background as it starts: a one-shot `ironclaw
+// run` then reads /usr/bin while it sets up its cgroups, not after.
+func WarmHostView(hostRoot string) { alternatives(hostRoot) }
 
 func sameStamps(a, b []stamp) bool {
 	if len(a) != len(b) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -317,6 +318,50 @@ func TestHostViewAlternativesCache(t *testing.T) {
 	}
 	if altScans.Load()-scans < 3 {
 		t.Fatal("changes were not scanned")
+	}
+}
+
+// Plans of one root made at once share one scan (a runtime's
+// WarmHostView and its first create, say): the others wait for it. The
+// bin directory is large enough that the scan takes a while.
+func TestHostViewAlternativesScannedOnceAtATime(t *testing.T) {
+	host := fakeDebian(t)
+	for i := 0; i < 3000; i++ {
+		if err := os.Symlink("/etc/alternatives/awk", filepath.Join(host, "usr/bin", fmt.Sprint("awk", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ageDirs(t, host)
+	scans := altScans.Load()
+	const n = 8
+	got := make([]string, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if i == 0 {
+				WarmHostView(host)
+			}
+			entries, err := HostView(host, "box")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i] = alternativesOf(t, entries)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if d := altScans.Load() - scans; d != 1 {
+		t.Fatalf("%d scans for %d plans at once, want 1", d, n)
+	}
+	for i := range got {
+		if got[i] != got[0] || !strings.Contains(got[i], "awk=/usr/bin/mawk") {
+			t.Fatalf("plan %d: %q, plan 0: %q", i, got[i], got[0])
+		}
 	}
 }
 

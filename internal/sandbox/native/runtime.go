@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
+	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
 	"golang.org/x/sys/unix"
@@ -101,6 +102,11 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	// The default root's plan reads the host's bin directories once per
+	// process (rootfs caches it): begun now, it overlaps the checks and
+	// the cgroup set-up below instead of delaying the first create, which
+	// for a one-shot `ironclaw run` is the only one.
+	go rootfs.WarmHostView("/")
 	if opts.Exe == "" {
 		// The init is this very binary, so it must be able to seal all
 		// of its threads.
