@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,15 +93,18 @@ func altTarget(t string) bool {
 // within racyWindow of the time they were taken is not kept (a second
 // change within the file system's timestamp granularity would go unseen),
 // so the next plan scans again.
-//
-// One scan of a root runs at a time: a plan that finds a scan of its root
-// under way (WarmHostView's, say) waits for it instead of reading the same
-// directories beside it.
 var altCache struct {
 	sync.Mutex
-	m        map[string]*altScan
-	scanning map[string]chan struct{} // closed when that root's scan ends
+	m map[string]*altScan
 }
+
+// altFlight runs one scan of a root at a time: the plans that miss the
+// cache while it runs (beside WarmHostView's, say) share its result
+// instead of reading the same directories beside it. A plan that shares
+// a scan begun just before a change sees what the scan saw, as any plan
+// racing update-alternatives may; the scan's stamps predate the change,
+// so the next plan scans again.
+var altFlight singleflight.Group
 
 // altScans counts scans, for tests.
 var altScans atomic.Int64
@@ -144,58 +148,56 @@ func (s stamp) isDir() bool { return s.ok && s.mode == unix.S_IFDIR }
 // (none when the host has none); see the top of this file. The caller
 // must not change the slice's entries.
 func alternatives(hostRoot string) []Entry {
-	for {
-		altCache.Lock()
-		if wait := altCache.scanning[hostRoot]; wait != nil {
-			altCache.Unlock()
-			<-wait
-			continue // its result may be in the cache now
-		}
-		c := altCache.m[hostRoot]
-		altCache.Unlock()
-		var paths []string
-		if c != nil {
-			paths = c.paths
-		} else {
-			paths = stampPaths(hostRoot)
-		}
-		var buf [8]stamp
-		stamps := buf[:len(paths)]
-		for i, p := range paths {
-			stamps[i] = takeStamp(p)
-		}
-		if c != nil && sameStamps(c.stamps, stamps) {
-			return c.entries
-		}
-		altCache.Lock()
-		if altCache.scanning[hostRoot] != nil {
-			altCache.Unlock()
-			continue // another plan started a scan meanwhile
-		}
-		if altCache.scanning == nil {
-			altCache.scanning = map[string]chan struct{}{}
-		}
-		done := make(chan struct{})
-		altCache.scanning[hostRoot] = done
-		altCache.Unlock()
-
-		now := time.Now()
-		stamps = append([]stamp(nil), stamps...)
-		entries, complete := scanAlternatives(hostRoot, stamps)
-		altCache.Lock()
-		if altCache.m == nil {
-			altCache.m = map[string]*altScan{}
-		}
-		if complete && !racy(stamps, now) {
-			altCache.m[hostRoot] = &altScan{paths: paths, stamps: stamps, entries: entries}
-		} else {
-			delete(altCache.m, hostRoot)
-		}
-		delete(altCache.scanning, hostRoot)
-		close(done)
-		altCache.Unlock()
+	if entries, ok := cachedAlternatives(hostRoot); ok {
 		return entries
 	}
+	v, _, _ := altFlight.Do(hostRoot, func() (any, error) {
+		if entries, ok := cachedAlternatives(hostRoot); ok {
+			return entries, nil // the scan that just ended stored it
+		}
+		return scanAndCache(hostRoot), nil
+	})
+	return v.([]Entry)
+}
+
+// cachedAlternatives returns the cached scan of hostRoot if the
+// directories it read are unchanged.
+func cachedAlternatives(hostRoot string) ([]Entry, bool) {
+	altCache.Lock()
+	c := altCache.m[hostRoot]
+	altCache.Unlock()
+	if c == nil {
+		return nil, false
+	}
+	var buf [8]stamp
+	stamps := buf[:len(c.paths)]
+	for i, p := range c.paths {
+		stamps[i] = takeStamp(p)
+	}
+	return c.entries, sameStamps(c.stamps, stamps)
+}
+
+// scanAndCache scans hostRoot's alternatives and caches the scan when it
+// is complete and not racy.
+func scanAndCache(hostRoot string) []Entry {
+	paths := stampPaths(hostRoot)
+	stamps := make([]stamp, len(paths))
+	for i, p := range paths {
+		stamps[i] = takeStamp(p)
+	}
+	now := time.Now()
+	entries, complete := scanAlternatives(hostRoot, stamps)
+	altCache.Lock()
+	defer altCache.Unlock()
+	if altCache.m == nil {
+		altCache.m = map[string]*altScan{}
+	}
+	if complete && !racy(stamps, now) {
+		altCache.m[hostRoot] = &altScan{paths: paths, stamps: stamps, entries: entries}
+	} else {
+		delete(altCache.m, hostRoot)
+	}
+	return entries
 }
 
 // WarmHostView reads what HostView's plan of hostRoot reads from the
