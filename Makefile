@@ -25,9 +25,15 @@ RACE_PKGS := ./internal/sandbox/native/... ./internal/session/ ./internal/audit/
 
 .PHONY: build help test test-go test-sdk lint fmt vet staticcheck typecheck race bench demo fuzz tools
 
-## build: bin/ironclaw (the CLI), bin/ironclaw-full (the whole CLI, daemon included: ironclaw serve runs it) and bin/ironclaw-sandbox (the small in-sandbox init), side by side (the default)
+# The steward (internal/sandbox/inside/steward/csrc) is C: static, so it
+# runs in a sandbox that holds no libraries.
+CC ?= cc
+STEWARD_CFLAGS := -O2 -static -s -Wall -Wextra -Werror -D_FORTIFY_SOURCE=2 -fstack-protector-strong
+
+## build: bin/ironclaw (the CLI), bin/ironclaw-full (the whole CLI, daemon included: ironclaw serve runs it), bin/ironclaw-sandbox (the small in-sandbox init) and bin/ironclaw-steward (an idle sandbox's pid 1, in C), side by side (the default)
 build:
 	$(GO) build -o bin/ ./cmd/ironclaw ./cmd/ironclaw-full ./cmd/ironclaw-sandbox
+	$(CC) $(STEWARD_CFLAGS) -o bin/ironclaw-steward internal/sandbox/inside/steward/csrc/steward.c
 
 ## help: this list
 help:

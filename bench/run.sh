@@ -33,6 +33,9 @@ BENCHTIMEOUT=${BENCHTIMEOUT:-20m}
 BENCHPKGS=${BENCHPKGS:-"./internal/api/ ./internal/audit/ ./internal/modelproxy/"}
 START_DOCKERD=${START_DOCKERD:-0}
 export CGO_ENABLED=0
+# The native benchmarks hand pid 1 to the steward when the runtime does
+# (the tests do it at once: see sandboxtest.NativeOptions).
+export IRONCLAW_TEST_STEWARD_AFTER=${IRONCLAW_TEST_STEWARD_AFTER:-250ms}
 
 case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

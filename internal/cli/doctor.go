@@ -23,7 +23,15 @@ Exits 0 when everything required works, 1 otherwise.`,
 				initFinding = native.Finding{Feature: "small sandbox init", Detail: "sandboxes re-execute this binary (slower start, more memory each): " + why,
 					Fix: "make build (bin/ironclaw-sandbox beside bin/ironclaw), or go install github.com/ironclaw/ironclaw/cmd/...@VERSION"}
 			}
-			findings := append([]native.Finding{initFinding, e.fullFinding()}, native.Diagnose(c.Context(), exe)...)
+			stewardPath, stewardWhy := backend.StewardExe(exe)
+			stewardFinding := native.Finding{Feature: "idle pid 1 (steward)", OK: true, Detail: stewardPath}
+			if stewardPath == "" {
+				stewardFinding = native.Finding{Feature: "idle pid 1 (steward)", Detail: "idle sandboxes keep the Go init as pid 1 (6-7 threads, about 2.3 MiB each): " + stewardWhy,
+					Fix: "make build (bin/ironclaw-steward, from C: needs cc)"}
+			} else if err := native.CheckSteward(stewardPath); err != nil {
+				stewardFinding = native.Finding{Feature: "idle pid 1 (steward)", Detail: err.Error(), Fix: "make build (both from one tree)"}
+			}
+			findings := append([]native.Finding{initFinding, stewardFinding, e.fullFinding()}, native.Diagnose(c.Context(), exe)...)
 			failed := false
 			for _, f := range findings {
 				mark := "ok  "

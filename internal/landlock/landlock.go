@@ -73,6 +73,11 @@ type Rules struct {
 	// abstract unix sockets and signalling processes outside the domain.
 	ScopeAbstractUnix bool
 	ScopeSignals      bool
+	// ExecFiles are open descriptors (O_PATH will do) of regular files
+	// that may be read and executed wherever they are, though no path
+	// rule reaches them: a sandbox's pid 1 keeps its own programs this way
+	// (see inside/steward) after the root they came from is gone.
+	ExecFiles []int `json:"-"`
 }
 
 // Status says what the kernel enforced.

@@ -145,6 +145,12 @@ func restrict(r Rules, abi int) (Status, error) {
 		}
 	}
 
+	for _, f := range r.ExecFiles {
+		if err := addFDRule(fd, f, grantReadExec, handledFS); err != nil {
+			return Status{}, fmt.Errorf("landlock: read-exec rule for descriptor %d: %w", f, err)
+		}
+	}
+
 	if handledNet != 0 {
 		ports := []struct {
 			name   string
@@ -250,24 +256,28 @@ func addPathRule(rulesetFD int, path string, want, handled uint64) (bool, error)
 		return false, fmt.Errorf("open: %w", err)
 	}
 	defer unix.Close(fd)
+	return true, addFDRule(rulesetFD, fd, want, handled)
+}
 
+// addFDRule adds the rule for the file or directory open at fd.
+func addFDRule(rulesetFD, fd int, want, handled uint64) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return false, fmt.Errorf("stat: %w", err)
+		return fmt.Errorf("stat: %w", err)
 	}
 	grant := pathGrant(want, handled, st.Mode&unix.S_IFMT == unix.S_IFDIR)
 	if grant == 0 {
 		// The kernel rejects an empty grant (ENOMSG); nothing to allow here.
-		return true, nil
+		return nil
 	}
 	// struct landlock_path_beneath_attr is packed (12 bytes); the Go type
 	// has trailing padding, and the kernel only reads the first 12 bytes.
 	attr := unix.LandlockPathBeneathAttr{Allowed_access: grant, Parent_fd: int32(fd)}
 	_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rulesetFD), unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&attr)), 0, 0, 0)
 	if errno != 0 {
-		return false, fmt.Errorf("add rule (access %#x): %w", grant, errno)
+		return fmt.Errorf("add rule (access %#x): %w", grant, errno)
 	}
-	return true, nil
+	return nil
 }
 
 func addPortRule(rulesetFD int, port uint16, access uint64) error {

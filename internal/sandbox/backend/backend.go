@@ -61,7 +61,11 @@ func Open(ctx context.Context, opts Options) (sandbox.Runtime, error) {
 	}
 	switch opts.Name {
 	case "", Native:
-		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, PoolTrust: opts.PoolTrust, Logf: opts.Logf, Exe: opts.Exe})
+		steward, why := StewardExe(opts.Exe)
+		if steward == "" && opts.Logf != nil {
+			opts.Logf("sandbox steward: idle sandboxes keep the Go init as pid 1 (more memory and threads each): %s", why)
+		}
+		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, PoolTrust: opts.PoolTrust, Logf: opts.Logf, Exe: opts.Exe, Steward: steward})
 	case Runc, Crun, Runsc:
 		return oci.New(ctx, oci.Options{Runtime: opts.Name, StateDir: opts.StateDir, Exe: opts.Exe, Logf: opts.Logf})
 	case Docker:

@@ -17,6 +17,33 @@ import (
 // start runs the initialisers of everything the daemon links.
 const InitExeName = "ironclaw-sandbox"
 
+// StewardExeName is the native backend's small pid 1 (inside/steward's
+// C program), which make build puts beside InitExeName.
+const StewardExeName = "ironclaw-steward"
+
+// StewardExe finds the steward beside the init binary initExe (or beside
+// the running executable when initExe is ""), and says why not when
+// there is none or it does not fit this build; sandboxes then keep the Go
+// init as pid 1, which works, only with more memory and threads each.
+func StewardExe(initExe string) (path string, why string) {
+	dir := filepath.Dir(initExe)
+	if initExe == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Sprintf("finding this executable: %v", err)
+		}
+		if resolved, err := filepath.EvalSymlinks(self); err == nil {
+			self = resolved
+		}
+		dir = filepath.Dir(self)
+	}
+	path = filepath.Join(dir, StewardExeName)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Sprintf("no %s in %s", StewardExeName, dir)
+	}
+	return path, "" // native.New checks it speaks this build's protocol
+}
+
 // InitExe finds the binary backends should run inside sandboxes when no
 // Options.Exe is given: InitExeName in the directory of the running
 // executable (after symlinks), if it is a static ELF executable that names

@@ -11,6 +11,7 @@
 //	inside/beneath   path resolution confined beneath /workspace or /tmp
 //	inside/execpath  command lookup the way execvp does it
 //	inside/gaterun   the in-sandbox half of the exec gate: approved runs
+//	inside/steward   the handover to and from the idle pid 1 in C (csrc/)
 //
 // The ironclaw binary is all of them: main calls Main first, when Entered
 // reports that this process was started as one of them.

@@ -208,6 +208,11 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	r.protectInit(cfg, proc.Pid)
 	trees := r.openTrees(cfg)
 	files := trees
+	if r.steward != nil {
+		cfg.Steward = true
+		cfg.StewardAfter = r.opts.StewardAfter
+		files = append(files, r.steward)
+	}
 	if workloadTasks != nil {
 		cfg.WorkloadTasks = true
 		files = append(files, workloadTasks)

@@ -49,6 +49,17 @@ type Options struct {
 	// Exe is the binary re-executed as the sandbox init; "" means
 	// /proc/self/exe. Tests and the daemon both use their own binary.
 	Exe string
+	// Steward is the sandbox steward (inside/steward's csrc: make build
+	// puts ironclaw-steward beside ironclaw-sandbox), the small pid 1 an
+	// idle sandbox keeps instead of the Go init; "" means none: pid 1
+	// stays the Go init, as it does (with a line to Logf) when the file
+	// does not speak this build's protocol (HasSteward tells).
+	Steward string
+	// StewardAfter is how long after a sandbox is ready its pid 1 becomes
+	// the steward; 0: steward.FirstHandover (250 ms, so that a create's
+	// first commands do not wait for the execve). The tests make it at
+	// once, so that their commands exercise the steward.
+	StewardAfter time.Duration
 	// HostIDBase overrides DefaultHostIDBase (root mode only).
 	HostIDBase int
 	// RequireLandlock makes Create fail on kernels without landlock
@@ -77,6 +88,7 @@ type Options struct {
 type Runtime struct {
 	opts     Options
 	init     *initFile // Options.Exe when it is not this binary (see initFile.open)
+	steward  *os.File  // Options.Steward, open for the runtime's life; nil: none
 	cg       *cgroups.Hierarchy
 	rootless bool
 	owner    string // "<pid>.<starttime>": names our cgroups so a later run can tell them from a live run's
@@ -144,7 +156,15 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	// saved fds, say) must never reach a sandbox: Go itself only passes
 	// what ExtraFiles names, so marking them costs nothing.
 	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	r := &Runtime{opts: opts, init: initBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(opts.Logf), boxes: map[string]*Sandbox{}, cpus: sandbox.NewCPUPicker(),
+	var stewardBin *os.File
+	if opts.Steward != "" {
+		f, err := openSteward(opts.Steward)
+		if err != nil {
+			opts.Logf("%v; idle sandboxes keep the Go init as pid 1", err)
+		}
+		stewardBin = f
+	}
+	r := &Runtime{opts: opts, init: initBin, steward: stewardBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(opts.Logf), boxes: map[string]*Sandbox{}, cpus: sandbox.NewCPUPicker(),
 		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID}
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
@@ -170,6 +190,9 @@ func (r *Runtime) PoolIdle() int {
 	return r.pool.idle()
 }
 
+// HasSteward reports whether sandboxes get the steward as their idle pid 1.
+func (r *Runtime) HasSteward() bool { return r.steward != nil }
+
 // Name implements sandbox.Runtime.
 func (r *Runtime) Name() string { return "native" }
 
@@ -188,7 +211,17 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.closed = true
 	boxes := slices.Collect(maps.Values(r.boxes))
 	r.mu.Unlock()
-	return sandbox.DestroyAll(ctx, boxes)
+	err := sandbox.DestroyAll(ctx, boxes)
+	// Safe now: a create under way either failed on closed or had sent
+	// its Config (the descriptor travels as a copy).
+	closeFile(r.steward)
+	return err
+}
+
+func closeFile(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
 }
 
 // cgroupPrefix starts every sandbox cgroup name.

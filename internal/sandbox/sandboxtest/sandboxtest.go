@@ -190,9 +190,17 @@ func Logf(backend string) func(string, ...any) {
 
 // NativeOptions are the options every test's native runtime starts from:
 // IRONCLAW_TEST_INIT_EXE names a cgo-free init binary for -race builds
-// (which need cgo, which the init refuses).
+// (which need cgo, which the init refuses); the steward is Steward's,
+// and pid 1 becomes it as soon as a sandbox is ready, so that the tests'
+// commands are the steward's, unless IRONCLAW_TEST_STEWARD_AFTER names a
+// delay (bench/run.sh gives the runtime's default, 250ms).
 func NativeOptions() native.Options {
-	return native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE")}
+	path, _ := Steward()
+	after := time.Nanosecond
+	if d, err := time.ParseDuration(os.Getenv("IRONCLAW_TEST_STEWARD_AFTER")); err == nil {
+		after = d
+	}
+	return native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), Steward: path, StewardAfter: after}
 }
 
 // Native is the test binary's shared native runtime.
@@ -209,6 +217,9 @@ func NewNative(t testing.TB, opts native.Options) *native.Runtime {
 	t.Helper()
 	if opts.Exe == "" {
 		opts.Exe = NativeOptions().Exe
+	}
+	if opts.Steward == "" {
+		opts.Steward, opts.StewardAfter = NativeOptions().Steward, NativeOptions().StewardAfter
 	}
 	rt, err := native.New(context.Background(), opts)
 	if err != nil {

@@ -39,6 +39,10 @@
 //	  |    (a write's pipe carries the upload framed: frame.go)
 //	  | <------------------------------- Reply{done|failed}
 //
+// pid 1 may be the Go init (inside/boot) or, once ready, the steward
+// (inside/steward, in C), which answers exec and signal requests in these
+// same messages; the daemon cannot tell them apart and need not.
+//
 // The child never learns anything about the host beyond what Config says,
 // and the parent never executes anything the child sends: replies are
 // only matched to pending requests by ID.
@@ -50,6 +54,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"golang.org/x/sys/unix"
@@ -118,6 +123,14 @@ type Config struct {
 	// daemon; once set up, pid 1's main thread writes "0" to it to move
 	// itself there (see native's reservePids), and closes it.
 	WorkloadTasks bool `json:"workload_tasks,omitempty"`
+	// Steward: the descriptor after the trees (before WorkloadTasks' one)
+	// is the steward's executable (O_PATH), which pid 1 executes in its
+	// own place once ready (see inside/steward). The daemon sends it only
+	// when it found a steward that speaks StewardProtocol.
+	Steward bool `json:"steward,omitempty"`
+	// StewardAfter is how long after "ready" pid 1 becomes the steward;
+	// 0: steward.FirstHandover.
+	StewardAfter time.Duration `json:"steward_after,omitempty"`
 	// RequireLandlock: fail on a kernel without landlock.
 	RequireLandlock bool `json:"require_landlock"`
 	// Gate: the gated programs to mask (and to run for approved execs).
@@ -171,6 +184,11 @@ type Reply struct {
 	Err    string `json:"err,omitempty"`
 	Size   int64  `json:"size,omitempty"`
 }
+
+// StewardProtocol is the marker a steward binary (inside/steward/csrc)
+// holds for the handover and message format it speaks: the daemon hands
+// a sandbox a steward only when its file holds this exact marker.
+const StewardProtocol = "ironclaw-steward protocol 1"
 
 // Conn is one end of the socketpair. Send is safe for concurrent use; Recv
 // must be called from one goroutine.
@@ -271,6 +289,24 @@ func (c *Conn) Recv(msg any) ([]*os.File, error) {
 	}
 	return files, nil
 }
+
+// FD is the connection's descriptor, for a pid 1 that hands the socket
+// across execve (inside/steward). It stays owned by c.
+func (c *Conn) FD() (int, error) {
+	rc, err := c.c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// SetReadDeadline bounds the wait of Recv; a Recv past it fails with an
+// error that wraps os.ErrDeadlineExceeded and reads nothing.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.c.SetReadDeadline(t) }
 
 // Close closes the connection; a blocked Recv returns.
 func (c *Conn) Close() error { return c.c.Close() }

@@ -18,7 +18,10 @@
 //     and seccomp last; all of it on every thread, so every command forked
 //     later inherits the same seal;
 //  4. serve requests until the daemon hangs up, then exit (which kills
-//     every process left in the sandbox's pid namespace). Commands are
+//     every process left in the sandbox's pid namespace). Where the daemon
+//     sent a steward (package steward), pid 1 becomes it once ready and
+//     comes back as this agent (Resume) only for what the steward does
+//     not serve. Commands are
 //     forked from the main thread only; on cgroup v1 the daemon puts that
 //     thread (alone, once the init is ready) into the pids cgroup's
 //     workload child, so what they fork cannot take the tasks reserved for
@@ -35,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/steward"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
@@ -57,12 +61,18 @@ func init() {
 	}
 }
 
-// IsInit reports whether this process was started as a sandbox init.
-func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == Arg0 }
+// IsInit reports whether this process was started as a sandbox init, or
+// resumed as pid 1 by the steward.
+func IsInit() bool {
+	return len(os.Args) > 0 && (os.Args[0] == Arg0 || os.Args[0] == steward.ResumeArg0)
+}
 
 // Main runs the sandbox init and never returns.
 func Main() {
-	if err := checkFreshNamespaces(); err != nil {
+	if os.Args[0] == steward.ResumeArg0 {
+		resume()
+	}
+	if err := checkFreshNamespaces(ctlFD); err != nil {
 		fmt.Fprintf(os.Stderr, "ironclaw: sandbox init refused to run: %v\n", err)
 		os.Exit(ExitRefused)
 	}
@@ -82,6 +92,12 @@ func Main() {
 	var workloadTasks *os.File
 	if cfg.WorkloadTasks && len(trees) > 0 {
 		workloadTasks, trees = trees[len(trees)-1], trees[:len(trees)-1]
+	}
+	var progs *programs
+	if cfg.Steward && len(trees) > 0 {
+		var stewardExe *os.File
+		stewardExe, trees = trees[len(trees)-1], trees[:len(trees)-1]
+		progs = keepPrograms(&cfg, stewardExe)
 	}
 	listeners, err := setUp(&cfg, trees)
 	wire.CloseAll(trees)
@@ -103,7 +119,11 @@ func Main() {
 		os.Exit(1)
 	}
 	go settle()
-	serve(conn)
+	after := steward.FirstHandover
+	if cfg.StewardAfter > 0 {
+		after = cfg.StewardAfter
+	}
+	serve(conn, nil, progs, time.Now().Add(after))
 	os.Exit(0)
 }
 
@@ -124,7 +144,7 @@ func settle() {
 // checkFreshNamespaces refuses to continue unless we are pid 1 of a new pid
 // namespace inside a user namespace that does not map host root, and the
 // control socket is where it should be. It has no side effects.
-func checkFreshNamespaces() error {
+func checkFreshNamespaces(ctl int) error {
 	if os.Getpid() != 1 {
 		return fmt.Errorf("not pid 1 of a new pid namespace (pid %d); this entry is started only by the IronClaw runtime", os.Getpid())
 	}
@@ -141,9 +161,9 @@ func checkFreshNamespaces() error {
 			return fmt.Errorf("user namespace maps host root (uid_map %q); refusing", line)
 		}
 	}
-	typ, err := unix.GetsockoptInt(ctlFD, unix.SOL_SOCKET, unix.SO_TYPE)
+	typ, err := unix.GetsockoptInt(ctl, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err != nil || typ != unix.SOCK_SEQPACKET {
-		return fmt.Errorf("descriptor %d is not the runtime's control socket", ctlFD)
+		return fmt.Errorf("descriptor %d is not the runtime's control socket", ctl)
 	}
 	return nil
 }

@@ -6,10 +6,13 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside/execpath"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside/gaterun"
+	"github.com/ironclaw/ironclaw/internal/sandbox/inside/steward"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
@@ -30,12 +33,31 @@ type agent struct {
 	// landlock ABI 8 each thread has a sibling domain of its own and only
 	// the forking thread's domain may signal the commands.
 	onMain chan func()
+
+	// progs are the programs to hand pid 1 to the steward with once idle
+	// (steward.go); nil: this agent stays pid 1. Read and cleared by the
+	// reader only.
+	progs *programs
+	// handOverAt is when the first handover is due, unless a file
+	// operation puts it off.
+	handOverAt time.Time
+	// fileOps counts the file operations under way: none may be cut
+	// short by the handover.
+	fileOps atomic.Int32
 }
 
-func serve(conn *wire.Conn) {
-	a := &agent{conn: conn, running: map[int]uint64{}, pgids: map[uint64]int{}, onMain: make(chan func())}
+// serve serves the daemon's requests until it hangs up. runs are the
+// commands a steward handed over; progs, the programs to hand pid 1 to
+// the steward with (nil: never), at handOverAt or once idle after it.
+func serve(conn *wire.Conn, runs []steward.Run, progs *programs, handOverAt time.Time) {
+	a := &agent{conn: conn, running: map[int]uint64{}, pgids: map[uint64]int{}, onMain: make(chan func()), progs: progs, handOverAt: handOverAt}
+	for _, r := range runs {
+		a.running[r.Pid] = r.ID
+		a.pgids[r.ID] = r.Pid
+	}
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGCHLD)
+	kickReaper(sigc) // children that exited while the steward was pid 1
 	go a.reap(sigc)
 	go a.read()
 	for job := range a.onMain {
@@ -46,10 +68,25 @@ func serve(conn *wire.Conn) {
 // read dispatches requests until the daemon hangs up.
 func (a *agent) read() {
 	defer close(a.onMain)
+	// Only what the steward does not serve keeps this agent pid 1: the
+	// handover is due IdleBeforeSteward after the last file operation,
+	// however many commands start meanwhile.
+	due := a.handOverAt
 	for {
+		if a.progs != nil {
+			_ = a.conn.SetReadDeadline(due)
+		}
 		var req wire.Request
 		files, err := a.conn.Recv(&req)
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if a.fileOps.Load() == 0 {
+					a.handToSteward() // returns only if the steward did not start
+				} else {
+					due = time.Now().Add(steward.IdleBeforeSteward) // one is still under way
+				}
+				continue
+			}
 			// The daemon hung up (or sent something malformed, its bug):
 			// either way pid 1 leaves, and the sandbox with it.
 			return
@@ -61,16 +98,29 @@ func (a *agent) read() {
 			wire.CloseAll(files)
 			a.onMain <- func() { a.signal(req) }
 		case wire.OpWrite:
-			go a.writeFile(req, files)
+			due = time.Now().Add(steward.IdleBeforeSteward)
+			a.fileOp(func() { a.writeFile(req, files) })
 		case wire.OpRead:
-			go a.readFile(req, files)
+			due = time.Now().Add(steward.IdleBeforeSteward)
+			a.fileOp(func() { a.readFile(req, files) })
 		case wire.OpList:
-			go a.listDir(req, files)
+			due = time.Now().Add(steward.IdleBeforeSteward)
+			a.fileOp(func() { a.listDir(req, files) })
 		default:
 			wire.CloseAll(files)
 			a.fail(req.ID, "bad-request", 0, fmt.Errorf("unknown op %q", req.Op))
 		}
 	}
+}
+
+// fileOp runs one file operation in its own goroutine, counted until its
+// last reply is sent.
+func (a *agent) fileOp(op func()) {
+	a.fileOps.Add(1)
+	go func() {
+		defer a.fileOps.Add(-1)
+		op()
+	}()
 }
 
 func (a *agent) fail(id uint64, code string, errno syscall.Errno, err error) {
@@ -221,12 +271,12 @@ func (a *agent) reapPid(pid int) {
 		} else {
 			delete(a.running, pid)
 			delete(a.pgids, id)
+			// Sent under a.mu, so a handover to the steward (which holds
+			// it) never finds the command reaped and its exit unsent.
+			_ = a.conn.Send(wire.Reply{Op: wire.OpExited, ID: id, Status: int(ws)})
 		}
 	}
 	a.mu.Unlock()
-	if ours {
-		_ = a.conn.Send(wire.Reply{Op: wire.OpExited, ID: id, Status: int(ws)})
-	}
 }
 
 // reap collects every child, ours or orphaned ones reparented to pid 1.
@@ -243,14 +293,12 @@ func (a *agent) reap(sigc <-chan os.Signal) {
 				delete(a.running, pid)
 				if ours {
 					delete(a.pgids, id)
+					_ = a.conn.Send(wire.Reply{Op: wire.OpExited, ID: id, Status: int(ws)}) // under a.mu, as in reapPid
 				}
 			}
 			a.mu.Unlock()
 			if err != nil || pid <= 0 {
 				break
-			}
-			if ours {
-				_ = a.conn.Send(wire.Reply{Op: wire.OpExited, ID: id, Status: int(ws)})
 			}
 		}
 	}
