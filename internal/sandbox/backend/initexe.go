@@ -22,18 +22,16 @@ const InitExeName = "ironclaw-sandbox"
 const StewardExeName = "ironclaw-steward"
 
 // StewardExe finds the steward beside the init binary initExe (or beside
-// the running executable when initExe is ""), and says why not when
-// there is none or it does not fit this build; sandboxes then keep the Go
-// init as pid 1, which works, only with more memory and threads each.
+// the running executable when initExe is ""), and says why not when there
+// is none; native.New checks it speaks this build's protocol. Without it
+// sandboxes keep the Go init as pid 1, which works, only with more memory
+// and threads each.
 func StewardExe(initExe string) (path string, why string) {
 	dir := filepath.Dir(initExe)
 	if initExe == "" {
-		self, err := os.Executable()
+		self, err := resolvedSelf()
 		if err != nil {
 			return "", fmt.Sprintf("finding this executable: %v", err)
-		}
-		if resolved, err := filepath.EvalSymlinks(self); err == nil {
-			self = resolved
 		}
 		dir = filepath.Dir(self)
 	}
@@ -41,7 +39,7 @@ func StewardExe(initExe string) (path string, why string) {
 	if _, err := os.Stat(path); err != nil {
 		return "", fmt.Sprintf("no %s in %s", StewardExeName, dir)
 	}
-	return path, "" // native.New checks it speaks this build's protocol
+	return path, ""
 }
 
 // InitExe finds the binary backends should run inside sandboxes when no
@@ -51,12 +49,9 @@ func StewardExe(initExe string) (path string, why string) {
 // executable) and why not when there is none or it does not fit; a caller
 // logs the reason, since the fallback works, only slower.
 func InitExe() (path string, why string) {
-	self, err := os.Executable()
+	self, err := resolvedSelf()
 	if err != nil {
 		return "", fmt.Sprintf("finding this executable: %v", err)
-	}
-	if resolved, err := filepath.EvalSymlinks(self); err == nil {
-		self = resolved
 	}
 	path = filepath.Join(filepath.Dir(self), InitExeName)
 	if err := checkInitExe(path); err != nil {
@@ -66,6 +61,18 @@ func InitExe() (path string, why string) {
 		return "", err.Error()
 	}
 	return path, ""
+}
+
+// resolvedSelf is the running executable, after symlinks.
+func resolvedSelf() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if resolved, err := filepath.EvalSymlinks(self); err == nil {
+		self = resolved
+	}
+	return self, nil
 }
 
 // checkInitExe says why path cannot be this build's init, or nil.
