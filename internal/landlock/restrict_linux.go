@@ -80,92 +80,131 @@ func Restrict(r Rules) (Status, error) {
 	return restrict(r, abi)
 }
 
-// restrict does the work of Restrict for a kernel that reports abi. Tests
-// pass a lower abi than the kernel's to exercise what an older kernel would
-// be sent; the kernel accepts that, as every ABI is a superset of the last.
-func restrict(r Rules, abi int) (Status, error) {
+// Ruleset is the ruleset Restrict makes of Rules for one kernel ABI,
+// written out: for a process that restricts itself without this package
+// (a sandbox's pid 1 in C, see inside/steward), which then makes the same
+// calls with the same values. Paths are opened, and a missing one skipped,
+// when the rules are added; each gets Dir on a directory, File on
+// anything else (a zero grant adds no rule).
+type Ruleset struct {
+	HandledFS, HandledNet, Scoped uint64
+	// AttrSize is how much of struct landlock_ruleset_attr to pass.
+	AttrSize int
+	Paths    []PathRule
+	Ports    []PortRule
+	// ExecFile is the grant of each of Rules.ExecFiles.
+	ExecFile uint64
+}
+
+// PathRule grants Dir beneath a directory at Path, or File on the file.
+type PathRule struct {
+	Path      string
+	Dir, File uint64
+}
+
+// PortRule allows Access (connect or bind) on one TCP port.
+type PortRule struct {
+	Port   uint16
+	Access uint64
+}
+
+// Prepare returns the ruleset Restrict would make of r on a kernel that
+// reports abi (0: none, an empty Ruleset), and what that kernel cannot
+// enforce of it.
+func Prepare(r Rules, abi int) (Ruleset, Status, error) {
 	if err := validate(r); err != nil {
-		return Status{}, err
+		return Ruleset{}, Status{}, err
+	}
+	if abi <= 0 {
+		return Ruleset{}, Status{Missing: []string{"landlock is not available on this kernel"}}, nil
 	}
 	known := min(abi, maxKnownABI)
 
 	st := Status{ABI: abi, Missing: limitations(abi, r)}
-	handledFS := fsRights(known)
-	handledNet := netRights(known)
-	scoped := requestedScopes(r) & scopeRights(known)
+	rs := Ruleset{HandledFS: fsRights(known), HandledNet: netRights(known), AttrSize: int(rulesetAttrSize(known))}
+	rs.Scoped = requestedScopes(r) & scopeRights(known)
 	errata := queryErrata()
-	if scoped&unix.LANDLOCK_SCOPE_SIGNAL != 0 && known < 8 && errata&errataScopedSignal == 0 {
+	if rs.Scoped&unix.LANDLOCK_SCOPE_SIGNAL != 0 && known < 8 && errata&errataScopedSignal == 0 {
 		// Without erratum 2, a thread that restricted itself with a signal
 		// scope may not signal its still-unrestricted sibling threads, and
 		// the Go runtime signals each thread to run the per-thread
 		// restriction: it would wait forever.
-		scoped &^= unix.LANDLOCK_SCOPE_SIGNAL
+		rs.Scoped &^= unix.LANDLOCK_SCOPE_SIGNAL
 		st.Missing = append(st.Missing, "signal scoping skipped: this kernel lacks landlock erratum 2 (signals between threads of one process), which per-thread restriction needs")
 	}
-
-	if scoped != 0 && known < 8 {
+	if rs.Scoped != 0 && known < 8 {
 		// Measured on ABI 7: a child forked from thread A gets EPERM when
 		// thread B signals it, because A and B hold sibling domains, each
 		// outside the other's scope.
 		st.Missing = append(st.Missing, "scopes are per thread before landlock ABI 8 (kernel 7.0): a process forked from one thread of this process cannot be signalled, nor its abstract unix sockets reached, from another thread or from processes forked by another thread")
 	}
-	if handledNet != 0 && errata&errataTCPOnly != 0 {
+	if rs.HandledNet != 0 && errata&errataTCPOnly != 0 {
 		st.Missing = append(st.Missing, "tcp port rules cover TCP sockets only: MPTCP (Go's net.Listen default), SCTP and SMC stream sockets can bind and connect to any port; block them with seccomp or net.mptcp.enabled=0")
 	}
-
-	attr := unix.LandlockRulesetAttr{
-		Handled_access_fs:  handledFS,
-		Handled_access_net: handledNet,
-		Scoped:             scoped,
+	for _, g := range []struct {
+		paths []string
+		want  uint64
+	}{{r.ReadExec, grantReadExec}, {r.ReadWrite, grantReadWrite}, {r.Devices, grantDevice}} {
+		for _, p := range g.paths {
+			rs.Paths = append(rs.Paths, PathRule{Path: p, Dir: pathGrant(g.want, rs.HandledFS, true), File: pathGrant(g.want, rs.HandledFS, false)})
+		}
 	}
-	fd, err := createRuleset(&attr, rulesetAttrSize(known))
+	rs.ExecFile = pathGrant(grantReadExec, rs.HandledFS, false)
+	if rs.HandledNet != 0 {
+		for _, p := range r.ConnectTCP {
+			rs.Ports = append(rs.Ports, PortRule{Port: p, Access: unix.LANDLOCK_ACCESS_NET_CONNECT_TCP})
+		}
+		for _, p := range r.BindTCP {
+			rs.Ports = append(rs.Ports, PortRule{Port: p, Access: unix.LANDLOCK_ACCESS_NET_BIND_TCP})
+		}
+	}
+	st.Filesystem = rs.HandledFS != 0
+	st.Network = rs.HandledNet != 0
+	st.Scopes = rs.Scoped != 0
+	return rs, st, nil
+}
+
+// restrict does the work of Restrict for a kernel that reports abi. Tests
+// pass a lower abi than the kernel's to exercise what an older kernel would
+// be sent; the kernel accepts that, as every ABI is a superset of the last.
+func restrict(r Rules, abi int) (Status, error) {
+	rs, st, err := Prepare(r, abi)
+	if err != nil {
+		return Status{}, err
+	}
+	known := min(abi, maxKnownABI)
+	attr := unix.LandlockRulesetAttr{
+		Handled_access_fs:  rs.HandledFS,
+		Handled_access_net: rs.HandledNet,
+		Scoped:             rs.Scoped,
+	}
+	fd, err := createRuleset(&attr, uintptr(rs.AttrSize))
 	if err != nil {
 		return Status{}, fmt.Errorf("landlock: create ruleset (ABI %d): %w", abi, err)
 	}
 	defer unix.Close(fd)
 
-	groups := []struct {
-		name  string
-		paths []string
-		want  uint64
-	}{
-		{"read-exec", r.ReadExec, grantReadExec},
-		{"read-write", r.ReadWrite, grantReadWrite},
-		{"device", r.Devices, grantDevice},
-	}
-	for _, g := range groups {
-		for _, p := range g.paths {
-			added, err := addPathRule(fd, p, g.want, handledFS)
-			if err != nil {
-				return Status{}, fmt.Errorf("landlock: %s rule for %q: %w", g.name, p, err)
-			}
-			if !added {
-				st.Missing = append(st.Missing, fmt.Sprintf("%s path %q does not exist: rule skipped", g.name, p))
-			}
+	for i, pr := range rs.Paths {
+		added, err := addPathRule(fd, pr)
+		if err != nil {
+			return Status{}, fmt.Errorf("landlock: %s rule for %q: %w", ruleGroup(r, i), pr.Path, err)
+		}
+		if !added {
+			st.Missing = append(st.Missing, fmt.Sprintf("%s path %q does not exist: rule skipped", ruleGroup(r, i), pr.Path))
 		}
 	}
-
 	for _, f := range r.ExecFiles {
-		if err := addFDRule(fd, f, grantReadExec, handledFS); err != nil {
+		if err := addFDRule(fd, f, PathRule{File: rs.ExecFile}); err != nil {
 			return Status{}, fmt.Errorf("landlock: read-exec rule for descriptor %d: %w", f, err)
 		}
 	}
-
-	if handledNet != 0 {
-		ports := []struct {
-			name   string
-			ports  []uint16
-			access uint64
-		}{
-			{"connect", r.ConnectTCP, unix.LANDLOCK_ACCESS_NET_CONNECT_TCP},
-			{"bind", r.BindTCP, unix.LANDLOCK_ACCESS_NET_BIND_TCP},
-		}
-		for _, pg := range ports {
-			for _, port := range pg.ports {
-				if err := addPortRule(fd, port, pg.access); err != nil {
-					return Status{}, fmt.Errorf("landlock: tcp %s rule for port %d: %w", pg.name, port, err)
-				}
+	for _, p := range rs.Ports {
+		if err := addPortRule(fd, p.Port, p.Access); err != nil {
+			name := "bind"
+			if p.Access == unix.LANDLOCK_ACCESS_NET_CONNECT_TCP {
+				name = "connect"
 			}
+			return Status{}, fmt.Errorf("landlock: tcp %s rule for port %d: %w", name, p.Port, err)
 		}
 	}
 
@@ -178,10 +217,19 @@ func restrict(r Rules, abi int) (Status, error) {
 	if err := restrictAllThreads(fd, known); err != nil {
 		return Status{}, err
 	}
-	st.Filesystem = handledFS != 0
-	st.Network = handledNet != 0
-	st.Scopes = scoped != 0
 	return st, nil
+}
+
+// ruleGroup names the group of Rules that Prepare's i-th path rule came
+// from, for messages.
+func ruleGroup(r Rules, i int) string {
+	switch {
+	case i < len(r.ReadExec):
+		return "read-exec"
+	case i < len(r.ReadExec)+len(r.ReadWrite):
+		return "read-write"
+	}
+	return "device"
 }
 
 // validate rejects rules that cannot mean anything sensible.
@@ -245,10 +293,10 @@ func createRuleset(attr *unix.LandlockRulesetAttr, size uintptr) (int, error) {
 	return int(fd), nil
 }
 
-// addPathRule grants want (limited to handled) beneath path. It reports
-// false, without error, when path does not exist.
-func addPathRule(rulesetFD int, path string, want, handled uint64) (bool, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+// addPathRule adds pr for the file or directory at its path. It reports
+// false, without error, when the path does not exist.
+func addPathRule(rulesetFD int, pr PathRule) (bool, error) {
+	fd, err := unix.Open(pr.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		return false, nil
 	}
@@ -256,16 +304,19 @@ func addPathRule(rulesetFD int, path string, want, handled uint64) (bool, error)
 		return false, fmt.Errorf("open: %w", err)
 	}
 	defer unix.Close(fd)
-	return true, addFDRule(rulesetFD, fd, want, handled)
+	return true, addFDRule(rulesetFD, fd, pr)
 }
 
-// addFDRule adds the rule for the file or directory open at fd.
-func addFDRule(rulesetFD, fd int, want, handled uint64) error {
+// addFDRule adds pr for the file or directory open at fd.
+func addFDRule(rulesetFD, fd int, pr PathRule) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("stat: %w", err)
 	}
-	grant := pathGrant(want, handled, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+	grant := pr.File
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		grant = pr.Dir
+	}
 	if grant == 0 {
 		// The kernel rejects an empty grant (ENOMSG); nothing to allow here.
 		return nil

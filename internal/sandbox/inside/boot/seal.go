@@ -11,18 +11,11 @@ import (
 	"unsafe"
 
 	"github.com/ironclaw/ironclaw/internal/landlock"
-	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/setup"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"github.com/ironclaw/ironclaw/internal/seccomp"
 	"golang.org/x/sys/unix"
 )
-
-// rlimits are the seal's rlimits this init knows how to set.
-var rlimits = map[string]int{
-	seal.RlimitNofile:   unix.RLIMIT_NOFILE,
-	seal.RlimitCore:     unix.RLIMIT_CORE,
-	seal.RlimitMsgqueue: unix.RLIMIT_MSGQUEUE,
-}
 
 // applySeal removes every privilege the init still has, on every thread,
 // as cfg.Seal says, in the only order that works: the bounding set needs
@@ -35,7 +28,7 @@ func applySeal(cfg *wire.Config) error {
 		return errors.New("the native init only seals: no capability, and no_new_privs")
 	}
 	for _, rl := range sl.Rlimits {
-		res, ok := rlimits[rl.Name]
+		res, ok := setup.Rlimits[rl.Name]
 		if !ok {
 			return fmt.Errorf("rlimit %s: not known to the native init", rl.Name)
 		}

@@ -3,83 +3,27 @@ package boot
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
-	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
 
-// What a sandbox may know of its own limits. Runtimes size themselves from
-// them (the JVM's and Node's heaps from the memory limit, Go's GOMAXPROCS
-// from the CPU quota, thread pools from the CPU count), and with the
-// host's values they would plan for a machine they do not have.
-
-// makeSys builds /sys: a read-only tmpfs that holds nothing but fs/cgroup,
-// the sandbox's own cgroup (read-only), mounted inside its cgroup
-// namespace so its root is the sandbox's cgroup: cgroup2 on v2, one mount
-// per v1 hierarchy otherwise (named by its controllers, with symlinks for
-// each, as systemd lays them out).
-func makeSys(sys string, view wire.CgroupView) error {
-	const ro = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	if err := os.Mkdir(sys, 0o555); err != nil {
-		return err
-	}
-	if err := unix.Mount("tmpfs", sys, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,nr_inodes=16,mode=0755"); err != nil {
-		return fmt.Errorf("/sys tmpfs: %w", err)
-	}
-	cg := filepath.Join(sys, "fs", "cgroup")
-	if err := os.MkdirAll(cg, 0o755); err != nil {
-		return err
-	}
-	switch view.Version {
-	case 2:
-		if err := unix.Mount("cgroup2", cg, "cgroup2", ro, ""); err != nil {
-			return fmt.Errorf("cgroup view: %w", err)
-		}
-	case 1:
-		if err := unix.Mount("tmpfs", cg, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,nr_inodes=32,mode=0755"); err != nil {
-			return fmt.Errorf("cgroup view tmpfs: %w", err)
-		}
-		for _, m := range view.V1 {
-			d := filepath.Join(cg, m.Name)
-			if err := os.Mkdir(d, 0o555); err != nil {
-				return err
-			}
-			if err := unix.Mount("cgroup", d, "cgroup", ro, m.Name); err != nil {
-				return fmt.Errorf("cgroup view %s: %w", m.Name, err)
-			}
-			for _, l := range m.Links {
-				if err := os.Symlink(m.Name, filepath.Join(cg, l)); err != nil {
-					return err
-				}
-			}
-		}
-		if err := unix.Mount("", cg, "", unix.MS_REMOUNT|ro, ""); err != nil {
-			return fmt.Errorf("cgroup view tmpfs read-only: %w", err)
-		}
-	}
-	if err := unix.Mount("", sys, "", unix.MS_REMOUNT|ro, ""); err != nil {
-		return fmt.Errorf("/sys read-only: %w", err)
-	}
-	return nil
-}
-
 // pinCPUs gives the calling thread, the one every command is forked from,
-// the affinity mask cpus (none: leave it). Commands inherit it, so
+// the affinity mask of the CPUs listed ("0,3"). Commands inherit it, so
 // sched_getaffinity (nproc, Go's runtime.NumCPU, Node's
 // os.availableParallelism) counts what the CPU limit allows.
-func pinCPUs(cpus []int) error {
-	if len(cpus) == 0 {
-		return nil
-	}
+func pinCPUs(list string) error {
 	var set unix.CPUSet
-	for _, c := range cpus {
+	for _, f := range strings.Split(list, ",") {
+		c, err := strconv.Atoi(f)
+		if err != nil || c < 0 {
+			return fmt.Errorf("CPU affinity %q: bad CPU %q", list, f)
+		}
 		set.Set(c)
 	}
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return fmt.Errorf("CPU affinity %v: %w", cpus, err)
+		return fmt.Errorf("CPU affinity %s: %w", list, err)
 	}
 	return nil
 }

@@ -1,0 +1,113 @@
+package setup
+
+import (
+	"testing"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
+)
+
+func defaultConfig(t *testing.T) *wire.Config {
+	t.Helper()
+	s, err := seal.New(sandbox.Spec{}.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &wire.Config{Seal: *s, Cgroup: wire.CgroupView{Version: 2}, CPUs: []int{0, 1}, Listen: []uint16{8080}}
+}
+
+// index is the position of the first step with op (and path, if given).
+func index(steps []Step, op Op, path string) int {
+	for i, s := range steps {
+		if s.Op == op && (path == "" || s.Path == path) {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestRootOrder(t *testing.T) {
+	cfg := defaultConfig(t)
+	steps, err := Root(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	private, root, pivot := index(steps, OpPrivate, ""), index(steps, OpRoot, ""), index(steps, OpPivot, "")
+	if private != 0 || root < 0 || pivot < root {
+		t.Fatalf("private at %d, root at %d, pivot at %d", private, root, pivot)
+	}
+	for i, s := range steps {
+		if s.Op == OpOpen && i > root {
+			t.Errorf("source %s opened at step %d, after the root tmpfs (%d) hides what it covers", s.Path, i, root)
+		}
+		if s.Op == OpBind && (s.Slot < 0 || int(s.Slot) >= len(steps)) {
+			t.Errorf("bind %s names source %d", s.Path, s.Slot)
+		}
+	}
+	ro := -1
+	for i, s := range steps {
+		if s.Op == OpMount && s.Path == "/" && s.Flags != 0 {
+			ro = i
+		}
+	}
+	if ro < 0 || ro != pivot-1 {
+		t.Errorf("the read-only remount of the root is at %d, want just before the pivot (%d)", ro, pivot)
+	}
+	for _, q := range cfg.Seal.MaskedPaths {
+		if i := index(steps, OpMask, q); i < 0 || i > pivot {
+			t.Errorf("masked path %s at step %d", q, i)
+		}
+	}
+	for _, op := range []Op{OpHostname, OpLoopback, OpCPUs, OpListen} {
+		if i := index(steps, op, ""); i < pivot {
+			t.Errorf("op %d at step %d, before the pivot (%d)", op, i, pivot)
+		}
+	}
+	if i := index(steps, OpCPUs, ""); i < 0 || steps[i].Data != "0,1" {
+		t.Errorf("CPUs step: %+v", steps[i])
+	}
+	if index(steps, OpGate, "") >= 0 || index(steps, OpUnshareCgroup, "") >= 0 {
+		t.Error("a gate or a cgroup unshare nobody asked for")
+	}
+}
+
+// The mount trees the daemon sends are the first slots: their sources are
+// not opened again.
+func TestRootUsesTrees(t *testing.T) {
+	cfg := defaultConfig(t)
+	all, err := Root(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	for _, s := range all {
+		if s.Op == OpOpen {
+			first = s.Path
+			break
+		}
+	}
+	if first == "" {
+		t.Fatal("the default root opens no host source")
+	}
+	cfg.Sources = []string{first}
+	steps, err := Root(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if index(steps, OpOpen, first) >= 0 {
+		t.Errorf("%s came as a tree and is opened again", first)
+	}
+	if got, want := len(steps), len(all)-1; got != want {
+		t.Errorf("%d steps with one tree, want %d", got, want)
+	}
+}
+
+func TestRootRefusesABadRoot(t *testing.T) {
+	cfg := defaultConfig(t)
+	cfg.Seal.Root = append(cfg.Seal.Root, cfg.Seal.Root[0])
+	cfg.Seal.Root[len(cfg.Seal.Root)-1].Path = "relative"
+	if _, err := Root(cfg, 0); err == nil {
+		t.Fatal("a relative root path was compiled")
+	}
+}
