@@ -33,7 +33,7 @@ STEWARD_CFLAGS := -O2 -static -s -Wall -Wextra -Werror -D_FORTIFY_SOURCE=2 -fsta
 ## build: bin/ironclaw (the CLI), bin/ironclaw-full (the whole CLI, daemon included: ironclaw serve runs it), bin/ironclaw-sandbox (the small in-sandbox init) and bin/ironclaw-steward (an idle sandbox's pid 1, in C), side by side (the default)
 build:
 	$(GO) build -o bin/ ./cmd/ironclaw ./cmd/ironclaw-full ./cmd/ironclaw-sandbox
-	$(CC) $(STEWARD_CFLAGS) -o bin/ironclaw-steward internal/sandbox/inside/steward/csrc/steward.c
+	$(CC) $(STEWARD_CFLAGS) -o bin/ironclaw-steward internal/sandbox/inside/steward/csrc/steward.c internal/sandbox/inside/steward/csrc/setup.c
 
 ## help: this list
 help:

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
+	"github.com/ironclaw/ironclaw/internal/sandbox/setup"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
@@ -147,8 +149,13 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		return nil, err
 	}
 	defer devNull.Close()
-	exe, closeExe := r.opts.Exe, func() {}
-	if r.init != nil {
+	exe, closeExe, argv := r.opts.Exe, func() {}, initArgv
+	// The C init builds and seals sandboxes the Go init would, but for
+	// gated ones (the gate table is Go's).
+	cInit := r.opts.CInit && r.steward != nil && r.landlockABI >= 0 && len(cfg.Gate) == 0
+	if cInit {
+		exe, argv = "/proc/self/fd/"+strconv.Itoa(int(r.steward.Fd())), stewardInitArgv
+	} else if r.init != nil {
 		if exe, closeExe, err = r.init.open(); err != nil {
 			conn.Close()
 			errR.Close()
@@ -161,15 +168,15 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		Files: []*os.File{devNull, devNull, errW, childEnd},
 		Sys:   sys,
 	}
-	proc, err := r.spawn.start(ctx, exe, initArgv, attr, inside)
+	proc, err := r.spawn.start(ctx, exe, argv, attr, inside)
 	if inside != nil && errors.Is(err, cgroups.ErrNotSupported) {
 		r.noteOnce(&r.noForkInside, fmt.Sprintf("sandbox inits are moved into their cgroups after the fork, which waits for the kernel: %v", err))
 		inside = nil
 		sys.Cloneflags &^= syscall.CLONE_NEWCGROUP
 		cfg.UnshareCgroup = true
-		proc, err = r.spawn.start(ctx, exe, initArgv, attr, nil)
+		proc, err = r.spawn.start(ctx, exe, argv, attr, nil)
 	}
-	if r.init != nil && errors.Is(err, fs.ErrPermission) {
+	if !cInit && r.init != nil && errors.Is(err, fs.ErrPermission) {
 		// The magic link was refused (EACCES) in a benchmark process
 		// that had driven the runc, runsc and Docker backends before; the
 		// cause is not known. The path itself, walked as the sandbox's
@@ -207,17 +214,11 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	}
 	r.protectInit(cfg, proc.Pid)
 	trees := r.openTrees(cfg)
-	files := trees
-	if r.steward != nil {
-		cfg.Steward = true
-		cfg.StewardAfter = r.opts.StewardAfter
-		files = append(files, r.steward)
+	if cInit {
+		err = r.sendPlan(conn, cfg, trees, workloadTasks)
+	} else {
+		err = r.sendConfig(conn, cfg, trees, workloadTasks)
 	}
-	if workloadTasks != nil {
-		cfg.WorkloadTasks = true
-		files = append(files, workloadTasks)
-	}
-	err = conn.Send(cfg, files...)
 	for _, f := range trees {
 		f.Close()
 	}
@@ -239,6 +240,63 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	r.mu.Unlock()
 	go b.readReplies()
 	return b, nil
+}
+
+// sendConfig sends the Go init its Config, with the trees, the steward
+// (the program pid 1 becomes once idle) and the workload tasks file.
+func (r *Runtime) sendConfig(conn *wire.Conn, cfg *wire.Config, trees []*os.File, workloadTasks *os.File) error {
+	files := trees
+	if r.steward != nil {
+		cfg.Steward = true
+		cfg.StewardAfter = r.opts.StewardAfter
+		files = append(files, r.steward)
+	}
+	if workloadTasks != nil {
+		cfg.WorkloadTasks = true
+		files = append(files, workloadTasks)
+	}
+	return conn.Send(cfg, files...)
+}
+
+// sendPlan sends the C init the plan of cfg (package setup), with the
+// trees, the Go agent it hands pid 1 to for file operations, and the
+// workload tasks file.
+func (r *Runtime) sendPlan(conn *wire.Conn, cfg *wire.Config, trees []*os.File, workloadTasks *os.File) error {
+	plan, err := setup.Compile(cfg, len(trees), r.landlockABI)
+	if err != nil {
+		return err
+	}
+	var flags uint32
+	if workloadTasks != nil {
+		flags |= setup.FlagWorkloadTasks
+	}
+	b, err := setup.Encode(plan, flags)
+	if err != nil {
+		return err
+	}
+	agent, err := r.openAgent()
+	if err != nil {
+		return err
+	}
+	defer agent.Close()
+	files := append(append([]*os.File(nil), trees...), agent)
+	if workloadTasks != nil {
+		files = append(files, workloadTasks)
+	}
+	return conn.SendBytes(b, files...)
+}
+
+// openAgent opens the Go init (O_PATH) for the C init to hand pid 1 to.
+func (r *Runtime) openAgent() (*os.File, error) {
+	path := r.opts.Exe
+	if r.init != nil {
+		path = r.init.path
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: opening the sandbox agent %s: %v", sandbox.ErrUnsupported, path, err)
+	}
+	return os.NewFile(uintptr(fd), "agent"), nil
 }
 
 // awaitReady waits for the init's first reply.

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
+	"github.com/ironclaw/ironclaw/internal/landlock"
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
@@ -60,6 +61,13 @@ type Options struct {
 	// first commands do not wait for the execve). The tests make it at
 	// once, so that their commands exercise the steward.
 	StewardAfter time.Duration
+	// CInit starts every sandbox without gated programs with the steward
+	// as its init: it builds the root and seals itself from the plan the
+	// daemon compiles (package setup), with no Go runtime, and hands pid
+	// 1 to the Go agent only for what it does not serve. It needs
+	// Steward. Off by default until its start is measured against the Go
+	// init's; the tests turn it on.
+	CInit bool
 	// HostIDBase overrides DefaultHostIDBase (root mode only).
 	HostIDBase int
 	// RequireLandlock makes Create fail on kernels without landlock
@@ -86,17 +94,21 @@ type Options struct {
 // Runtime is the native backend. It is safe for concurrent use; Close
 // destroys every sandbox it still holds.
 type Runtime struct {
-	opts     Options
-	init     *initFile // Options.Exe when it is not this binary (see initFile.open)
-	steward  *os.File  // Options.Steward, open for the runtime's life; nil: none
-	cg       *cgroups.Hierarchy
-	rootless bool
-	owner    string // "<pid>.<starttime>": names our cgroups so a later run can tell them from a live run's
-	hostUID  int    // the sandbox user's uid and gid as the host sees them
-	hostGID  int
-	spawn    *spawner
-	pool     *pool // nil when Options.PoolSize is 0
-	cpus     *sandbox.CPUPicker
+	opts    Options
+	init    *initFile // Options.Exe when it is not this binary (see initFile.open)
+	steward *os.File  // Options.Steward, open for the runtime's life; nil: none
+	// landlockABI is the kernel's landlock ABI (0: none), which the C
+	// init's plan is compiled for; -1: unknown, the Go init makes every
+	// sandbox.
+	landlockABI int
+	cg          *cgroups.Hierarchy
+	rootless    bool
+	owner       string // "<pid>.<starttime>": names our cgroups so a later run can tell them from a live run's
+	hostUID     int    // the sandbox user's uid and gid as the host sees them
+	hostGID     int
+	spawn       *spawner
+	pool        *pool // nil when Options.PoolSize is 0
+	cpus        *sandbox.CPUPicker
 
 	notesMu                      sync.Mutex // guards the flags below: things logged once
 	noSplit, noOOM, noForkInside bool
@@ -168,6 +180,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID}
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
+	}
+	if r.landlockABI, err = landlock.ABI(); err != nil {
+		opts.Logf("%v; every sandbox gets the Go init", err)
+		r.landlockABI = -1
 	}
 	if opts.PoolSize > 0 {
 		r.pool = newPool(r, opts.PoolSize)
@@ -403,6 +419,10 @@ func (f initFile) open() (string, func(), error) {
 
 // initArgv is the sandbox init's command line; see boot.IsInit.
 var initArgv = []string{boot.Arg0}
+
+// stewardInitArgv is the C init's command line (csrc/steward.h's
+// INIT_ARG0).
+var stewardInitArgv = []string{"ironclaw-steward-init"}
 
 // initEnv is the init's whole environment: nothing of the daemon's.
 var initEnv = []string{"GOMAXPROCS=1", "GOGC=50"}

@@ -52,12 +52,18 @@ func pid1(b *sandboxtest.Box) (string, int) {
 
 // awaitPid1 waits until pid 1 of b is argv0, for up to the agent's idle
 // time and a margin.
+// stewardName is the steward's argv[0] once the Go agent hands pid 1 to
+// it; started as the init, it keeps the init's (native's stewardInitArgv).
+const stewardName = "ironclaw-steward"
+
+func isSteward(name string) bool { return name == stewardName || name == "ironclaw-steward-init" }
+
 func awaitPid1(b *sandboxtest.Box, argv0 string) {
 	b.T.Helper()
 	deadline := time.Now().Add(steward.IdleBeforeSteward + 5*time.Second)
 	for {
 		got, _ := pid1(b)
-		if got == argv0 {
+		if got == argv0 || argv0 == stewardName && isSteward(got) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -67,14 +73,41 @@ func awaitPid1(b *sandboxtest.Box, argv0 string) {
 	}
 }
 
+// TestCInitBuildsTheSandbox: with Options.CInit a fresh sandbox's pid 1
+// is the steward from the start (no Go runtime ever ran in it), one
+// thread, sealed, uid 65532; a file operation still works (the Go agent
+// takes pid 1 for it).
+func TestCInitBuildsTheSandbox(t *testing.T) {
+	rt := stewardRuntime(t)
+	if !sandboxtest.NativeOptions().CInit {
+		t.Skip("IRONCLAW_TEST_C_INIT=off")
+	}
+	b := sandboxtest.New(t, rt, sandbox.Spec{})
+	if name, threads := pid1(b); name != "ironclaw-steward-init" || threads != 1 {
+		t.Fatalf("a fresh pid 1 is %s with %d threads, want the C init with 1", name, threads)
+	}
+	o := b.Sh(`grep -E '^(NoNewPrivs|Seccomp|CapBnd|CapEff|CapPrm|CapInh|CapAmb|Uid):' /proc/1/status`).Stdout
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "CapBnd:\t0000000000000000", "CapEff:\t0000000000000000", "CapInh:\t0000000000000000", "CapAmb:\t0000000000000000", "Uid:\t65532"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("pid 1's status lacks %q:\n%s", want, o)
+		}
+	}
+	if err := b.SB.WriteFile(context.Background(), "/workspace/x", strings.NewReader("hi"), 0o644); err != nil {
+		t.Fatalf("a file operation after the C init: %v", err)
+	}
+	if got := b.Sh(`cat /workspace/x`).Stdout; got != "hi" {
+		t.Fatalf("read back %q", got)
+	}
+}
+
 // TestStewardIsTheIdlePid1: soon after a sandbox is ready
 // (steward.FirstHandover) its pid 1 is the steward: one thread, still
 // sealed as the Go init left it.
 func TestStewardIsTheIdlePid1(t *testing.T) {
 	b := sandboxtest.New(t, stewardRuntime(t), sandbox.Spec{})
-	awaitPid1(b, "ironclaw-steward")
+	awaitPid1(b, stewardName)
 	name, threads := pid1(b)
-	if name != "ironclaw-steward" || threads != 1 {
+	if !isSteward(name) || threads != 1 {
 		t.Fatalf("pid 1 is %s with %d threads, want the steward with 1", name, threads)
 	}
 	o := b.Sh(`grep -E '^(NoNewPrivs|Seccomp|CapBnd|CapEff|Uid):' /proc/1/status`)
@@ -95,7 +128,7 @@ func TestStewardIsTheIdlePid1(t *testing.T) {
 // started by either are still signalled and reaped by the other.
 func TestStewardHandsOverRunningCommands(t *testing.T) {
 	b := sandboxtest.New(t, stewardRuntime(t), sandbox.Spec{})
-	awaitPid1(b, "ironclaw-steward")
+	awaitPid1(b, stewardName)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -123,7 +156,7 @@ func TestStewardHandsOverRunningCommands(t *testing.T) {
 	if o := <-short; o.Err != nil || o.Res.ExitCode != 3 {
 		t.Fatalf("the command that exited under the Go agent: %+v", o)
 	}
-	awaitPid1(b, "ironclaw-steward")
+	awaitPid1(b, stewardName)
 	if o := <-late; o.Err != nil || o.Res.ExitCode != 5 {
 		t.Fatalf("the command that exited under the steward: %+v", o)
 	}
@@ -141,7 +174,7 @@ func TestStewardHandsOverRunningCommands(t *testing.T) {
 // same from the steward as from the Go agent.
 func TestStewardAnswersLikeTheGoAgent(t *testing.T) {
 	b := sandboxtest.New(t, stewardRuntime(t), sandbox.Spec{})
-	awaitPid1(b, "ironclaw-steward")
+	awaitPid1(b, stewardName)
 	cases := []struct {
 		req  sandbox.ExecRequest
 		want error
@@ -159,7 +192,7 @@ func TestStewardAnswersLikeTheGoAgent(t *testing.T) {
 			t.Errorf("%q: exit %d, %v; want %d, %v with %q", tc.req.Argv, o.Res.ExitCode, o.Err, tc.code, tc.want, tc.text)
 		}
 	}
-	if name, _ := pid1(b); name != "ironclaw-steward" {
+	if name, _ := pid1(b); !isSteward(name) {
 		t.Fatalf("pid 1 is %s, want the steward to have answered", name)
 	}
 	// Arguments and environment cross as the daemon encodes them: quotes,
@@ -199,6 +232,9 @@ func TestStewardRefusesOutsideASealedSandbox(t *testing.T) {
 		{self, []string{steward.ResumeArg0, "ctl=0", "steward=0", "agent=0"}},
 		{path, []string{"ironclaw-steward", "ctl=0", "steward=0", "agent=0"}},
 		{path, []string{"ironclaw-steward", "ctl=0", "steward=0", "agent=0", "run=1:1"}},
+		// the C init: as root in a new pid namespace of the host's user
+		// namespace, its mounts would land on the host's directories
+		{path, []string{"ironclaw-steward-init"}},
 	} {
 		for _, sys := range []*syscall.SysProcAttr{{}, {Cloneflags: syscall.CLONE_NEWPID}} {
 			if sys.Cloneflags != 0 && os.Geteuid() != 0 {

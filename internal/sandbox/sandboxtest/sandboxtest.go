@@ -193,14 +193,16 @@ func Logf(backend string) func(string, ...any) {
 // (which need cgo, which the init refuses); the steward is Steward's,
 // and pid 1 becomes it as soon as a sandbox is ready, so that the tests'
 // commands are the steward's, unless IRONCLAW_TEST_STEWARD_AFTER names a
-// delay (bench/run.sh gives the runtime's default, 250ms).
+// delay (bench/run.sh gives the runtime's default, 250ms). Sandboxes
+// start with the steward as their init (native.Options.CInit) unless
+// IRONCLAW_TEST_C_INIT=off.
 func NativeOptions() native.Options {
 	path, _ := Steward()
 	after := time.Nanosecond
 	if d, err := time.ParseDuration(os.Getenv("IRONCLAW_TEST_STEWARD_AFTER")); err == nil {
 		after = d
 	}
-	return native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), Steward: path, StewardAfter: after}
+	return native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), Steward: path, StewardAfter: after, CInit: os.Getenv("IRONCLAW_TEST_C_INIT") != "off"}
 }
 
 // Native is the test binary's shared native runtime.
@@ -219,7 +221,8 @@ func NewNative(t testing.TB, opts native.Options) *native.Runtime {
 		opts.Exe = NativeOptions().Exe
 	}
 	if opts.Steward == "" {
-		opts.Steward, opts.StewardAfter = NativeOptions().Steward, NativeOptions().StewardAfter
+		n := NativeOptions()
+		opts.Steward, opts.StewardAfter, opts.CInit = n.Steward, n.StewardAfter, n.CInit
 	}
 	rt, err := native.New(context.Background(), opts)
 	if err != nil {

@@ -24,7 +24,11 @@ var Steward = sync.OnceValues(func() (string, error) {
 	default:
 		return v, nil
 	}
-	sum := sha256.Sum256(steward.Source)
+	h := sha256.New()
+	for _, b := range [][]byte{steward.Source, steward.SetupSource, steward.Header} {
+		h.Write(b)
+	}
+	sum := h.Sum(nil)
 	out := filepath.Join(os.TempDir(), "ironclaw-steward-"+hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
@@ -38,13 +42,15 @@ var Steward = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	src := filepath.Join(dir, "steward.c")
-	if err := os.WriteFile(src, steward.Source, 0o644); err != nil {
-		return "", err
+	src, setupSrc := filepath.Join(dir, "steward.c"), filepath.Join(dir, "setup.c")
+	for name, b := range map[string][]byte{src: steward.Source, setupSrc: steward.SetupSource, filepath.Join(dir, "steward.h"): steward.Header} {
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			return "", err
+		}
 	}
 	// The flags of make build's STEWARD_CFLAGS.
 	bin := filepath.Join(dir, "steward")
-	cmd := exec.Command(cc, "-O2", "-static", "-s", "-Wall", "-Wextra", "-Werror", "-D_FORTIFY_SOURCE=2", "-fstack-protector-strong", "-o", bin, src)
+	cmd := exec.Command(cc, "-O2", "-static", "-s", "-Wall", "-Wextra", "-Werror", "-D_FORTIFY_SOURCE=2", "-fstack-protector-strong", "-o", bin, src, setupSrc)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the steward: %v: %s", err, b)
 	}

@@ -1,14 +1,16 @@
-// Package setup is what a native sandbox's pid 1 does to build its root,
-// written out as a list of steps that an executor runs: today the Go init
-// (inside/boot, which compiles the steps from its wire.Config), next an
-// init that is not a Go program and is sent the same steps.
+// Package setup is what a native sandbox's pid 1 does to build its root
+// and seal itself, written out as a list of steps (a Plan) that either of
+// its two inits executes: the Go init (inside/boot), which compiles the
+// plan itself from its wire.Config, and the C one (inside/steward/csrc),
+// which starts without a Go runtime and is sent the plan, compiled and
+// encoded by the daemon (Encode), where native.Options.CInit asks for it.
 //
-// The decisions (which mounts, in which order, with which flags) are
-// made here, once; an executor only makes the system calls a step names,
-// so two executors cannot build different sandboxes from one Config.
-// Steps whose outcome depends on the new root (Freeze, Mask: skip a path
-// the root lacks; Bind: a file or a directory mount point) carry that
-// small decision into every executor.
+// The decisions (which mounts, in which order, with which flags; which
+// rlimits, landlock rules and seccomp program) are all made here, once;
+// the executors only make the system calls a step names, so the two inits
+// cannot build different sandboxes from one Config. Steps whose outcome
+// depends on the new root (Freeze, Mask: skip a path the root lacks; Bind:
+// a file or a directory mount point) carry that small decision into both.
 package setup
 
 import (
@@ -26,8 +28,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Op is what a Step does. Append, never renumber: an executor outside Go
-// will name the same numbers.
+// Op is what a Step does. The numbers are the encoding's (csrc/setup.c
+// names the same ones); append, never renumber.
 type Op uint8
 
 // The root. Paths of the steps between Root and Pivot are inside the root
@@ -85,7 +87,33 @@ const (
 	OpListen
 )
 
-// Step is one step of the set-up; which fields it uses is its Op's business
+// The seal: only the C init executes these (the Go init applies
+// cfg.Seal itself, on all of its threads, in the same order).
+const (
+	// OpRlimit sets resource Slot's soft and hard limits to Flags.
+	OpRlimit Op = iota + 64
+	// OpIdentity becomes uid Flags, gid Attr with no supplementary groups
+	// (unless already them: rootless), after emptying the bounding set,
+	// then drops every capability and sets no_new_privs, not dumpable and
+	// the death signal.
+	OpIdentity
+	// OpLandlock creates the ruleset: handled filesystem rights Flags,
+	// network rights Attr, scopes Mode, struct size Slot.
+	OpLandlock
+	// OpLandlockPath grants Flags beneath directory Path, or Attr on the
+	// file Path; a path the root lacks is skipped.
+	OpLandlockPath
+	// OpLandlockPort allows access Attr on TCP port Flags.
+	OpLandlockPort
+	// OpLandlockExec grants Flags on pid 1's own two programs, then
+	// restricts pid 1 to the ruleset.
+	OpLandlockExec
+	// OpSeccomp installs the BPF program in Data (struct sock_filter,
+	// native byte order), last.
+	OpSeccomp
+)
+
+// Step is one step of a Plan; which fields it uses is its Op's business
 // (see each Op).
 type Step struct {
 	Op                         Op
@@ -95,7 +123,16 @@ type Step struct {
 	Flags, Attr                uint64
 }
 
-// Rlimits are the seal's rlimits a native init can set, by name.
+// Plan is what one sandbox's pid 1 does before it serves.
+type Plan struct {
+	// Trees is how many mount trees the daemon sends (cfg.Sources).
+	Trees int
+	// Root builds the root and the sandbox's own state (hostname, lo,
+	// CPUs, oom_score_adj, listeners); Seal seals (the C init only).
+	Root, Seal []Step
+}
+
+// Rlimits are the seal's rlimits a native init can set.
 var Rlimits = map[string]int{
 	seal.RlimitNofile:   unix.RLIMIT_NOFILE,
 	seal.RlimitCore:     unix.RLIMIT_CORE,

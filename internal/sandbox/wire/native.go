@@ -246,6 +246,12 @@ func (c *Conn) Send(msg any, files ...*os.File) error {
 	if err != nil {
 		return fmt.Errorf("wire: encode: %w", err)
 	}
+	return c.SendBytes(b, files...)
+}
+
+// SendBytes writes b as one message, as it is (a set-up plan for an init
+// that reads no JSON), with optional descriptors beside it.
+func (c *Conn) SendBytes(b []byte, files ...*os.File) error {
 	if len(b) > MaxPacket {
 		return fmt.Errorf("wire: message of %d bytes is over the %d-byte limit", len(b), MaxPacket)
 	}
@@ -257,8 +263,7 @@ func (c *Conn) Send(msg any, files ...*os.File) error {
 		}
 		oob = unix.UnixRights(fds...)
 	}
-	_, _, err = c.c.WriteMsgUnix(b, oob, nil)
-	if err != nil {
+	if _, _, err := c.c.WriteMsgUnix(b, oob, nil); err != nil {
 		return fmt.Errorf("wire: send: %w", err)
 	}
 	return nil

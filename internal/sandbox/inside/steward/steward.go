@@ -40,6 +40,14 @@
 // starting, and the file operation that needed it ends the sandbox
 // (pid 1 exits) instead of being served from the reserve.
 //
+// Started by the daemon with argv[0] "ironclaw-steward-init"
+// (native.Options.CInit), the steward is the sandbox's init as well
+// (csrc/setup.c): it refuses unless it is pid 1 of fresh user and pid
+// namespaces that do not map host root, reads the plan the daemon
+// compiled (package setup), builds the root and seals itself from it,
+// reports ready and serves; no Go runtime runs in the sandbox until a
+// file operation asks for the Go agent.
+//
 // A sandbox with gated programs keeps the Go agent throughout: the
 // steward holds no gate table. Without the steward's binary (a `go
 // install` of the CLI), every sandbox keeps the Go agent, as before.
@@ -58,11 +66,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Source is the steward's C source, for builds that have a C compiler but
-// not the built binary (the tests compile it with cc).
+// Source is the steward's C source (steward.c), for builds that have a C
+// compiler but not the built binary (the tests compile it with cc);
+// SetupSource and Header are its other two files.
 //
 //go:embed csrc/steward.c
 var Source []byte
+
+//go:embed csrc/setup.c
+var SetupSource []byte
+
+//go:embed csrc/steward.h
+var Header []byte
 
 // ResumeArg0 is the argv[0] the steward gives the Go agent when it hands
 // pid 1 back.

@@ -39,20 +39,20 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "steward.h"
+
 /* The handover protocol's version (wire.StewardProtocol on the Go side),
  * in a section of its own, which the daemon reads before it uses the
  * file without reading the rest. */
 static const char marker[] __attribute__((used, section(".ironclaw.protocol"))) = "ironclaw-steward protocol 1";
 
-#define MAX_PACKET (128 << 10) /* wire.MaxPacket */
-#define MAX_FDS 64             /* wire's maxFDs */
 #define MAX_ITEMS (MAX_PACKET / 3 + 2)
 
-static int ctl = -1, self_fd = -1, agent_fd = -1;
-static int oom_fd = -1;
-static char oom_own[16], oom_workload[16];
+int ctl = -1, self_fd = -1, agent_fd = -1;
+int oom_fd = -1;
+char oom_own[16], oom_workload[16];
 
-static char pkt[MAX_PACKET + 1];
+char pkt[MAX_PACKET + 1];
 static char *argv_items[MAX_ITEMS];
 static char *env_items[MAX_ITEMS];
 
@@ -63,7 +63,7 @@ struct run {
 static struct run *runs;
 static size_t nruns, capruns;
 
-static void die(const char *fmt, ...)
+void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -111,23 +111,23 @@ static void run_del(struct run *r) { *r = runs[--nruns]; }
 
 /* ---- replies ---- */
 
-static void send_packet(const char *b, size_t n, int fd)
+void send_packet(const char *b, size_t n, const int *fds, int nfds)
 {
 	struct iovec iov = {.iov_base = (void *)b, .iov_len = n};
 	union {
 		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
 	} u;
 	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
+	if (nfds > 0 && nfds <= MAX_FDS) {
 		memset(&u, 0, sizeof u);
 		m.msg_control = u.buf;
-		m.msg_controllen = sizeof u.buf;
+		m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
 		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof fd);
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
 	}
 	while (sendmsg(ctl, &m, MSG_NOSIGNAL) < 0) {
 		if (errno == EINTR)
@@ -140,19 +140,19 @@ static void reply_started(unsigned long long id, int pid, int master)
 {
 	char b[96];
 	int n = snprintf(b, sizeof b, "{\"op\":\"started\",\"id\":%llu,\"pid\":%d}", id, pid);
-	send_packet(b, (size_t)n, master);
+	send_packet(b, (size_t)n, &master, master >= 0 ? 1 : 0);
 }
 
 static void reply_exited(unsigned long long id, int status)
 {
 	char b[96];
 	int n = snprintf(b, sizeof b, "{\"op\":\"exited\",\"id\":%llu,\"status\":%d}", id, status);
-	send_packet(b, (size_t)n, -1);
+	send_packet(b, (size_t)n, NULL, 0);
 }
 
 /* errtext is the Go runtime's wording of an errno: glibc's, lower-cased
  * first letter (they agree for every errno a start can fail with). */
-static void errtext(int e, char *out, size_t n)
+void errtext(int e, char *out, size_t n)
 {
 	snprintf(out, n, "%s", strerror(e));
 	if (out[0] >= 'A' && out[0] <= 'Z' && !(out[1] >= 'A' && out[1] <= 'Z'))
@@ -160,7 +160,7 @@ static void errtext(int e, char *out, size_t n)
 }
 
 /* reply_failed sends a failed reply; msg is escaped for JSON. */
-static void reply_failed(unsigned long long id, const char *code, int err, const char *msg)
+void reply_failed(unsigned long long id, const char *code, int err, const char *msg)
 {
 	static char b[2 * MAX_PACKET];
 	size_t n = (size_t)snprintf(b, sizeof b, "{\"op\":\"failed\",\"id\":%llu,\"code\":\"%s\",\"errno\":%d,\"err\":\"", id, code, err);
@@ -176,7 +176,7 @@ static void reply_failed(unsigned long long id, const char *code, int err, const
 	}
 	b[n++] = '"';
 	b[n++] = '}';
-	send_packet(b, n, -1);
+	send_packet(b, n, NULL, 0);
 }
 
 /* ---- requests: the subset of wire.Request's JSON this program serves ---- */
@@ -817,8 +817,8 @@ static void parse_args(int argc, char **argv)
 }
 
 /* check_sealed refuses to serve unless this process is pid 1 and carries
- * the seal the Go stage applied: the steward never seals anything itself,
- * so run anywhere else it must do nothing. */
+ * the seal its init applied (the Go init, or setup.c before it serves):
+ * run anywhere else it must do nothing. */
 static void check_sealed(void)
 {
 	if (getpid() != 1)
@@ -839,9 +839,13 @@ static void check_sealed(void)
 			nocaps++;
 		else if (strncmp(line, "CapBnd:\t", 8) == 0 && strcmp(line + 8, "0000000000000000\n") == 0)
 			nocaps++;
+		else if (strncmp(line, "CapInh:\t", 8) == 0 && strcmp(line + 8, "0000000000000000\n") == 0)
+			nocaps++;
+		else if (strncmp(line, "CapAmb:\t", 8) == 0 && strcmp(line + 8, "0000000000000000\n") == 0)
+			nocaps++;
 	}
 	fclose(f);
-	if (!nnp || !seccomp || nocaps != 3)
+	if (!nnp || !seccomp || nocaps != 5)
 		die("refused to run: this process is not sealed (no_new_privs, seccomp, no capabilities)");
 	int type = 0;
 	socklen_t tl = sizeof type;
@@ -855,7 +859,10 @@ int main(int argc, char **argv)
 		puts(marker);
 		return 0;
 	}
-	parse_args(argc, argv);
+	if (argc >= 1 && strcmp(argv[0], INIT_ARG0) == 0)
+		init_sandbox(); /* setup.c: build, seal, report ready */
+	else
+		parse_args(argc, argv);
 	/* An execve makes us dumpable again: same-uid commands must not read
 	 * our memory or take our descriptors. No command exists yet that
 	 * could have raced this (the ones handed over are our children, not
