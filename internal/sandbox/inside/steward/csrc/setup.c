@@ -668,10 +668,31 @@ static void check_fresh_namespaces(void)
 		die("refused to run: descriptor %d is not the runtime's control socket", ctl);
 }
 
+/* default_signals gives every signal its default disposition and
+ * unblocks all: what the daemon's process left ignored or blocked (a
+ * runtime's internal signals among them) would otherwise reach every
+ * command, which inherits both across execve. The raw calls reach the
+ * signals glibc keeps for itself (32, 33). */
+static void default_signals(void)
+{
+	struct {
+		void *handler;
+		unsigned long flags;
+		void *restorer;
+		uint64_t mask;
+	} dfl = {.handler = SIG_DFL};
+	for (int s = 1; s <= 64; s++)
+		if (s != SIGKILL && s != SIGSTOP)
+			(void)syscall(SYS_rt_sigaction, s, &dfl, NULL, sizeof dfl.mask);
+	uint64_t none = 0;
+	(void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
+}
+
 void init_sandbox(void)
 {
 	ctl = 3;
 	check_fresh_namespaces();
+	default_signals();
 	/* Whatever the runtime's parent leaked to us must not reach commands. */
 	(void)syscall(SYS_close_range, 4u, ~0u, X_CLOSE_RANGE_CLOEXEC);
 
