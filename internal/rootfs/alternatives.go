@@ -1,7 +1,8 @@
 package rootfs
 
 import (
-	"os"
+	"bytes"
+	"encoding/binary"
 	"path"
 	"path/filepath"
 	"sort"
@@ -238,41 +239,26 @@ func racy(stamps []stamp, now time.Time) bool {
 // scanAlternatives reads the bin directories (those stamps say are
 // directories) for links into AlternativesDir and each such alternative's
 // target. complete is false when a directory could not be read.
+//
+// /usr/bin holds about a thousand names, a third of them links, and a
+// one-shot `ironclaw run` waits for this scan: names are read in large
+// getdents batches and links read relative to their directory's
+// descriptor into one buffer, so no path is walked or built per name.
 func scanAlternatives(hostRoot string, stamps []stamp) (_ []Entry, complete bool) {
 	altScans.Add(1)
 	complete = true
 	if !stamps[0].isDir() {
 		return nil, true // no alternatives on this host
 	}
+	var dents [32 << 10]byte
+	var link [unix.PathMax]byte
 	names := map[string]bool{}
 	for i, dir := range altBinDirs {
 		if !stamps[i+1].isDir() {
 			continue
 		}
-		f, err := os.Open(filepath.Join(hostRoot, dir))
-		if err != nil {
+		if !linksInto(filepath.Join(hostRoot, dir), dir, dents[:], link[:], names) {
 			complete = false
-			continue
-		}
-		des, err := f.ReadDir(-1)
-		f.Close()
-		if err != nil {
-			complete = false
-		}
-		for _, de := range des {
-			if de.Type()&os.ModeSymlink == 0 {
-				continue
-			}
-			t, err := os.Readlink(filepath.Join(hostRoot, dir, de.Name()))
-			if err != nil {
-				continue
-			}
-			if !path.IsAbs(t) {
-				t = path.Join(dir, t) // dir is a directory: lexical is exact
-			}
-			if d, n := path.Split(path.Clean(t)); d == AlternativesDir+"/" && plainName(n) {
-				names[n] = true
-			}
 		}
 	}
 	sorted := make([]string, 0, len(names))
@@ -280,19 +266,84 @@ func scanAlternatives(hostRoot string, stamps []stamp) (_ []Entry, complete bool
 		sorted = append(sorted, n)
 	}
 	sort.Strings(sorted)
+	altFd, err := unix.Open(filepath.Join(hostRoot, AlternativesDir), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer unix.Close(altFd)
 	var out []Entry
 	for _, n := range sorted {
 		if len(out) == MaxAlternatives {
 			break
 		}
-		t, err := os.Readlink(filepath.Join(hostRoot, AlternativesDir, n))
-		if err != nil || !altTarget(t) {
-			continue // not a link, or it leads out of the view
+		k, err := unix.Readlinkat(altFd, n, link[:])
+		if err != nil || k > maxAltTarget {
+			continue // not a link, or one too long to be a view's target
 		}
-		out = append(out, Entry{Path: AlternativesDir + "/" + n, Kind: KindSymlink, Target: t})
+		if t := string(link[:k]); altTarget(t) {
+			out = append(out, Entry{Path: AlternativesDir + "/" + n, Kind: KindSymlink, Target: t})
+		} // else it leads out of the view
 	}
 	if len(out) == 0 {
 		return nil, complete
 	}
 	return append([]Entry{{Path: AlternativesDir, Kind: KindDir, Mode: 0o755}}, out...), complete
+}
+
+// linksInto adds to names the alternatives the links of the host
+// directory hostDir (the view's dir) point at, reading entries into dents
+// and each link into link. It reports whether the whole directory was
+// read.
+func linksInto(hostDir, dir string, dents, link []byte, names map[string]bool) bool {
+	fd, err := unix.Open(hostDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	prefix := AlternativesDir + "/"
+	for {
+		n, err := unix.Getdents(fd, dents)
+		if err != nil {
+			return false
+		}
+		if n == 0 {
+			return true
+		}
+		for b := dents[:n]; len(b) >= direntHeader; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < direntHeader || reclen > len(b) {
+				return false // a kernel that wrote this has a bug; say incomplete
+			}
+			typ, rec := b[18], b[direntHeader:reclen]
+			b = b[reclen:]
+			if typ != unix.DT_LNK && typ != unix.DT_UNKNOWN {
+				continue
+			}
+			k, err := unix.Readlinkat(fd, direntName(rec), link)
+			if err != nil || k == len(link) {
+				continue // not a link (DT_UNKNOWN), or longer than a path
+			}
+			t := string(link[:k])
+			if !path.IsAbs(t) {
+				t = path.Join(dir, t) // dir is a directory: lexical is exact
+			} else {
+				t = path.Clean(t)
+			}
+			if alt, ok := strings.CutPrefix(t, prefix); ok && plainName(alt) {
+				names[alt] = true
+			}
+		}
+	}
+}
+
+// direntHeader is the size of linux_dirent64's fixed part: inode (8),
+// offset (8), record length (2) and type (1).
+const direntHeader = 19
+
+// direntName is the NUL-terminated name at the start of b.
+func direntName(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
 }

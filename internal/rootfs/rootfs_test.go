@@ -239,6 +239,42 @@ func TestHostViewAlternatives(t *testing.T) {
 	}
 }
 
+// TestHostViewAlternativesManyNames: a bin directory far larger than one
+// read of its entries (getdents batches) still has every link found, and
+// a long link name or target is read whole.
+func TestHostViewAlternativesManyNames(t *testing.T) {
+	host := fakeDebian(t)
+	var want []string
+	long := strings.Repeat("n", 200)
+	for i := 0; i < 3000; i++ {
+		name := fmt.Sprintf("%s-%04d", long[:40], i)
+		target := "/usr/bin/real-" + name
+		if i%100 == 0 {
+			target = "/etc/alternatives/" + name
+			if err := os.Symlink("/usr/bin/"+long+"-target", filepath.Join(host, "etc/alternatives", name)); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, name+"=/usr/bin/"+long+"-target")
+		}
+		if err := os.Symlink(target, filepath.Join(host, "usr/bin", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := HostView(host, "box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := alternativesOf(t, entries)
+	for _, w := range want {
+		if !strings.Contains(" "+got+" ", " "+w+" ") {
+			t.Fatalf("alternative %s missing from %d found", w[:45], strings.Count(got, "="))
+		}
+	}
+	if n := strings.Count(got, "="); n != len(want)+5 {
+		t.Fatalf("%d alternatives, want %d", n, len(want)+5)
+	}
+}
+
 func TestHostViewAlternativesBound(t *testing.T) {
 	host := t.TempDir()
 	for _, d := range []string{"usr/bin", "etc/alternatives"} {

@@ -6,6 +6,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -42,11 +43,20 @@ type Options struct {
 	PoolExposedTCP []uint16
 	PoolGate       []string
 	PoolTrust      string
+	// GoInit starts every native sandbox with the Go init rather than the
+	// steward (native.Options.GoInit). The environment can ask for it
+	// too, without a rebuild: IRONCLAW_SANDBOX_INIT=go ("" or "c": the
+	// default).
+	GoInit bool
 	// StateDir holds the OCI backends' bundles and state; "" is their
 	// default.
 	StateDir string
 	Logf     func(format string, args ...any)
 }
+
+// SandboxInitEnv names the environment variable that picks the native
+// sandboxes' init (see Options.GoInit).
+const SandboxInitEnv = "IRONCLAW_SANDBOX_INIT"
 
 // Open starts the named backend. An unknown name is an error wrapping
 // sandbox.ErrInvalidSpec; a backend this host cannot run returns an error
@@ -61,11 +71,18 @@ func Open(ctx context.Context, opts Options) (sandbox.Runtime, error) {
 	}
 	switch opts.Name {
 	case "", Native:
+		switch v := os.Getenv(SandboxInitEnv); v {
+		case "", "c":
+		case "go":
+			opts.GoInit = true
+		default:
+			return nil, fmt.Errorf("%w: %s=%q: want go or c", sandbox.ErrInvalidSpec, SandboxInitEnv, v)
+		}
 		steward, why := StewardExe(opts.Exe)
 		if steward == "" && opts.Logf != nil {
 			opts.Logf("sandbox steward: idle sandboxes keep the Go init as pid 1 (more memory and threads each): %s", why)
 		}
-		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, PoolTrust: opts.PoolTrust, Logf: opts.Logf, Exe: opts.Exe, Steward: steward})
+		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, PoolTrust: opts.PoolTrust, Logf: opts.Logf, Exe: opts.Exe, Steward: steward, GoInit: opts.GoInit})
 	case Runc, Crun, Runsc:
 		return oci.New(ctx, oci.Options{Runtime: opts.Name, StateDir: opts.StateDir, Exe: opts.Exe, Logf: opts.Logf})
 	case Docker:

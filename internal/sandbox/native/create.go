@@ -150,9 +150,9 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	}
 	defer devNull.Close()
 	exe, closeExe, argv := r.opts.Exe, func() {}, initArgv
-	// The C init builds and seals sandboxes the Go init would, but for
-	// gated ones (the gate table is Go's).
-	cInit := r.opts.CInit && r.steward != nil && r.landlockABI >= 0 && len(cfg.Gate) == 0
+	// The C init builds and seals every sandbox it can (see
+	// Options.GoInit); the Go init the rest.
+	cInit := r.plans != nil && setup.Supports(cfg) == nil
 	if cInit {
 		exe, argv = "/proc/self/fd/"+strconv.Itoa(int(r.steward.Fd())), stewardInitArgv
 	} else if r.init != nil {
@@ -262,7 +262,7 @@ func (r *Runtime) sendConfig(conn *wire.Conn, cfg *wire.Config, trees []*os.File
 // trees, the Go agent it hands pid 1 to for file operations, and the
 // workload tasks file.
 func (r *Runtime) sendPlan(conn *wire.Conn, cfg *wire.Config, trees []*os.File, workloadTasks *os.File) error {
-	plan, err := setup.Compile(cfg, len(trees), r.landlockABI)
+	plan, err := r.plans.Compile(cfg, len(trees))
 	if err != nil {
 		return err
 	}
@@ -286,15 +286,16 @@ func (r *Runtime) sendPlan(conn *wire.Conn, cfg *wire.Config, trees []*os.File, 
 	return conn.SendBytes(b, files...)
 }
 
-// openAgent opens the Go init (O_PATH) for the C init to hand pid 1 to.
+// openAgent opens the Go init (O_PATH) for the C init to hand pid 1 to:
+// the Runtime's own binary (/proc/self/exe names it even once replaced on
+// disk), or Options.Exe if it is still the file it was at New.
 func (r *Runtime) openAgent() (*os.File, error) {
-	path := r.opts.Exe
 	if r.init != nil {
-		path = r.init.path
+		return r.init.openFile()
 	}
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(r.opts.Exe, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: opening the sandbox agent %s: %v", sandbox.ErrUnsupported, path, err)
+		return nil, fmt.Errorf("%w: opening the sandbox agent %s: %v", sandbox.ErrUnsupported, r.opts.Exe, err)
 	}
 	return os.NewFile(uintptr(fd), "agent"), nil
 }

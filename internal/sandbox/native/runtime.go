@@ -35,6 +35,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
+	"github.com/ironclaw/ironclaw/internal/sandbox/setup"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,13 +62,16 @@ type Options struct {
 	// first commands do not wait for the execve). The tests make it at
 	// once, so that their commands exercise the steward.
 	StewardAfter time.Duration
-	// CInit starts every sandbox without gated programs with the steward
-	// as its init: it builds the root and seals itself from the plan the
-	// daemon compiles (package setup), with no Go runtime, and hands pid
-	// 1 to the Go agent only for what it does not serve. It needs
-	// Steward. Off by default until its start is measured against the Go
-	// init's; the tests turn it on.
-	CInit bool
+	// GoInit starts every sandbox with the Go init. Without it, every
+	// sandbox the C init can make (setup.Supports: all but gated ones)
+	// starts with the steward as its init: it builds the root and seals
+	// itself from the plan the daemon compiles (package setup), with no Go
+	// runtime, and hands pid 1 to the Go agent only for what it does not
+	// serve; measured in one run (docs/performance.md), create to first
+	// result takes 15-17 ms this way and 26-27 ms with the Go init. The C
+	// init needs Steward and a known landlock ABI; without either, the Go
+	// init makes every sandbox.
+	GoInit bool
 	// HostIDBase overrides DefaultHostIDBase (root mode only).
 	HostIDBase int
 	// RequireLandlock makes Create fail on kernels without landlock
@@ -97,18 +101,18 @@ type Runtime struct {
 	opts    Options
 	init    *initFile // Options.Exe when it is not this binary (see initFile.open)
 	steward *os.File  // Options.Steward, open for the runtime's life; nil: none
-	// landlockABI is the kernel's landlock ABI (0: none), which the C
-	// init's plan is compiled for; -1: unknown, the Go init makes every
-	// sandbox.
-	landlockABI int
-	cg          *cgroups.Hierarchy
-	rootless    bool
-	owner       string // "<pid>.<starttime>": names our cgroups so a later run can tell them from a live run's
-	hostUID     int    // the sandbox user's uid and gid as the host sees them
-	hostGID     int
-	spawn       *spawner
-	pool        *pool // nil when Options.PoolSize is 0
-	cpus        *sandbox.CPUPicker
+	// plans compiles the C init's plans for this kernel; nil: the Go
+	// init makes every sandbox (Options.GoInit, no steward, or a landlock
+	// ABI or seccomp program that could not be worked out).
+	plans    *setup.Compiler
+	cg       *cgroups.Hierarchy
+	rootless bool
+	owner    string // "<pid>.<starttime>": names our cgroups so a later run can tell them from a live run's
+	hostUID  int    // the sandbox user's uid and gid as the host sees them
+	hostGID  int
+	spawn    *spawner
+	pool     *pool // nil when Options.PoolSize is 0
+	cpus     *sandbox.CPUPicker
 
 	notesMu                      sync.Mutex // guards the flags below: things logged once
 	noSplit, noOOM, noForkInside bool
@@ -181,9 +185,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
 	}
-	if r.landlockABI, err = landlock.ABI(); err != nil {
-		opts.Logf("%v; every sandbox gets the Go init", err)
-		r.landlockABI = -1
+	if stewardBin != nil && !opts.GoInit {
+		if r.plans, err = cInitCompiler(); err != nil {
+			opts.Logf("%v; every sandbox gets the Go init", err)
+		}
 	}
 	if opts.PoolSize > 0 {
 		r.pool = newPool(r, opts.PoolSize)
@@ -387,6 +392,15 @@ func statInit(path string) (initFile, error) {
 	return initFile{path: path, dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim}, nil
 }
 
+// cInitCompiler is the compiler of the C init's plans for this kernel.
+func cInitCompiler() (*setup.Compiler, error) {
+	abi, err := landlock.ABI()
+	if err != nil {
+		return nil, err
+	}
+	return setup.NewCompiler(abi)
+}
+
 // open opens the init for one create and returns a path naming the open
 // file, /proc/self/fd/N, which the sandbox's child resolves at execve, and
 // the function that closes it once the child has executed it. The child
@@ -398,23 +412,33 @@ func statInit(path string) (initFile, error) {
 // A binary replaced since the Runtime started (an upgrade) is refused: it
 // may be another build, whose wire protocol is not this one's.
 func (f initFile) open() (string, func(), error) {
-	fd, err := unix.Open(f.path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	file, err := f.openFile()
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: opening the sandbox init %s: %v", sandbox.ErrUnsupported, f.path, err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Dev != f.dev || st.Ino != f.ino || st.Size != f.size || st.Mtim != f.mtime {
-		unix.Close(fd)
-		return "", nil, fmt.Errorf("%w: the sandbox init %s changed since this runtime started (an upgrade?): restart the daemon", sandbox.ErrUnsupported, f.path)
+		return "", nil, err
 	}
 	// Above the descriptors the child is given (0-3), so no dup2 in the
 	// child lands on it.
-	high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 64)
-	unix.Close(fd)
+	high, err := unix.FcntlInt(file.Fd(), unix.F_DUPFD_CLOEXEC, 64)
+	file.Close()
 	if err != nil {
 		return "", nil, fmt.Errorf("opening the sandbox init %s: %v", f.path, err)
 	}
 	return "/proc/self/fd/" + strconv.Itoa(high), func() { unix.Close(high) }, nil
+}
+
+// openFile opens the init (O_PATH) and checks it is still the file the
+// Runtime started with.
+func (f initFile) openFile() (*os.File, error) {
+	fd, err := unix.Open(f.path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: opening the sandbox init %s: %v", sandbox.ErrUnsupported, f.path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Dev != f.dev || st.Ino != f.ino || st.Size != f.size || st.Mtim != f.mtime {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: the sandbox init %s changed since this runtime started (an upgrade?): restart the daemon", sandbox.ErrUnsupported, f.path)
+	}
+	return os.NewFile(uintptr(fd), f.path), nil
 }
 
 // initArgv is the sandbox init's command line; see boot.IsInit.

@@ -73,13 +73,13 @@ func awaitPid1(b *sandboxtest.Box, argv0 string) {
 	}
 }
 
-// TestCInitBuildsTheSandbox: with Options.CInit a fresh sandbox's pid 1
+// TestCInitBuildsTheSandbox: by default (no Options.GoInit) a fresh sandbox's pid 1
 // is the steward from the start (no Go runtime ever ran in it), one
 // thread, sealed, uid 65532; a file operation still works (the Go agent
 // takes pid 1 for it).
 func TestCInitBuildsTheSandbox(t *testing.T) {
 	rt := stewardRuntime(t)
-	if !sandboxtest.NativeOptions().CInit {
+	if sandboxtest.NativeOptions().GoInit {
 		t.Skip("IRONCLAW_TEST_C_INIT=off")
 	}
 	b := sandboxtest.New(t, rt, sandbox.Spec{})
@@ -97,6 +97,18 @@ func TestCInitBuildsTheSandbox(t *testing.T) {
 	}
 	if got := b.Sh(`cat /workspace/x`).Stdout; got != "hi" {
 		t.Fatalf("read back %q", got)
+	}
+}
+
+// TestGoInitWhenAsked: Options.GoInit puts every sandbox back on the Go
+// init, which stays pid 1 until its StewardAfter.
+func TestGoInitWhenAsked(t *testing.T) {
+	stewardRuntime(t)
+	path, _ := sandboxtest.Steward()
+	rt := sandboxtest.NewNative(t, native.Options{Steward: path, StewardAfter: time.Hour, GoInit: true})
+	b := sandboxtest.New(t, rt, sandbox.Spec{})
+	if name, threads := pid1(b); name != boot.Arg0 || threads < 2 {
+		t.Fatalf("pid 1 is %s with %d threads, want the Go init", name, threads)
 	}
 }
 
@@ -261,6 +273,54 @@ func waitFor(t *testing.T, cond func() bool) {
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("timed out")
+		}
+	}
+}
+
+// TestReplacedInitIsRefused: an init binary replaced on disk since the
+// Runtime started (an upgrade: perhaps another wire protocol) is neither
+// executed by a create (the Go init) nor handed to the C init as its Go
+// agent; a create says why instead.
+func TestReplacedInitIsRefused(t *testing.T) {
+	stewardRuntime(t)
+	src := os.Getenv("IRONCLAW_TEST_INIT_EXE")
+	if src == "" {
+		var err error
+		if src, err = os.Executable(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, goInit := range []bool{false, true} {
+		dir := t.TempDir()
+		exe := dir + "/init"
+		if err := os.WriteFile(exe, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		path, _ := sandboxtest.Steward()
+		rt := sandboxtest.NewNative(t, native.Options{Exe: exe, Steward: path, StewardAfter: time.Hour, GoInit: goInit})
+		ctx := context.Background()
+		sb, err := rt.Create(ctx, sandbox.Spec{})
+		if err != nil {
+			t.Fatalf("GoInit %v: create before the replacement: %v", goInit, err)
+		}
+		sb.Destroy(ctx)
+		if err := os.WriteFile(dir+"/new", data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(dir+"/new", exe); err != nil {
+			t.Fatal(err)
+		}
+		sb, err = rt.Create(ctx, sandbox.Spec{})
+		if err == nil {
+			sb.Destroy(ctx)
+			t.Fatalf("GoInit %v: a create with the init replaced underneath succeeded", goInit)
+		}
+		if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "changed since this runtime started") {
+			t.Fatalf("GoInit %v: %v", goInit, err)
 		}
 	}
 }

@@ -194,7 +194,7 @@ func Logf(backend string) func(string, ...any) {
 // and pid 1 becomes it as soon as a sandbox is ready, so that the tests'
 // commands are the steward's, unless IRONCLAW_TEST_STEWARD_AFTER names a
 // delay (bench/run.sh gives the runtime's default, 250ms). Sandboxes
-// start with the steward as their init (native.Options.CInit) unless
+// start with the steward as their init, as the runtime's do by default, unless
 // IRONCLAW_TEST_C_INIT=off.
 func NativeOptions() native.Options {
 	path, _ := Steward()
@@ -202,7 +202,7 @@ func NativeOptions() native.Options {
 	if d, err := time.ParseDuration(os.Getenv("IRONCLAW_TEST_STEWARD_AFTER")); err == nil {
 		after = d
 	}
-	return native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), Steward: path, StewardAfter: after, CInit: os.Getenv("IRONCLAW_TEST_C_INIT") != "off"}
+	return native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE"), Steward: path, StewardAfter: after, GoInit: os.Getenv("IRONCLAW_TEST_C_INIT") == "off"}
 }
 
 // Native is the test binary's shared native runtime.
@@ -222,7 +222,8 @@ func NewNative(t testing.TB, opts native.Options) *native.Runtime {
 	}
 	if opts.Steward == "" {
 		n := NativeOptions()
-		opts.Steward, opts.StewardAfter, opts.CInit = n.Steward, n.StewardAfter, n.CInit
+		opts.Steward, opts.StewardAfter = n.Steward, n.StewardAfter
+		opts.GoInit = opts.GoInit || n.GoInit
 	}
 	rt, err := native.New(context.Background(), opts)
 	if err != nil {

@@ -11,17 +11,72 @@ import (
 	"github.com/ironclaw/ironclaw/internal/seccomp"
 )
 
-// ErrNeedsGoInit is returned by Compile for a sandbox only the Go init
-// can make: one with gated programs (the gate table is Go's).
+// ErrNeedsGoInit is returned by Supports, and so by Compile, for a
+// sandbox only the Go init can make: one with gated programs (the gate
+// table is Go's).
 var ErrNeedsGoInit = errors.New("setup: this sandbox needs the Go init")
 
+// Supports says whether the C init can make the sandbox of cfg: nil, or
+// an error wrapping ErrNeedsGoInit. The daemon asks before it picks the
+// init to start, so that a sandbox the C init cannot make gets the Go
+// init instead of a failed create.
+func Supports(cfg *wire.Config) error {
+	if len(cfg.Gate) > 0 {
+		return fmt.Errorf("%w: gated programs", ErrNeedsGoInit)
+	}
+	return nil
+}
+
+// A Compiler compiles plans for the C init on one kernel. What is the
+// same for every sandbox of the kernel (its landlock ABI, the seccomp
+// program) is worked out once, in NewCompiler, not on every create.
+type Compiler struct {
+	abi    int
+	filter string // the seccomp program, encoded for OpSeccomp
+}
+
+// NewCompiler is a Compiler for a kernel whose landlock ABI is abi (0:
+// none).
+func NewCompiler(abi int) (*Compiler, error) {
+	if abi < 0 {
+		return nil, fmt.Errorf("setup: landlock ABI %d", abi)
+	}
+	prog, err := seccomp.Program()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 8*len(prog))
+	for _, ins := range prog {
+		b = binary.NativeEndian.AppendUint16(b, ins.Code)
+		b = append(b, ins.Jt, ins.Jf)
+		b = binary.NativeEndian.AppendUint32(b, ins.K)
+	}
+	return &Compiler{abi: abi, filter: string(b)}, nil
+}
+
+// Compile is the whole plan of cfg for the C init: its root, sent with
+// trees mount trees, and its seal.
+func (c *Compiler) Compile(cfg *wire.Config, trees int) (*Plan, error) {
+	if err := Supports(cfg); err != nil {
+		return nil, err
+	}
+	root, err := Root(cfg, trees)
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.Seal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Plan{Trees: trees, Root: root, Seal: s}, nil
+}
+
 // Seal compiles the seal of cfg for an init that is one thread and no Go
-// runtime (the C init), on a kernel whose landlock ABI is abi (0: none).
-// The Go init applies the same seal itself (boot's applySeal): rlimits,
-// the bounding set, the identity, every capability, no_new_privs, not
-// dumpable, the death signal, landlock with pid 1's two programs, and
-// seccomp last.
-func Seal(cfg *wire.Config, abi int) ([]Step, error) {
+// runtime (the C init). The Go init applies the same seal itself (boot's
+// applySeal): rlimits, the bounding set, the identity, every capability,
+// no_new_privs, not dumpable, the death signal, landlock with pid 1's two
+// programs, and seccomp last.
+func (c *Compiler) Seal(cfg *wire.Config) ([]Step, error) {
 	sl := &cfg.Seal
 	if len(sl.Capabilities) != 0 || !sl.NoNewPrivs {
 		return nil, errors.New("the native init only seals: no capability, and no_new_privs")
@@ -38,11 +93,11 @@ func Seal(cfg *wire.Config, abi int) ([]Step, error) {
 		return nil, fmt.Errorf("bad sandbox identity %d:%d", sl.UID, sl.GID)
 	}
 	steps = append(steps, Step{Op: OpIdentity, Flags: uint64(sl.UID), Attr: uint64(sl.GID)})
-	if abi == 0 && cfg.RequireLandlock {
+	if c.abi == 0 && cfg.RequireLandlock {
 		return nil, errors.New("landlock is required but this kernel does not provide it")
 	}
-	if abi > 0 {
-		rs, _, err := landlock.Prepare(sl.Landlock, abi)
+	if c.abi > 0 {
+		rs, _, err := landlock.Prepare(sl.Landlock, c.abi)
 		if err != nil {
 			return nil, fmt.Errorf("landlock: %w", err)
 		}
@@ -55,34 +110,7 @@ func Seal(cfg *wire.Config, abi int) ([]Step, error) {
 		}
 		steps = append(steps, Step{Op: OpLandlockExec, Flags: rs.ExecFile})
 	}
-	prog, err := seccomp.Program()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, 0, 8*len(prog))
-	for _, ins := range prog {
-		b = binary.NativeEndian.AppendUint16(b, ins.Code)
-		b = append(b, ins.Jt, ins.Jf)
-		b = binary.NativeEndian.AppendUint32(b, ins.K)
-	}
-	return append(steps, Step{Op: OpSeccomp, Data: string(b)}), nil
-}
-
-// Compile is the whole plan of cfg for the C init: its root, sent with
-// trees mount trees, and its seal on a kernel of landlock ABI abi.
-func Compile(cfg *wire.Config, trees, abi int) (*Plan, error) {
-	if len(cfg.Gate) > 0 {
-		return nil, ErrNeedsGoInit
-	}
-	root, err := Root(cfg, trees)
-	if err != nil {
-		return nil, err
-	}
-	s, err := Seal(cfg, abi)
-	if err != nil {
-		return nil, err
-	}
-	return &Plan{Trees: trees, Root: root, Seal: s}, nil
+	return append(steps, Step{Op: OpSeccomp, Data: c.filter}), nil
 }
 
 // Magic opens an encoded plan; the C init refuses anything else. It names

@@ -3,7 +3,8 @@
 // its two inits executes: the Go init (inside/boot), which compiles the
 // plan itself from its wire.Config, and the C one (inside/steward/csrc),
 // which starts without a Go runtime and is sent the plan, compiled and
-// encoded by the daemon (Encode), where native.Options.CInit asks for it.
+// encoded by the daemon (Compiler, Encode), for every sandbox Supports
+// (native.Options.GoInit turns it off).
 //
 // The decisions (which mounts, in which order, with which flags; which
 // rlimits, landlock rules and seccomp program) are all made here, once;

@@ -1,6 +1,7 @@
 package setup
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -109,5 +110,87 @@ func TestRootRefusesABadRoot(t *testing.T) {
 	cfg.Seal.Root[len(cfg.Seal.Root)-1].Path = "relative"
 	if _, err := Root(cfg, 0); err == nil {
 		t.Fatal("a relative root path was compiled")
+	}
+}
+
+func TestCompileSeal(t *testing.T) {
+	c, err := NewCompiler(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := defaultConfig(t)
+	p, err := c.Compile(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Seal
+	if len(s) == 0 || s[len(s)-1].Op != OpSeccomp || len(s[len(s)-1].Data) == 0 || len(s[len(s)-1].Data)%8 != 0 {
+		t.Fatalf("the seal does not end with a seccomp program: %+v", s)
+	}
+	id := index(s, OpIdentity, "")
+	if id < 0 || s[id].Flags != uint64(cfg.Seal.UID) || s[id].Attr != uint64(cfg.Seal.GID) {
+		t.Fatalf("identity step %d: %+v", id, s)
+	}
+	for i, st := range s[:id] {
+		if st.Op != OpRlimit {
+			t.Errorf("step %d (%d) before the identity: rlimits come first, while pid 1 may still raise them", i, st.Op)
+		}
+	}
+	if n := id; n != len(cfg.Seal.Rlimits) {
+		t.Errorf("%d rlimit steps for %d rlimits", n, len(cfg.Seal.Rlimits))
+	}
+	if index(s, OpLandlock, "") >= 0 {
+		t.Error("a landlock ruleset for a kernel without landlock")
+	}
+	if _, err := Encode(p, FlagWorkloadTasks); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.RequireLandlock = true
+	if _, err := c.Compile(cfg, 0); err == nil {
+		t.Error("landlock required on a kernel without it: compiled")
+	}
+
+	c4, err := NewCompiler(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = c4.Compile(cfg, 0); err != nil {
+		t.Fatal(err)
+	}
+	ll, exec, sc := index(p.Seal, OpLandlock, ""), index(p.Seal, OpLandlockExec, ""), index(p.Seal, OpSeccomp, "")
+	if ll <= index(p.Seal, OpIdentity, "") || exec <= ll || sc != len(p.Seal)-1 {
+		t.Fatalf("landlock at %d, its exec rule at %d, seccomp at %d of %d", ll, exec, sc, len(p.Seal))
+	}
+	if index(p.Seal, OpLandlockPath, "/workspace") < 0 {
+		t.Error("no landlock rule for /workspace")
+	}
+}
+
+func TestCompileRefusesWhatOnlyTheGoInitMakes(t *testing.T) {
+	c, err := NewCompiler(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := defaultConfig(t)
+	cfg.Gate = []wire.GateProgram{{Keys: []string{"git"}, Paths: []string{"/usr/bin/git"}}}
+	if err := Supports(cfg); !errors.Is(err, ErrNeedsGoInit) {
+		t.Fatalf("Supports(gated) = %v", err)
+	}
+	if _, err := c.Compile(cfg, 0); !errors.Is(err, ErrNeedsGoInit) {
+		t.Fatalf("Compile(gated) = %v", err)
+	}
+	cfg = defaultConfig(t)
+	cfg.Seal.Capabilities = []string{"CAP_NET_RAW"}
+	if _, err := c.Compile(cfg, 0); err == nil {
+		t.Fatal("a capability compiled")
+	}
+	cfg = defaultConfig(t)
+	cfg.Seal.Rlimits = append(cfg.Seal.Rlimits, seal.Rlimit{Name: "NOSUCH", Value: 1})
+	if _, err := c.Compile(cfg, 0); err == nil {
+		t.Fatal("an unknown rlimit compiled")
+	}
+	if _, err := NewCompiler(-1); err == nil {
+		t.Fatal("a compiler for an unknown landlock ABI")
 	}
 }

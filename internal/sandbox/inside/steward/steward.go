@@ -41,7 +41,7 @@
 // (pid 1 exits) instead of being served from the reserve.
 //
 // Started by the daemon with argv[0] "ironclaw-steward-init"
-// (native.Options.CInit), the steward is the sandbox's init as well
+// (the default; native.Options.GoInit turns it off), the steward is the sandbox's init as well
 // (csrc/setup.c): it refuses unless it is pid 1 of fresh user and pid
 // namespaces that do not map host root, reads the plan the daemon
 // compiled (package setup), builds the root and seals itself from it,
