@@ -1,6 +1,9 @@
 package netlimit
 
 import (
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 )
@@ -87,17 +90,31 @@ func softFileLimit() uint64 {
 // Process to match, and returns the soft limit now in force. The daemon
 // calls it at start.
 //
+// A process allowed to (root, CAP_SYS_RESOURCE) first raises the hard
+// limit itself to the kernel's ceiling, fs.nr_open: a native sandbox
+// holds three of the daemon's descriptors (its control socket, its pidfd,
+// its diagnostics pipe), so a host's usual hard limit (20,000 on the
+// project's VM) would stop the daemon near 6,500 sandboxes, long before
+// memory or pids do, and raising it needs no sysctl. Elsewhere the hard
+// limit stands.
+//
 // The Go runtime already raises the soft limit at start (to one below the
 // hard limit) and restores the original one in the processes it starts;
 // RaiseFileLimit then changes nothing, so that restoring stays in place.
-// Only a limit lowered since (or a failed raise) is set here, and then
-// child processes inherit the raised limit.
+// Only a limit lowered since (or a failed raise), or one raised here, is
+// set, and then child processes inherit the raised limit.
 func RaiseFileLimit() (uint64, error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0, err
 	}
 	var err error
+	if ceiling := nrOpen(); lim.Max < ceiling {
+		raised := syscall.Rlimit{Cur: ceiling, Max: ceiling}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+			lim = raised
+		} // EPERM: not allowed; the hard limit stands
+	}
 	if lim.Cur+1 < lim.Max {
 		raised := lim
 		raised.Cur = lim.Max
@@ -107,4 +124,18 @@ func RaiseFileLimit() (uint64, error) {
 	}
 	process.SetMax(budgetFor(lim.Cur))
 	return lim.Cur, err
+}
+
+// nrOpen is fs.nr_open, the most any process's RLIMIT_NOFILE may be; 0
+// when it cannot be read.
+func nrOpen() uint64 {
+	data, err := os.ReadFile("/proc/sys/fs/nr_open")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }

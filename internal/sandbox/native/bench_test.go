@@ -175,6 +175,7 @@ func BenchmarkHoldIdle(b *testing.B) {
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
 		before := cgroupCount(b)
+		fds0, tasks0, mem0 := openFDs(b), hostTasks(b), memAvailable(b)
 		boxes := make([]sandbox.Sandbox, *holdN)
 		start := time.Now()
 		var wg sync.WaitGroup
@@ -200,6 +201,10 @@ func BenchmarkHoldIdle(b *testing.B) {
 		for err := range errs {
 			b.Fatalf("create: %v", err)
 		}
+		// What each held sandbox costs the holder and the host: the
+		// holder's descriptors (RLIMIT_NOFILE) and the host's tasks
+		// (kernel.pid_max), counted once every create has returned.
+		fds, tasks, mem := openFDs(b)-fds0, hostTasks(b)-tasks0, mem0-memAvailable(b)
 		for j, sb := range boxes {
 			if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
 				b.Fatalf("sandbox %d of %d does not answer: %v", j, len(boxes), err)
@@ -221,10 +226,61 @@ func BenchmarkHoldIdle(b *testing.B) {
 		b.ReportMetric(created.Seconds(), "create-all-s")
 		b.ReportMetric(time.Since(start).Seconds(), "destroy-all-s")
 		b.ReportMetric(float64(*holdN), "sandboxes")
+		b.ReportMetric(float64(fds)/float64(*holdN), "holder-fds/sandbox")
+		b.ReportMetric(float64(tasks)/float64(*holdN), "host-tasks/sandbox")
+		b.ReportMetric(float64(mem)/float64(*holdN), "host-mem-bytes/sandbox")
 		if after := cgroupCount(b); after != before {
 			b.Fatalf("cgroups left: %d before, %d after", before, after)
 		}
 	}
+}
+
+// openFDs is how many descriptors this process holds.
+func openFDs(b *testing.B) int {
+	des, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return len(des)
+}
+
+// memAvailable is the host's MemAvailable, in bytes: what it could still
+// give without swapping, page cache included.
+func memAvailable(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n << 10
+		}
+	}
+	b.Fatal("no MemAvailable in /proc/meminfo")
+	return 0
+}
+
+// hostTasks is how many tasks (threads) the host's kernel runs: the
+// second number of /proc/loadavg's fourth field.
+func hostTasks(b *testing.B) int {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 4 {
+		b.Fatalf("/proc/loadavg: %q", data)
+	}
+	_, total, _ := strings.Cut(f[3], "/")
+	n, err := strconv.Atoi(total)
+	if err != nil {
+		b.Fatalf("/proc/loadavg: %q", data)
+	}
+	return n
 }
 
 // BenchmarkCreateToFirstExecPooled: the same as BenchmarkCreateToFirstExec
