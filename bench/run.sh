@@ -108,6 +108,24 @@ info "N: $N runs per row (after 3 warm-ups)"
 info "go: $(go version)"
 info "ironclaw: $(bin/ironclaw version 2>/dev/null || echo '?') at $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' (+ uncommitted changes)')"
 
+# ---------------------------------------------------------------- dockerd
+# Started before anything is measured, so that every Docker row has it:
+# the Go benchmarks' docker backend, ironclaw-docker and the docker peer
+# (started only for the last, the first two were skipped). It runs, idle,
+# beside the other rows too; the EXIT trap stops it.
+if [ "$START_DOCKERD" = 1 ] && { want docker || want ironclaw-docker; } &&
+	command -v dockerd >/dev/null 2>&1 && ! docker info >/dev/null 2>&1; then
+	say "starting dockerd (START_DOCKERD=1)"
+	dockerd >"$WORK/dockerd.log" 2>&1 &
+	DOCKERD_PID=$!
+	i=0
+	until docker info >/dev/null 2>&1 || [ $i -ge 120 ]; do
+		sleep 1
+		i=$((i + 1))
+	done
+	docker info >/dev/null 2>&1 || note "dockerd did not answer within 120s (log: $(tail -n 3 "$WORK/dockerd.log" | tr '\n' ' '))"
+fi
+
 # ---------------------------------------------------------------- in-daemon
 if [ "$BENCH" = none ]; then
 	note "skipped: Go benchmarks (BENCH=none)"
@@ -242,16 +260,6 @@ if want docker; then
 	if ! command -v docker >/dev/null 2>&1; then
 		note "skipped: docker not installed (apt-get install docker.io)"
 	else
-		if ! docker info >/dev/null 2>&1 && [ "$START_DOCKERD" = 1 ] && command -v dockerd >/dev/null 2>&1; then
-			say "starting dockerd (START_DOCKERD=1)"
-			dockerd >"$WORK/dockerd.log" 2>&1 &
-			DOCKERD_PID=$!
-			i=0
-			until docker info >/dev/null 2>&1 || [ $i -ge 120 ]; do
-				sleep 1
-				i=$((i + 1))
-			done
-		fi
 		if docker info >/dev/null 2>&1; then
 			info "docker: server $(docker version --format '{{.Server.Version}}' 2>/dev/null), runtime $(docker info --format '{{.DefaultRuntime}}' 2>/dev/null), cgroup driver $(docker info --format '{{.CgroupDriver}}' 2>/dev/null)"
 			# No registry here: the image is a tarball of just our two binaries.
@@ -276,11 +284,6 @@ if want docker; then
 			note "skipped: docker: dockerd did not answer within 120s (log: $(tail -n 3 "$WORK/dockerd.log" | tr '\n' ' '))"
 		else
 			note "skipped: docker: \`docker info\` fails (start dockerd, or run with START_DOCKERD=1)"
-		fi
-		if [ -n "$DOCKERD_PID" ]; then
-			kill "$DOCKERD_PID" 2>/dev/null || true
-			wait "$DOCKERD_PID" 2>/dev/null || true
-			DOCKERD_PID=""
 		fi
 	fi
 fi

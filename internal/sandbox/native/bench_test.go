@@ -22,7 +22,11 @@ import (
 // Benchmarks measure inside one long-lived process, as the daemon runs.
 // bench/run.sh runs them beside the same work through bwrap, runc and docker.
 
-var holdN = flag.Int("hold", 1000, "sandboxes BenchmarkHoldIdle keeps at once")
+var (
+	holdN       = flag.Int("hold", 1000, "sandboxes BenchmarkHoldIdle keeps at once")
+	holdBarrier = flag.String("hold-barrier", "", "a directory BenchmarkHoldIdle meets -hold-peers holders in (each in its own process) once all are created, and again once all are checked")
+	holdPeers   = flag.Int("hold-peers", 1, "how many holders meet at -hold-barrier")
+)
 
 func reportPercentiles(b *testing.B, ds []time.Duration) {
 	if len(ds) == 0 {
@@ -205,11 +209,17 @@ func BenchmarkHoldIdle(b *testing.B) {
 		// holder's descriptors (RLIMIT_NOFILE) and the host's tasks
 		// (kernel.pid_max), counted once every create has returned.
 		fds, tasks, mem := openFDs(b)-fds0, hostTasks(b)-tasks0, mem0-memAvailable(b)
+		// Holders in other processes (one process's descriptors may not
+		// be enough for all: see netlimit.RaiseFileLimit) hold theirs
+		// beside these until every one has checked its own.
+		meet(b, "created")
+		b.ReportMetric(float64(hostSandboxes(b)), "host-sandboxes-at-peak")
 		for j, sb := range boxes {
 			if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
 				b.Fatalf("sandbox %d of %d does not answer: %v", j, len(boxes), err)
 			}
 		}
+		meet(b, "checked")
 		start = time.Now()
 		for _, sb := range boxes {
 			wg.Add(1)
@@ -233,6 +243,56 @@ func BenchmarkHoldIdle(b *testing.B) {
 			b.Fatalf("cgroups left: %d before, %d after", before, after)
 		}
 	}
+}
+
+// meet waits at -hold-barrier until -hold-peers holders have reached
+// phase; without -hold-barrier it returns at once.
+func meet(b *testing.B, phase string) {
+	if *holdBarrier == "" {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(*holdBarrier, fmt.Sprintf("%s.%d", phase, os.Getpid())), nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Minute)
+	for {
+		here, err := filepath.Glob(filepath.Join(*holdBarrier, phase+".*"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(here) >= *holdPeers {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d holders %s after 30 minutes", len(here), *holdPeers, phase)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// hostSandboxes is how many native sandboxes the host runs: processes
+// whose command line is a native init's or the steward's.
+func hostSandboxes(b *testing.B) int {
+	des, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, de := range des {
+		if de.Name()[0] < '0' || de.Name()[0] > '9' {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + de.Name() + "/cmdline")
+		if err != nil {
+			continue // gone
+		}
+		arg0, _, _ := strings.Cut(string(cmd), "\x00")
+		switch arg0 {
+		case "ironclaw-steward-init", "ironclaw-steward", "ironclaw-sandbox-init", "ironclaw-sandbox-resume":
+			n++
+		}
+	}
+	return n
 }
 
 // openFDs is how many descriptors this process holds.

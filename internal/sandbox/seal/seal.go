@@ -132,7 +132,10 @@ type MountKind string
 const (
 	// KindDev is /dev: a small tmpfs, root's, holding only DeviceNodes,
 	// a private devpts instance at /dev/pts (DevPtsOptions) and the usual
-	// symlinks (DevLinks). Read-only, nosuid, noexec to the sandbox.
+	// symlinks (DevLinks). Read-only, nosuid, noexec to the sandbox. The
+	// native backend makes it a directory of its read-only root instead
+	// (no superblock of its own: see internal/sandbox/setup), its nodes
+	// nosuid and noexec binds; Size and Inodes are the OCI backends'.
 	KindDev MountKind = "dev"
 	// KindProc is /proc of the sandbox's pid namespace, nosuid, nodev,
 	// noexec, with MaskedPaths and ReadOnlyPaths applied.

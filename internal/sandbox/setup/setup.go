@@ -66,8 +66,9 @@ const (
 	// OpFreeze makes Path, where the root has it, read-only, nosuid, nodev
 	// and noexec (a recursive bind of itself).
 	OpFreeze
-	// OpMask hides Path where the root has it: a directory under an empty
-	// read-only tmpfs, anything else under the root's /dev/null.
+	// OpMask hides Path where the root has it: a directory under a
+	// read-only bind of the empty directory Source (Source "": under an
+	// empty read-only tmpfs), anything else under the root's /dev/null.
 	OpMask
 	// OpGate masks the gated programs (the Go init only: see boot's
 	// maskGated).
@@ -86,7 +87,14 @@ const (
 	// OpListen binds and listens on 127.0.0.1 port Flags; the listeners go
 	// back with "ready", in order.
 	OpListen
+	// OpRmdir removes the empty directory Path (the masks' Source, once
+	// bound: the masked directories keep showing it, deleted and empty).
+	OpRmdir
 )
+
+// maskDir is the empty directory of the root masked directories show,
+// removed once bound (so no path leads to it).
+const maskDir = "/.ironclaw-masked"
 
 // The seal: only the C init executes these (the Go init applies
 // cfg.Seal itself, on all of its threads, in the same order).
@@ -256,14 +264,28 @@ func Root(cfg *wire.Config, trees int) ([]Step, error) {
 	for _, q := range sl.ReadOnlyPaths {
 		add(Step{Op: OpFreeze, Path: q})
 	}
-	for _, q := range sl.MaskedPaths {
-		add(Step{Op: OpMask, Path: q})
+	// Directories are masked with binds of one empty directory rather
+	// than an empty tmpfs each: every superblock is a memcg-aware
+	// shrinker, and the kernel keeps, for every memory cgroup, room for
+	// every such shrinker, so a sandbox's own superblocks cost each other
+	// sandbox's cgroup memory too (quadratic in the sandboxes a host
+	// holds: docs/performance.md).
+	if len(sl.MaskedPaths) > 0 {
+		add(Step{Op: OpMkdir, Path: maskDir, Mode: 0o555})
+		for _, q := range sl.MaskedPaths {
+			add(Step{Op: OpMask, Path: q, Source: maskDir})
+		}
+		add(Step{Op: OpRmdir, Path: maskDir})
 	}
 	if len(cfg.Gate) > 0 {
 		add(Step{Op: OpGate})
 	}
-	// The root itself: nothing may be created at the top level.
-	add(Step{Op: OpMount, Path: "/", Flags: unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
+	// The root itself: nothing may be created in it. Read-only as a mount
+	// (MS_BIND), not as a superblock: a superblock holding a removed
+	// inode still in use (maskDir, bound) refuses to turn read-only
+	// (EBUSY). No other mount of it is writable (the masks are read-only
+	// binds), and the sealed sandbox cannot mount.
+	add(Step{Op: OpMount, Path: "/", Flags: unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
 	add(Step{Op: OpPivot})
 
 	add(Step{Op: OpHostname, Data: sl.Hostname})
@@ -301,14 +323,14 @@ func hostDevices(sl *seal.Seal) []string {
 }
 
 // appendDev builds a minimal /dev: the seal's device nodes (binds of the
-// host's), a private devpts instance and the usual symlinks, read-only.
-// /dev/shm points at /tmp so POSIX shared memory works without another
-// writable area.
+// host's), a private devpts instance and the usual symlinks, in a
+// directory of the root, read-only with it. It is not a tmpfs of its own:
+// it holds no file but mount points and links (a superblock less per
+// sandbox; see the masks). /dev/shm points at /tmp so POSIX shared memory
+// works without another writable area.
 func appendDev(steps []Step, m seal.Mount, devices []string, slots map[string]int32) []Step {
 	dev := m.Target
-	steps = append(steps,
-		Step{Op: OpMkdir, Path: dev, Mode: 0o755},
-		Step{Op: OpMount, Source: "tmpfs", Path: dev, FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: m.TmpfsOptions()})
+	steps = append(steps, Step{Op: OpMkdir, Path: dev, Mode: 0o755})
 	for _, d := range devices {
 		steps = append(steps, Step{Op: OpBind, Slot: slots[d], Path: filepath.Join(dev, filepath.Base(d)), Attr: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC})
 	}
@@ -324,7 +346,7 @@ func appendDev(steps []Step, m seal.Mount, devices []string, slots map[string]in
 	for _, name := range names {
 		steps = append(steps, Step{Op: OpSymlink, Path: filepath.Join(dev, name), Source: seal.DevLinks[name]})
 	}
-	return append(steps, Step{Op: OpMount, Path: dev, Flags: unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NOEXEC})
+	return steps
 }
 
 // What a sandbox may know of its own limits. Runtimes size themselves from
@@ -332,23 +354,21 @@ func appendDev(steps []Step, m seal.Mount, devices []string, slots map[string]in
 // from the CPU quota, thread pools from the CPU count), and with the
 // host's values they would plan for a machine they do not have.
 
-// appendSys builds /sys: a read-only tmpfs that holds nothing but
-// fs/cgroup, the sandbox's own cgroup (read-only), mounted inside its
-// cgroup namespace so its root is the sandbox's cgroup: cgroup2 on v2, one
-// mount per v1 hierarchy otherwise (named by its controllers, with
-// symlinks for each, as systemd lays them out).
+// appendSys builds /sys: directories of the root (read-only with it) that
+// hold nothing but fs/cgroup, the sandbox's own cgroup (read-only),
+// mounted inside its cgroup namespace so its root is the sandbox's
+// cgroup: cgroup2 on v2, one mount per v1 hierarchy otherwise (named by
+// its controllers, with symlinks for each, as systemd lays them out).
 func appendSys(steps []Step, sys string, view wire.CgroupView) []Step {
 	const ro = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	cg := filepath.Join(sys, "fs", "cgroup")
 	steps = append(steps,
 		Step{Op: OpMkdir, Path: sys, Mode: 0o555},
-		Step{Op: OpMount, Source: "tmpfs", Path: sys, FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "size=16k,nr_inodes=16,mode=0755"},
 		Step{Op: OpMkdirAll, Path: cg, Mode: 0o755})
 	switch view.Version {
 	case 2:
 		steps = append(steps, Step{Op: OpMount, Source: "cgroup2", Path: cg, FSType: "cgroup2", Flags: ro})
 	case 1:
-		steps = append(steps, Step{Op: OpMount, Source: "tmpfs", Path: cg, FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "size=16k,nr_inodes=32,mode=0755"})
 		for _, m := range view.V1 {
 			d := filepath.Join(cg, m.Name)
 			steps = append(steps,
@@ -358,7 +378,6 @@ func appendSys(steps []Step, sys string, view wire.CgroupView) []Step {
 				steps = append(steps, Step{Op: OpSymlink, Path: filepath.Join(cg, l), Source: m.Name})
 			}
 		}
-		steps = append(steps, Step{Op: OpMount, Path: cg, Flags: unix.MS_REMOUNT | ro})
 	}
-	return append(steps, Step{Op: OpMount, Path: sys, Flags: unix.MS_REMOUNT | ro})
+	return steps
 }

@@ -2,11 +2,13 @@ package setup
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
+	"golang.org/x/sys/unix"
 )
 
 func defaultConfig(t *testing.T) *wire.Config {
@@ -192,5 +194,43 @@ func TestCompileRefusesWhatOnlyTheGoInitMakes(t *testing.T) {
 	}
 	if _, err := NewCompiler(-1); err == nil {
 		t.Fatal("a compiler for an unknown landlock ABI")
+	}
+}
+
+// TestRootSuperblocks: a sandbox makes a superblock only where it needs
+// one (the root, proc, devpts, and a tmpfs per size-limited writable
+// area), since each costs every memory cgroup on the host a slot; /dev,
+// /sys and the masks live in the root's.
+func TestRootSuperblocks(t *testing.T) {
+	cfg := defaultConfig(t)
+	cfg.Cgroup = wire.CgroupView{Version: 1, V1: []wire.CgroupMount{{Name: "memory"}, {Name: "pids"}}}
+	steps, err := Root(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made []string
+	for _, s := range steps {
+		if s.Op == OpMount && s.Flags&unix.MS_REMOUNT == 0 && s.FSType != "cgroup" && s.FSType != "cgroup2" {
+			made = append(made, s.FSType+" "+s.Path)
+		}
+	}
+	want := "devpts /dev/pts, proc /proc, tmpfs /tmp, tmpfs /workspace"
+	if got := strings.Join(made, ", "); got != want {
+		t.Errorf("new superblocks besides the root's: %s, want %s", got, want)
+	}
+	first, last, rmdir := -1, -1, index(steps, OpRmdir, maskDir)
+	for i, s := range steps {
+		if s.Op == OpMask {
+			if s.Source != maskDir {
+				t.Errorf("mask %s from %q, want the empty %s", s.Path, s.Source, maskDir)
+			}
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	if mk := index(steps, OpMkdir, maskDir); mk < 0 || mk > first || rmdir < last || rmdir > index(steps, OpPivot, "") {
+		t.Errorf("%s made at %d, masks at %d-%d, removed at %d, pivot at %d", maskDir, mk, first, last, rmdir, index(steps, OpPivot, ""))
 	}
 }

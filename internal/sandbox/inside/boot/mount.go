@@ -97,7 +97,13 @@ func (x *executor) do(s setup.Step) error {
 	case setup.OpFreeze:
 		return freeze(x.at(s.Path), s.Path)
 	case setup.OpMask:
-		return mask(x.at(s.Path), s.Path, x.at("/dev/null"))
+		empty := ""
+		if s.Source != "" {
+			empty = x.at(s.Source)
+		}
+		return mask(x.at(s.Path), s.Path, x.at("/dev/null"), empty)
+	case setup.OpRmdir:
+		return pathErr(s, unix.Rmdir(x.at(s.Path)))
 	case setup.OpGate:
 		return maskGated(x.cfg, x.root)
 	case setup.OpPivot:
@@ -227,22 +233,28 @@ func freeze(p, q string) error {
 }
 
 // mask hides p (q in the sandbox) where the root has it: a directory
-// behind an empty read-only tmpfs, a file behind devNull.
-func mask(p, q, devNull string) error {
+// behind a read-only bind of the empty directory empty ("": an empty
+// read-only tmpfs), a file behind devNull.
+func mask(p, q, devNull, empty string) error {
 	st, err := os.Lstat(p)
 	switch {
 	case err != nil:
 		return nil
-	case st.IsDir():
+	case st.IsDir() && empty == "":
 		if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555"); err != nil {
 			return fmt.Errorf("mask %s: %w", q, err)
 		}
 		return nil
 	}
-	if err := unix.Mount(devNull, p, "", unix.MS_BIND, ""); err != nil {
+	// /dev/null keeps working as the device it is: no nodev on its bind.
+	src, attr := devNull, uint64(unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+	if st.IsDir() {
+		src, attr = empty, attr|unix.MOUNT_ATTR_NODEV
+	}
+	if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("mask %s: %w", q, err)
 	}
-	return setMountAttr(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+	return setMountAttr(p, attr)
 }
 
 // pivot makes root the new "/" and detaches the old one entirely, so no

@@ -65,6 +65,7 @@ enum {
 	OP_CPUS,
 	OP_OOM,
 	OP_LISTEN,
+	OP_RMDIR,
 
 	OP_RLIMIT = 64,
 	OP_IDENTITY,
@@ -312,21 +313,26 @@ static void freeze(const char *q)
 	set_mount_attr(p, X_MOUNT_ATTR_RDONLY | X_MOUNT_ATTR_NOSUID | X_MOUNT_ATTR_NODEV | X_MOUNT_ATTR_NOEXEC);
 }
 
-static void mask(const char *q)
+/* Hides q where the root has it: a directory under a read-only bind of
+ * the empty directory empty ("": an empty read-only tmpfs), anything else
+ * under the root's /dev/null. */
+static void mask(const char *q, const char *empty)
 {
 	const char *p = at(q, pathbuf);
 	struct stat st;
 	if (lstat(p, &st) < 0)
 		return;
-	if (S_ISDIR(st.st_mode)) {
+	if (S_ISDIR(st.st_mode) && !*empty) {
 		if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555") < 0)
 			fail(errno, "mask %s", q);
 		return;
 	}
-	const char *null = at("/dev/null", pathbuf2);
-	if (mount(null, p, "", MS_BIND, NULL) < 0)
+	/* /dev/null keeps working as the device it is: no nodev on its bind */
+	int dir = S_ISDIR(st.st_mode);
+	const char *src = at(dir ? empty : "/dev/null", pathbuf2);
+	if (mount(src, p, "", MS_BIND, NULL) < 0)
 		fail(errno, "mask %s", q);
-	set_mount_attr(p, X_MOUNT_ATTR_RDONLY | X_MOUNT_ATTR_NOSUID | X_MOUNT_ATTR_NOEXEC);
+	set_mount_attr(p, X_MOUNT_ATTR_RDONLY | X_MOUNT_ATTR_NOSUID | X_MOUNT_ATTR_NOEXEC | (dir ? X_MOUNT_ATTR_NODEV : 0));
 }
 
 static void pivot(void)
@@ -565,7 +571,11 @@ static void do_step(const struct step *s)
 		freeze(s->path);
 		break;
 	case OP_MASK:
-		mask(s->path);
+		mask(s->path, s->source);
+		break;
+	case OP_RMDIR:
+		if (rmdir(at(s->path, pathbuf)) < 0)
+			fail(errno, "root %s", s->path);
 		break;
 	case OP_PIVOT:
 		pivot();
