@@ -14,6 +14,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/audit"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
 	"github.com/ironclaw/ironclaw/internal/store"
 )
 
@@ -26,10 +27,18 @@ type Stack struct {
 
 // New builds a Stack. It skips the test when the host cannot run
 // sandboxes, unless IRONCLAW_REQUIRE_SANDBOX=1 (CI), where that fails it.
+// The runtime's init and steward are sandboxtest.NativeOptions', as a
+// daemon beside `make build`'s binaries has them (the steward, started as
+// the init), unless opts names a steward of its own;
 // IRONCLAW_TEST_INIT_EXE names a cgo-free init binary for -race builds.
 func New(t testing.TB, opts native.Options) *Stack {
 	t.Helper()
-	opts.Exe = os.Getenv("IRONCLAW_TEST_INIT_EXE")
+	n := sandboxtest.NativeOptions()
+	opts.Exe = n.Exe
+	if opts.Steward == "" {
+		opts.Steward, opts.StewardAfter = n.Steward, n.StewardAfter
+		opts.GoInit = opts.GoInit || n.GoInit
+	}
 	rt, err := native.New(context.Background(), opts)
 	if err != nil {
 		if os.Getenv("IRONCLAW_REQUIRE_SANDBOX") != "1" && errors.Is(err, sandbox.ErrUnsupported) {
