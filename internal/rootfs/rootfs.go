@@ -43,9 +43,14 @@ type Entry struct {
 	Mode    uint32 `json:"mode,omitempty"`    // for files and dirs
 }
 
+// MaskDir is the top-level name the native root reserves for the empty
+// directory its masked directories show (internal/sandbox/setup), made and
+// removed before the sandbox starts.
+const MaskDir = ".ironclaw-masked"
+
 // Provided are the top-level names the sandbox always makes itself; a plan
-// never takes them from the host or an image.
-var provided = map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": true, "workspace": true}
+// never takes them from the host or an image (Check refuses them).
+var provided = map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": true, "workspace": true, MaskDir: true}
 
 // hostViewDirs are the host directories the host-toolchain view exposes.
 var hostViewDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
@@ -191,6 +196,9 @@ func Check(entries []Entry) error {
 		dir, name := filepath.Split(e.Path)
 		switch {
 		case dir == "/":
+			if name == MaskDir {
+				return fmt.Errorf("rootfs: %s is the sandbox's own", e.Path)
+			}
 			if e.Path == "/etc" {
 				if seenEtc {
 					return fmt.Errorf("rootfs: /etc twice")

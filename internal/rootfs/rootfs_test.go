@@ -67,7 +67,7 @@ func TestHostViewNeedsUsr(t *testing.T) {
 
 func TestDirectory(t *testing.T) {
 	img := t.TempDir()
-	for _, d := range []string{"bin", "etc", "proc", "tmp", "workspace"} {
+	for _, d := range []string{"bin", "etc", "proc", "tmp", "workspace", MaskDir} {
 		if err := os.Mkdir(filepath.Join(img, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestDirectory(t *testing.T) {
 	}
 	want := "/bin:bind-dir /etc:bind-dir /marker:bind-file /sbin:symlink"
 	if strings.Join(paths, " ") != want {
-		t.Fatalf("Directory = %q, want %q (proc, tmp, workspace are the sandbox's own)", strings.Join(paths, " "), want)
+		t.Fatalf("Directory = %q, want %q (proc, tmp, workspace and %s are the sandbox's own)", strings.Join(paths, " "), want, MaskDir)
 	}
 	if _, err := Directory(filepath.Join(img, "marker")); err == nil {
 		t.Fatal("a file was accepted as an image directory")
@@ -105,6 +105,7 @@ func TestCheck(t *testing.T) {
 		{{Path: "/a/../b", Kind: KindDir}},
 		{{Path: "/x", Kind: KindBindDir, Source: "rel"}},
 		{{Path: "/x", Kind: "weird"}},
+		{{Path: "/" + MaskDir, Kind: KindDir}}, // the native root's own
 	}
 	for _, es := range bad {
 		if err := Check(es); err == nil {

@@ -93,8 +93,9 @@ const (
 )
 
 // maskDir is the empty directory of the root masked directories show,
-// removed once bound (so no path leads to it).
-const maskDir = "/.ironclaw-masked"
+// removed once bound (so no path leads to it); no plan has an entry there
+// (rootfs.Check).
+const maskDir = "/" + rootfs.MaskDir
 
 // The seal: only the C init executes these (the Go init applies
 // cfg.Seal itself, on all of its threads, in the same order).
