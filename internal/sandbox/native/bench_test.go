@@ -159,7 +159,13 @@ func vmRSS(pid int) int64 { return statusField(pid, "VmRSS:") << 10 }
 // statusField is a number from /proc/PID/status (the kB of a Vm field), or
 // 0.
 func statusField(pid int, field string) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return procField(fmt.Sprintf("/proc/%d/status", pid), field)
+}
+
+// procField is the number after field in a /proc file of "Name: value"
+// lines (kB where it has a unit), or 0.
+func procField(path, field string) int64 {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
@@ -307,21 +313,11 @@ func openFDs(b *testing.B) int {
 // memAvailable is the host's MemAvailable, in bytes: what it could still
 // give without swapping, page cache included.
 func memAvailable(b *testing.B) int64 {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		b.Fatal(err)
+	n := procField("/proc/meminfo", "MemAvailable:")
+	if n == 0 {
+		b.Fatal("no MemAvailable in /proc/meminfo")
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return n << 10
-		}
-	}
-	b.Fatal("no MemAvailable in /proc/meminfo")
-	return 0
+	return n << 10
 }
 
 // hostTasks is how many tasks (threads) the host's kernel runs: the
