@@ -90,20 +90,9 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		errR.Close()
 		return nil, err
 	}
-	sys := &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
-	if r.rootless {
-		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandbox.UID, HostID: os.Getuid(), Size: 1}}
-		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandbox.GID, HostID: os.Getgid(), Size: 1}}
-		sys.GidMappingsEnableSetgroups = false
-	} else {
-		base := r.opts.HostIDBase
-		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
-		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
-		// "allow", so the child can drop the daemon's supplementary
-		// groups (host gid 0 among them) with setgroups([]).
-		sys.GidMappingsEnableSetgroups = true
-		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
-	}
+	// No UidMappings: the daemon writes the maps once the init has
+	// executed, so the clone need not copy the daemon (see idmap.go).
+	sys := &syscall.SysProcAttr{Cloneflags: initCloneFlags(flags), Pdeathsig: syscall.SIGKILL, AmbientCaps: r.ambient}
 	// How the init gets into its cgroup: cloned into it (v2); born in it,
 	// forked by a thread that steps inside for the fork (v1); or, where
 	// that is refused, moved in after the fork, which waits for the
@@ -194,6 +183,13 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	}
 	childEnd.Close()
 	errW.Close()
+	if err := r.idMaps.write(proc.Pid); err != nil {
+		conn.Close()
+		errR.Close()
+		_ = proc.Kill()
+		_, _ = proc.Wait()
+		return nil, hostErr("the sandbox's id maps", err)
+	}
 	b := &Sandbox{id: id, spec: spec, rt: r, proc: proc, conn: conn, cg: cg,
 		pending: map[uint64]chan reply{}, done: make(chan struct{}), diagDone: make(chan struct{})}
 	go b.logInit(errR)

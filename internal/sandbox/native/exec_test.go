@@ -21,6 +21,7 @@ import (
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside/boot"
 	"github.com/ironclaw/ironclaw/internal/sandbox/native"
 	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
+	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
 	"github.com/ironclaw/ironclaw/internal/testutil/selfcopy"
 )
 
@@ -325,6 +326,71 @@ func TestInitRefusesOutsideFreshNamespaces(t *testing.T) {
 			err := cmd.Run()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != boot.ExitRefused || !strings.Contains(stderr.String(), "refused") {
+				t.Fatalf("init ran: err %v, stderr %q", err, stderr.String())
+			}
+		})
+	}
+	if after := hostMounts(); !bytes.Equal(after, mountsBefore) {
+		t.Fatal("the host's mounts changed")
+	}
+}
+
+// TestInitRefusesHostRootMappedLate: the daemon writes an init's id maps
+// once the init has started (idmap.go), so both inits check them again
+// once their plan or Config has come. Started as the daemon starts them,
+// with fresh namespaces and the control socket but maps that give it host
+// root, written after the start, each must refuse before any step of its
+// plan, and the host's mounts stay as they were.
+func TestInitRefusesHostRootMappedLate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to map host root")
+	}
+	inits := []struct {
+		name, exe string
+		argv      []string
+		send      func(*wire.Conn) error
+	}{{name: "go", exe: selfcopy.Path(t, "init"), argv: []string{boot.Arg0},
+		send: func(c *wire.Conn) error { return c.Send(&wire.Config{}) }}}
+	if path, _ := sandboxtest.Steward(); path != "" {
+		inits = append(inits, struct {
+			name, exe string
+			argv      []string
+			send      func(*wire.Conn) error
+		}{name: "c", exe: path, argv: []string{"ironclaw-steward-init"},
+			send: func(c *wire.Conn) error { return c.SendBytes([]byte("IRONCLAW-PLAN")) }})
+	}
+	mountsBefore := hostMounts()
+	for _, in := range inits {
+		t.Run(in.name, func(t *testing.T) {
+			conn, childEnd, err := wire.Pair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			cmd := exec.Command(in.exe)
+			cmd.Args = in.argv
+			cmd.Env = []string{}
+			cmd.ExtraFiles = []*os.File{childEnd}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			childEnd.Close()
+			for _, f := range [][2]string{{"setgroups", "allow"}, {"gid_map", "0 0 1"}, {"uid_map", "0 0 1"}} {
+				if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", cmd.Process.Pid, f[0]), []byte(f[1]), 0); err != nil {
+					cmd.Process.Kill()
+					cmd.Wait()
+					t.Fatal(err)
+				}
+			}
+			if err := in.send(conn); err != nil {
+				t.Logf("send: %v (the init may have gone already)", err)
+			}
+			err = cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(stderr.String(), "maps host root") {
 				t.Fatalf("init ran: err %v, stderr %q", err, stderr.String())
 			}
 		})

@@ -110,6 +110,8 @@ type Runtime struct {
 	owner    string // "<pid>.<starttime>": names our cgroups so a later run can tell them from a live run's
 	hostUID  int    // the sandbox user's uid and gid as the host sees them
 	hostGID  int
+	idMaps   idMaps    // what every init's user namespace maps (see idmap.go)
+	ambient  []uintptr // the capabilities every init executes with until its seal
 	spawn    *spawner
 	pool     *pool // nil when Options.PoolSize is 0
 	cpus     *sandbox.CPUPicker
@@ -184,6 +186,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID}
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
+	}
+	r.idMaps = sandboxIDMaps(rootless, opts.HostIDBase)
+	if r.ambient, err = boundingCaps(); err != nil {
+		return nil, fmt.Errorf("%w: reading this process's capability bounding set: %v", sandbox.ErrUnsupported, err)
 	}
 	if stewardBin != nil && !opts.GoInit {
 		if r.plans, err = cInitCompiler(); err != nil {

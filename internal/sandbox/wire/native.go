@@ -28,8 +28,10 @@
 //
 //	parent                                   child (pid 1 in the sandbox)
 //	  | -- clone(new user,pid,mnt,net,ipc,uts[,cgroup] ns) --> |
+//	  |    (sharing the parent's memory until the execve)      |
 //	  |    (parent puts the child into its cgroups)            |
-//	  | -- Config ---------------------------------------------> build root, pivot_root, seal
+//	  | -- writes the child's uid_map, gid_map ---------------> |
+//	  | -- Config ---------------------------------------------> check maps, build root, pivot_root, seal
 //	  | <------------------------------- Reply{Op: ready|failed} (+ [listeners on lo])
 //	  | -- Request{exec} + [stdin, stdout, stderr] ------------> fork+exec
 //	  | <------------------------------- Reply{started, pid} (+ [pty master] with a tty)

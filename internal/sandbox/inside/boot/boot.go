@@ -5,9 +5,11 @@
 //
 // The stages, in order (see package wire for the messages):
 //  1. refuse to run unless this process is pid 1 of fresh user and pid
-//     namespaces whose uid 0 is not host root: run by mistake on the host,
+//     namespaces that map nothing to host root: run by mistake on the host,
 //     the mount steps below would shadow the host's own directories;
-//  2. read the Config, enter a cgroup namespace (cgroup v1), build the new
+//  2. read the Config; check the id maps again, which the daemon writes
+//     only once this process has started (the native backend's idmap.go),
+//     and become uid 0 of the namespace where that is mapped; enter a cgroup namespace (cgroup v1), build the new
 //     root (masking the gated programs, whose real files pid 1 keeps: see
 //     gaterun.go; with a /sys holding only the sandbox's own cgroups,
 //     read-only) and pivot_root into it, bring up lo, take the affinity of
@@ -29,11 +31,13 @@
 package boot
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -89,6 +93,10 @@ func Main() {
 	if err != nil {
 		os.Exit(1)
 	}
+	if err := checkUserNamespace(); err != nil {
+		fmt.Fprintf(os.Stderr, "ironclaw: sandbox init refused to run: %v\n", err)
+		os.Exit(ExitRefused)
+	}
 	var workloadTasks *os.File
 	if cfg.WorkloadTasks && len(trees) > 0 {
 		workloadTasks, trees = trees[len(trees)-1], trees[:len(trees)-1]
@@ -142,30 +150,76 @@ func settle() {
 }
 
 // checkFreshNamespaces refuses to continue unless we are pid 1 of a new pid
-// namespace inside a user namespace that does not map host root, and the
-// control socket is where it should be. It has no side effects.
+// namespace, the control socket is where it should be, and the user
+// namespace maps nothing to host root. It has no side effects. The daemon
+// writes the id maps only once we have started (see the native backend's
+// idmap.go), so they may still be missing here: checkUserNamespace, once
+// the Config has come, requires them.
 func checkFreshNamespaces(ctl int) error {
 	if os.Getpid() != 1 {
 		return fmt.Errorf("not pid 1 of a new pid namespace (pid %d); this entry is started only by the IronClaw runtime", os.Getpid())
 	}
-	m, err := os.ReadFile("/proc/self/uid_map")
-	if err != nil {
-		return fmt.Errorf("cannot read uid_map: %w", err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(m)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			return fmt.Errorf("unexpected uid_map line %q", line)
-		}
-		if f[1] == "0" {
-			return fmt.Errorf("user namespace maps host root (uid_map %q); refusing", line)
-		}
+	if _, err := readUIDMap(); err != nil {
+		return err
 	}
 	typ, err := unix.GetsockoptInt(ctl, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err != nil || typ != unix.SOCK_SEQPACKET {
 		return fmt.Errorf("descriptor %d is not the runtime's control socket", ctl)
 	}
 	return nil
+}
+
+// checkUserNamespace, run once the daemon has sent the Config (it writes
+// the maps before), refuses an empty uid map or one that maps host root,
+// and makes us uid and gid 0 of the namespace where 0 is mapped (root
+// mode): we executed before the maps existed, as no uid of ours, and the
+// root under construction must be made by a uid it knows. Rootless, the
+// daemon's uid is already the sandbox user.
+func checkUserNamespace() error {
+	lines, err := readUIDMap()
+	if err != nil {
+		return err
+	}
+	if len(lines) == 0 {
+		return errors.New("the user namespace has no uid map")
+	}
+	if !slices.ContainsFunc(lines, func(f [3]string) bool { return f[0] == "0" }) || os.Getuid() == 0 {
+		return nil
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setresgid(0, 0, 0); err != nil {
+		return fmt.Errorf("setresgid: %w", err)
+	}
+	if err := syscall.Setresuid(0, 0, 0); err != nil {
+		return fmt.Errorf("setresuid: %w", err)
+	}
+	return nil
+}
+
+// readUIDMap reads our uid map (inside, outside, count per line) and
+// refuses one that maps host root.
+func readUIDMap() ([][3]string, error) {
+	m, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return nil, fmt.Errorf("cannot read uid_map: %w", err)
+	}
+	var lines [][3]string
+	for line := range strings.Lines(string(m)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 3 {
+			return nil, fmt.Errorf("unexpected uid_map line %q", line)
+		}
+		if f[1] == "0" {
+			return nil, fmt.Errorf("user namespace maps host root (uid_map %q); refusing", strings.TrimSpace(line))
+		}
+		lines = append(lines, [3]string{f[0], f[1], f[2]})
+	}
+	return lines, nil
 }
 
 // ignoreSignals keeps code inside the sandbox from killing its pid 1. The

@@ -651,31 +651,64 @@ static void do_step(const struct step *s)
 
 /* ---- start ---- */
 
-/* check_fresh_namespaces refuses to go on unless this is pid 1 of a new
- * pid namespace, in a user namespace that does not map host root, with
- * the control socket at ctl; it changes nothing (boot's
- * checkFreshNamespaces). */
-static void check_fresh_namespaces(void)
+/* read_uid_map refuses a uid map that maps host root and returns how many
+ * lines it has; *maps_zero says whether one of them maps uid 0 here. */
+static int read_uid_map(int *maps_zero)
 {
-	if (getpid() != 1)
-		die("refused to run: not pid 1 of a new pid namespace (pid %d); this entry is started only by the IronClaw runtime", (int)getpid());
 	FILE *f = fopen("/proc/self/uid_map", "re");
 	if (!f)
 		die("refused to run: cannot read uid_map: %s", strerror(errno));
 	unsigned long in, out, count;
 	int lines = 0;
+	*maps_zero = 0;
 	while (fscanf(f, "%lu %lu %lu", &in, &out, &count) == 3) {
 		lines++;
 		if (out == 0)
 			die("refused to run: the user namespace maps host root; refusing");
+		if (in == 0)
+			*maps_zero = 1;
 	}
 	fclose(f);
-	if (lines == 0)
-		die("refused to run: an empty uid_map");
+	return lines;
+}
+
+/* check_fresh_namespaces refuses to go on unless this is pid 1 of a new
+ * pid namespace, in a user namespace that maps nothing to host root, with
+ * the control socket at ctl; it changes nothing (boot's
+ * checkFreshNamespaces). The daemon writes the id maps only once this
+ * program has started (the native backend's idmap.go), so they may be
+ * missing yet: check_user_namespace requires them once the plan is in. */
+static void check_fresh_namespaces(void)
+{
+	if (getpid() != 1)
+		die("refused to run: not pid 1 of a new pid namespace (pid %d); this entry is started only by the IronClaw runtime", (int)getpid());
+	int maps_zero;
+	(void)read_uid_map(&maps_zero);
 	int type = 0;
 	socklen_t tl = sizeof type;
 	if (getsockopt(ctl, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET)
 		die("refused to run: descriptor %d is not the runtime's control socket", ctl);
+}
+
+/* check_user_namespace, once the plan has come (the daemon writes the
+ * maps before it sends it), refuses an empty uid map and, where uid 0 is
+ * mapped (root mode), makes this process uid and gid 0 of the namespace:
+ * it executed before the maps existed, as no uid of it, and the root it
+ * builds must be made by a uid the namespace knows (boot's
+ * checkUserNamespace). */
+static void check_user_namespace(void)
+{
+	int maps_zero;
+	if (read_uid_map(&maps_zero) == 0)
+		die("refused to run: an empty uid_map");
+	if (!maps_zero || getuid() == 0)
+		return;
+	if (setgroups(0, NULL) < 0)
+		fail(errno, "setgroups");
+	if (setresgid(0, 0, 0) < 0)
+		fail(errno, "setresgid");
+	if (setresuid(0, 0, 0) < 0)
+		fail(errno, "setresuid");
 }
 
 /* default_signals gives every signal its default disposition and
@@ -720,6 +753,7 @@ void init_sandbox(void)
 		;
 	if (got <= 0)
 		exit(1); /* the daemon gave up */
+	check_user_namespace();
 	int fds[MAX_FDS], nfds = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
