@@ -2,6 +2,7 @@ package native_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"debug/elf"
 	"errors"
@@ -403,7 +404,7 @@ func TestInitRefusesHostRootMappedLate(t *testing.T) {
 // crashDaemon is the test binary as a daemon that gets SIGKILLed: it makes
 // a sandbox with work running, reports it, and waits to die.
 func crashDaemon() int {
-	r, err := native.New(context.Background(), native.Options{Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
+	r, err := native.New(context.Background(), sandboxtest.NativeOptions())
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -423,7 +424,9 @@ func TestDaemonCrashLeavesNothing(t *testing.T) {
 	sandboxtest.Native(t)
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe)
-	cmd.Env = []string{"IRONCLAW_TEST_DAEMON=1", "IRONCLAW_TEST_INIT_EXE=" + os.Getenv("IRONCLAW_TEST_INIT_EXE")}
+	steward, _ := sandboxtest.Steward() // "": the daemon's sandboxes get the Go init
+	cmd.Env = []string{"IRONCLAW_TEST_DAEMON=1", "IRONCLAW_TEST_INIT_EXE=" + os.Getenv("IRONCLAW_TEST_INIT_EXE"), "IRONCLAW_TEST_STEWARD=" + cmp.Or(steward, "off"),
+		"IRONCLAW_TEST_C_INIT=" + os.Getenv("IRONCLAW_TEST_C_INIT")}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

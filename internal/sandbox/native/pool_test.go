@@ -3,7 +3,6 @@ package native_test
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +15,8 @@ import (
 func newPooledRuntime(t testing.TB, size int) *native.Runtime {
 	t.Helper()
 	sandboxtest.Native(t) // skip or fail like every sandbox test
-	r, err := native.New(context.Background(), native.Options{PoolSize: size, Exe: os.Getenv("IRONCLAW_TEST_INIT_EXE")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close(context.Background()) })
+	// With the steward and the C init, as the daemon's pool runs.
+	r := sandboxtest.NewNative(t, native.Options{PoolSize: size})
 	waitPool(t, r, size)
 	return r
 }
