@@ -162,6 +162,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	ambient, err := boundingCaps()
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading this process's capability bounding set: %v", sandbox.ErrUnsupported, err)
+	}
 	cg, err := cgroups.Detect()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
@@ -183,13 +187,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		stewardBin = f
 	}
 	r := &Runtime{opts: opts, init: initBin, steward: stewardBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(opts.Logf), boxes: map[string]*Sandbox{}, cpus: sandbox.NewCPUPicker(),
-		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID}
+		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID,
+		idMaps: sandboxIDMaps(rootless, opts.HostIDBase), ambient: ambient}
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
-	}
-	r.idMaps = sandboxIDMaps(rootless, opts.HostIDBase)
-	if r.ambient, err = boundingCaps(); err != nil {
-		return nil, fmt.Errorf("%w: reading this process's capability bounding set: %v", sandbox.ErrUnsupported, err)
 	}
 	if stewardBin != nil && !opts.GoInit {
 		if r.plans, err = cInitCompiler(); err != nil {

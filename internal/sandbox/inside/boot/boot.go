@@ -9,12 +9,13 @@
 //     the mount steps below would shadow the host's own directories;
 //  2. read the Config; check the id maps again, which the daemon writes
 //     only once this process has started (the native backend's idmap.go),
-//     and become uid 0 of the namespace where that is mapped; enter a cgroup namespace (cgroup v1), build the new
-//     root (masking the gated programs, whose real files pid 1 keeps: see
-//     gaterun.go; with a /sys holding only the sandbox's own cgroups,
-//     read-only) and pivot_root into it, bring up lo, take the affinity of
-//     the CPUs the Config names (the CPU count commands see), open pid 1's
-//     oom_score_adj so each command can start above it;
+//     and become uid 0 of the namespace where that is mapped; enter a
+//     cgroup namespace (cgroup v1), build the new root (masking the gated
+//     programs, whose real files pid 1 keeps: see gaterun.go; with a /sys
+//     holding only the sandbox's own cgroups, read-only) and pivot_root
+//     into it, bring up lo, take the affinity of the CPUs the Config names
+//     (the CPU count commands see), open pid 1's oom_score_adj so each
+//     command can start above it;
 //  3. seal: rlimits, drop every capability and the bounding set, switch to
 //     uid/gid 65532 with no groups, no_new_privs, not dumpable, landlock,
 //     and seccomp last; all of it on every thread, so every command forked
