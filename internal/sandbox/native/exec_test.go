@@ -346,18 +346,15 @@ func TestInitRefusesHostRootMappedLate(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to map host root")
 	}
-	inits := []struct {
+	type entry struct {
 		name, exe string
 		argv      []string
 		send      func(*wire.Conn) error
-	}{{name: "go", exe: selfcopy.Path(t, "init"), argv: []string{boot.Arg0},
+	}
+	inits := []entry{{name: "go", exe: selfcopy.Path(t, "init"), argv: []string{boot.Arg0},
 		send: func(c *wire.Conn) error { return c.Send(&wire.Config{}) }}}
 	if path, _ := sandboxtest.Steward(); path != "" {
-		inits = append(inits, struct {
-			name, exe string
-			argv      []string
-			send      func(*wire.Conn) error
-		}{name: "c", exe: path, argv: []string{"ironclaw-steward-init"},
+		inits = append(inits, entry{name: "c", exe: path, argv: []string{"ironclaw-steward-init"},
 			send: func(c *wire.Conn) error { return c.SendBytes([]byte("IRONCLAW-PLAN")) }})
 	}
 	mountsBefore := hostMounts()

@@ -73,7 +73,8 @@ func (m idMaps) write(pid int) error {
 
 // boundingCaps are the capabilities of this process's bounding set: what
 // a child in a new user namespace may raise as ambient capabilities, and
-// what it would have held had it executed as that namespace's root.
+// what it would have held had it executed as that namespace's root. The
+// kernel sets no bit above its last capability there.
 func boundingCaps() ([]uintptr, error) {
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
@@ -88,12 +89,8 @@ func boundingCaps() ([]uintptr, error) {
 		if err != nil {
 			return nil, fmt.Errorf("CapBnd %q: %w", hex, err)
 		}
-		last, err := lastCap()
-		if err != nil {
-			return nil, err
-		}
 		var caps []uintptr
-		for c := 0; c <= last; c++ {
+		for c := range 64 {
 			if set&(1<<c) != 0 {
 				caps = append(caps, uintptr(c))
 			}
@@ -101,18 +98,6 @@ func boundingCaps() ([]uintptr, error) {
 		return caps, nil
 	}
 	return nil, fmt.Errorf("no CapBnd in /proc/self/status")
-}
-
-func lastCap() (int, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || n < 0 || n > 63 {
-		return 0, fmt.Errorf("cap_last_cap %q", b)
-	}
-	return n, nil
 }
 
 // initCloneFlags are flags, the sandbox's namespaces, with the two that

@@ -1,21 +1,11 @@
 package setup
 
-import (
-	"testing"
-
-	"github.com/ironclaw/ironclaw/internal/sandbox"
-	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
-	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
-)
+import "testing"
 
 // BenchmarkCompileEncode is the host's per-create work for the C init:
 // compiling a default sandbox's config into its plan and encoding it.
 func BenchmarkCompileEncode(b *testing.B) {
-	s, err := seal.New(sandbox.Spec{}.WithDefaults())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := &wire.Config{Seal: *s, Cgroup: wire.CgroupView{Version: 2}, CPUs: []int{0, 1}, Listen: []uint16{8080}}
+	cfg := defaultConfig(b)
 	c, err := NewCompiler(4)
 	if err != nil {
 		b.Fatal(err)

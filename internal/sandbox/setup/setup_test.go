@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func defaultConfig(t *testing.T) *wire.Config {
+func defaultConfig(t testing.TB) *wire.Config {
 	t.Helper()
 	s, err := seal.New(sandbox.Spec{}.WithDefaults())
 	if err != nil {

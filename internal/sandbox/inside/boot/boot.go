@@ -38,7 +38,6 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -160,7 +159,7 @@ func checkFreshNamespaces(ctl int) error {
 	if os.Getpid() != 1 {
 		return fmt.Errorf("not pid 1 of a new pid namespace (pid %d); this entry is started only by the IronClaw runtime", os.Getpid())
 	}
-	if _, err := readUIDMap(); err != nil {
+	if _, _, err := readUIDMap(); err != nil {
 		return err
 	}
 	typ, err := unix.GetsockoptInt(ctl, unix.SOL_SOCKET, unix.SO_TYPE)
@@ -177,14 +176,14 @@ func checkFreshNamespaces(ctl int) error {
 // root under construction must be made by a uid it knows. Rootless, the
 // daemon's uid is already the sandbox user.
 func checkUserNamespace() error {
-	lines, err := readUIDMap()
+	lines, mapsZero, err := readUIDMap()
 	if err != nil {
 		return err
 	}
-	if len(lines) == 0 {
+	if lines == 0 {
 		return errors.New("the user namespace has no uid map")
 	}
-	if !slices.ContainsFunc(lines, func(f [3]string) bool { return f[0] == "0" }) || os.Getuid() == 0 {
+	if !mapsZero || os.Getuid() == 0 {
 		return nil
 	}
 	if err := syscall.Setgroups(nil); err != nil {
@@ -199,28 +198,28 @@ func checkUserNamespace() error {
 	return nil
 }
 
-// readUIDMap reads our uid map (inside, outside, count per line) and
-// refuses one that maps host root.
-func readUIDMap() ([][3]string, error) {
+// readUIDMap reads our uid map, refuses one that maps host root, and
+// says how many lines it has and whether one maps uid 0 here.
+func readUIDMap() (lines int, mapsZero bool, err error) {
 	m, err := os.ReadFile("/proc/self/uid_map")
 	if err != nil {
-		return nil, fmt.Errorf("cannot read uid_map: %w", err)
+		return 0, false, fmt.Errorf("cannot read uid_map: %w", err)
 	}
-	var lines [][3]string
 	for line := range strings.Lines(string(m)) {
-		f := strings.Fields(line)
+		f := strings.Fields(line) // inside, outside, count
 		if len(f) == 0 {
 			continue
 		}
 		if len(f) != 3 {
-			return nil, fmt.Errorf("unexpected uid_map line %q", line)
+			return 0, false, fmt.Errorf("unexpected uid_map line %q", line)
 		}
 		if f[1] == "0" {
-			return nil, fmt.Errorf("user namespace maps host root (uid_map %q); refusing", strings.TrimSpace(line))
+			return 0, false, fmt.Errorf("user namespace maps host root (uid_map %q); refusing", strings.TrimSpace(line))
 		}
-		lines = append(lines, [3]string{f[0], f[1], f[2]})
+		lines++
+		mapsZero = mapsZero || f[0] == "0"
 	}
-	return lines, nil
+	return lines, mapsZero, nil
 }
 
 // ignoreSignals keeps code inside the sandbox from killing its pid 1. The
