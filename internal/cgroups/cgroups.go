@@ -829,8 +829,9 @@ func (c *Cgroup) oomFile() string {
 
 // OOMCounter reads a cgroup's OOM-kill counter through a descriptor kept
 // open: one pread a reading, where OOMKills opens, reads and closes the
-// file. The sandbox reads it before and after every command, so that is
-// six system calls fewer on each exec. It is safe for concurrent use.
+// file. A sandbox holds one for each command it runs, read before and
+// after (two system calls fewer than OOMKills twice), and none while idle.
+// It is safe for concurrent use.
 type OOMCounter struct {
 	f    *os.File
 	path string

@@ -302,7 +302,7 @@ func hostSandboxes(b *testing.B) int {
 }
 
 // openFDs is how many descriptors this process holds.
-func openFDs(b *testing.B) int {
+func openFDs(b testing.TB) int {
 	des, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		b.Fatal(err)

@@ -1,7 +1,7 @@
 package native
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,17 +77,10 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	}
 	conn.NonblockFDs = true
 	defer childEnd.Close()
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		conn.Close()
-		return nil, hostErr("the diagnostics pipe", err)
-	}
-	defer errW.Close()
 
 	flags, err := cloneFlags(&cfg.Seal)
 	if err != nil {
 		conn.Close()
-		errR.Close()
 		return nil, err
 	}
 	// No UidMappings: the daemon writes the maps once the init has
@@ -107,7 +100,6 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		sys.Cloneflags |= syscall.CLONE_NEWCGROUP
 	} else if !errors.Is(err, cgroups.ErrNotSupported) {
 		conn.Close()
-		errR.Close()
 		return nil, fmt.Errorf("sandbox cgroup: %w", err)
 	} else if !r.noted(&r.noForkInside) {
 		inside = cg
@@ -121,20 +113,17 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	if err := cg.ReservePids(sandbox.InitPidsReserve); err == nil {
 		if workloadTasks, err = cg.WorkloadTasks(); err != nil {
 			conn.Close()
-			errR.Close()
 			return nil, fmt.Errorf("sandbox cgroup: %w", err)
 		}
 		defer workloadTasks.Close()
 	} else if !errors.Is(err, cgroups.ErrNotSupported) {
 		conn.Close()
-		errR.Close()
 		return nil, fmt.Errorf("sandbox cgroup: reserving PIDs for pid 1: %w", err)
 	}
 
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		conn.Close()
-		errR.Close()
 		return nil, err
 	}
 	defer devNull.Close()
@@ -147,14 +136,17 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	} else if r.init != nil {
 		if exe, closeExe, err = r.init.open(); err != nil {
 			conn.Close()
-			errR.Close()
 			return nil, err
 		}
 	}
-	attr := &os.ProcAttr{
+	// The init's standard error is its control socket too: what it
+	// writes there (a refusal, a Go runtime's last words) arrives as text
+	// packets, which the Conn hands to the sandbox's log (wire.Conn's
+	// Stderr), and the sandbox costs no second descriptor.
+	attr := &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   initEnv,
-		Files: []*os.File{devNull, devNull, errW, childEnd},
+		Files: []uintptr{devNull.Fd(), devNull.Fd(), childEnd.Fd(), childEnd.Fd()},
 		Sys:   sys,
 	}
 	proc, err := r.spawn.start(ctx, exe, argv, attr, inside)
@@ -175,40 +167,37 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	closeExe() // executed by now, or never
 	if err != nil {
 		conn.Close()
-		errR.Close()
 		if herr := sandbox.HostExhausted("starting the sandbox init", err); herr != nil {
 			return nil, herr
 		}
 		return nil, fmt.Errorf("%w: starting the sandbox init: %v", sandbox.ErrUnsupported, err)
 	}
 	childEnd.Close()
-	errW.Close()
-	if err := r.idMaps.write(proc.Pid); err != nil {
+	if err := r.idMaps.write(proc.pid); err != nil {
 		conn.Close()
-		errR.Close()
-		_ = proc.Kill()
-		_, _ = proc.Wait()
+		_ = proc.kill()
+		_ = proc.wait()
 		return nil, hostErr("the sandbox's id maps", err)
 	}
 	b := &Sandbox{id: id, spec: spec, rt: r, proc: proc, conn: conn, cg: cg,
-		pending: map[uint64]chan reply{}, done: make(chan struct{}), diagDone: make(chan struct{})}
-	go b.logInit(errR)
+		pending: map[uint64]chan reply{}, done: make(chan struct{})}
+	conn.Stderr = b.initStderr
 	defer func() {
 		if retErr != nil {
 			b.closeListeners()
-			proc.Kill()
+			proc.kill()
 			conn.Close()
-			proc.Wait()
+			proc.wait()
 		}
 	}()
 	if cfg.UnshareCgroup {
 		// cgroup v1 has no clone-into-cgroup: place the init now; it waits
 		// for the Config before it forks anything.
-		if err := cg.Add(proc.Pid); err != nil {
+		if err := cg.Add(proc.pid); err != nil {
 			return nil, fmt.Errorf("sandbox cgroup: %w", err)
 		}
 	}
-	r.protectInit(cfg, proc.Pid)
+	r.protectInit(cfg, proc.pid)
 	trees := r.openTrees(cfg)
 	if cInit {
 		err = r.sendPlan(conn, cfg, trees, workloadTasks)
@@ -224,7 +213,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	if err := b.awaitReady(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.reservePids(cg, proc.Pid); err != nil {
+	if err := r.reservePids(cg, proc.pid); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -435,34 +424,57 @@ func hostErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// logInit forwards what the init writes to stderr (a Go panic, a refusal)
-// to the runtime's log, and keeps the last lines for error messages.
-func (b *Sandbox) logInit(f *os.File) {
-	defer close(b.diagDone)
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		line := s.Text()
-		b.diagMu.Lock()
-		if len(b.diag) < 20 {
+// maxDiagLines and maxDiagLine bound what a sandbox keeps of its init's
+// standard error for error messages (the log gets every line).
+const (
+	maxDiagLines = 20
+	maxDiagLine  = 1 << 10
+)
+
+// initStderr takes what the init writes to its standard error (a refusal,
+// a Go runtime's panic), which arrives on the control socket a write at a
+// time (wire.Conn's Stderr): it logs it line by line, a long line in
+// pieces, and keeps the first lines for error messages. Only pid 1 holds
+// the socket; no command of the sandbox can write there.
+func (b *Sandbox) initStderr(text []byte) {
+	b.diagMu.Lock()
+	defer b.diagMu.Unlock()
+	b.diagPart = append(b.diagPart, text...)
+	for {
+		end, next := bytes.IndexByte(b.diagPart, '\n'), 0
+		switch {
+		case end >= maxDiagLine || end < 0 && len(b.diagPart) >= maxDiagLine:
+			end, next = maxDiagLine, maxDiagLine
+		case end < 0:
+			return
+		default:
+			next = end + 1
+		}
+		line := string(b.diagPart[:end])
+		b.diagPart = append(b.diagPart[:0], b.diagPart[next:]...)
+		if len(b.diag) < maxDiagLines {
 			b.diag = append(b.diag, line)
 		}
-		b.diagMu.Unlock()
 		b.rt.opts.Logf("%s init: %s", b.id, line)
 	}
 }
 
+// initDiag is the init's last words as kept, for the error of a create
+// whose init died. The Recv that saw it die has taken every write before.
 func (b *Sandbox) initDiag() string {
-	select { // the init is gone: let logInit catch its last words
-	case <-b.diagDone:
-	case <-time.After(time.Second):
-	}
 	b.diagMu.Lock()
 	defer b.diagMu.Unlock()
-	if len(b.diag) == 0 {
+	last := ""
+	if len(b.diag) > 0 {
+		last = b.diag[len(b.diag)-1]
+	}
+	if len(b.diagPart) > 0 && len(b.diag) < maxDiagLines {
+		last = string(b.diagPart) // a line the init did not end
+	}
+	if last == "" {
 		return ""
 	}
-	return ": " + b.diag[len(b.diag)-1]
+	return ": " + last
 }
 
 // adoptListeners turns the sockets the init bound on the sandbox's loopback

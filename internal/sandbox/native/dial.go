@@ -16,5 +16,5 @@ func (b *Sandbox) DialLoopback(ctx context.Context, port uint16) (net.Conn, erro
 	if err := alive(); err != nil {
 		return nil, err
 	}
-	return netns.DialLoopback(ctx, b.proc.Pid, port, alive)
+	return netns.DialLoopback(ctx, b.proc.pid, port, alive)
 }

@@ -341,7 +341,9 @@ func TestInitRefusesOutsideFreshNamespaces(t *testing.T) {
 // once their plan or Config has come. Started as the daemon starts them,
 // with fresh namespaces and the control socket but maps that give it host
 // root, written after the start, each must refuse before any step of its
-// plan, and the host's mounts stay as they were.
+// plan, and the host's mounts stay as they were. The refusal arrives as
+// the daemon reads it: written to the control socket, which is also the
+// init's standard error.
 func TestInitRefusesHostRootMappedLate(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to map host root")
@@ -365,13 +367,14 @@ func TestInitRefusesHostRootMappedLate(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
+			var stderr bytes.Buffer
+			conn.Stderr = func(b []byte) { stderr.Write(b) }
 			cmd := exec.Command(in.exe)
 			cmd.Args = in.argv
 			cmd.Env = []string{}
 			cmd.ExtraFiles = []*os.File{childEnd}
+			cmd.Stderr = childEnd
 			cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -387,6 +390,10 @@ func TestInitRefusesHostRootMappedLate(t *testing.T) {
 				t.Logf("send: %v (the init may have gone already)", err)
 			}
 			err = cmd.Wait()
+			var rep wire.Reply
+			if _, rerr := conn.Recv(&rep); rerr == nil {
+				t.Errorf("the init replied %+v", rep)
+			}
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(stderr.String(), "maps host root") {
 				t.Fatalf("init ran: err %v, stderr %q", err, stderr.String())

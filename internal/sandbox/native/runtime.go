@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"runtime"
@@ -321,13 +322,13 @@ type spawner struct {
 type spawnReq struct {
 	exe    string
 	argv   []string
-	attr   *os.ProcAttr
+	attr   *syscall.ProcAttr
 	inside *cgroups.Cgroup // non-nil: fork inside this cgroup (v1)
 	res    chan spawnRes
 }
 
 type spawnRes struct {
-	p   *os.Process
+	p   *initProc
 	err error
 }
 
@@ -345,10 +346,16 @@ func (s *spawner) serve() {
 	// Never unlocked: the thread exits with the process.
 	runtime.LockOSThread()
 	for r := range s.reqs {
-		var p *os.Process
-		start := func() (err error) {
-			p, err = os.StartProcess(r.exe, r.argv, r.attr)
-			return err
+		var p *initProc
+		start := func() error {
+			// syscall's, not os's: os.StartProcess would hold a pidfd
+			// per sandbox (see initProc).
+			pid, _, err := syscall.StartProcess(r.exe, r.argv, r.attr)
+			if err != nil {
+				return &fs.PathError{Op: "fork/exec", Path: r.exe, Err: err}
+			}
+			p = &initProc{pid: pid}
+			return nil
 		}
 		var err error
 		if r.inside != nil {
@@ -358,8 +365,8 @@ func (s *spawner) serve() {
 		}
 		if errors.Is(err, cgroups.ErrStranded) {
 			if p != nil {
-				_ = p.Kill()
-				_, _ = p.Wait()
+				_ = p.kill()
+				_ = p.wait()
 			}
 			s.logf("sandbox spawner: %v; a new spawner thread takes over", err)
 			r.res <- spawnRes{nil, err}
@@ -371,7 +378,7 @@ func (s *spawner) serve() {
 }
 
 // start starts exe; with inside set, the process is born in that cgroup.
-func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *os.ProcAttr, inside *cgroups.Cgroup) (*os.Process, error) {
+func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *syscall.ProcAttr, inside *cgroups.Cgroup) (*initProc, error) {
 	res := make(chan spawnRes, 1)
 	select {
 	case s.reqs <- spawnReq{exe, argv, attr, inside, res}:

@@ -26,7 +26,7 @@ type Sandbox struct {
 	id   string
 	spec sandbox.Spec
 	rt   *Runtime
-	proc *os.Process
+	proc *initProc
 	conn *wire.Conn
 	cg   *cgroups.Cgroup
 
@@ -39,15 +39,13 @@ type Sandbox struct {
 	destroyErr  error
 
 	diagMu   sync.Mutex
-	diag     []string
-	diagDone chan struct{}
+	diag     []string // the first lines of the init's standard error
+	diagPart []byte   // a line not yet ended
 
 	listeners map[uint16]net.Listener // exposed port -> listener on the sandbox's lo; fixed after Create
 
 	limitsMu sync.Mutex // guards spec.Limits, which UpdateLimits may change while execs run
 
-	oomOnce sync.Once
-	oom     *cgroups.OOMCounter // nil: read the file each time (OOMKills)
 }
 
 // limits returns the sandbox's current limits.
@@ -115,7 +113,7 @@ func (b *Sandbox) ID() string { return b.id }
 func (b *Sandbox) Done() <-chan struct{} { return b.done }
 
 // InitPid is the host pid of the sandbox's pid 1 (for tests and setns).
-func (b *Sandbox) InitPid() int { return b.proc.Pid }
+func (b *Sandbox) InitPid() int { return b.proc.pid }
 
 // readReplies routes the init's replies to waiting requests until the init
 // hangs up (it died or was killed); then it reaps it.
@@ -142,8 +140,8 @@ func (b *Sandbox) readReplies() {
 		}
 	}
 	b.conn.Close()
-	b.proc.Kill() // pid 1 leaving takes the whole pid namespace with it
-	b.proc.Wait()
+	b.proc.kill() // pid 1 leaving takes the whole pid namespace with it
+	b.proc.wait()
 	close(b.done)
 }
 
@@ -192,7 +190,13 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	wreq := wire.Request{Op: wire.OpExec, Argv: req.Argv, Env: seal.MergeEnv(env, b.spec.Env, req.Env), Dir: params.Cwd,
 		TTY: req.TTY, Rows: req.WindowSize.Rows, Cols: req.WindowSize.Cols, Gate: req.Gate}
 
-	oomBefore := b.oomKills()
+	// The OOM-kill counter, held open for this exec's two reads only: an
+	// idle sandbox holds no descriptor but its control socket.
+	oom, _ := b.cg.OpenOOMCounter()
+	if oom != nil {
+		defer oom.Close()
+	}
+	oomBefore := b.oomKills(oom)
 	id, ch := b.register()
 	defer b.unregister(id)
 	wreq.ID = id
@@ -347,7 +351,7 @@ wait:
 		res.Signal = int(status.Signal())
 		res.ExitCode = 128 + res.Signal
 	}
-	if b.oomKills() > oomBefore {
+	if b.oomKills(oom) > oomBefore {
 		res.OOMKilled = true
 	}
 	return res, ctxErr
@@ -469,12 +473,11 @@ func (b *Sandbox) kill(id uint64) {
 	_ = b.conn.Send(wire.Request{Op: wire.OpSignal, ID: id, Signal: int(syscall.SIGKILL)})
 }
 
-// oomKills reads the cgroup's OOM-kill count, through a descriptor opened
-// at the first exec and kept until Destroy.
-func (b *Sandbox) oomKills() int64 {
-	b.oomOnce.Do(func() { b.oom, _ = b.cg.OpenOOMCounter() })
-	if b.oom != nil {
-		if n, err := b.oom.Read(); err == nil {
+// oomKills reads the cgroup's OOM-kill count through oom, or, where that
+// could not be opened or read, from the file.
+func (b *Sandbox) oomKills(oom *cgroups.OOMCounter) int64 {
+	if oom != nil {
+		if n, err := oom.Read(); err == nil {
 			return n
 		}
 	}
@@ -663,11 +666,7 @@ func (b *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 func (b *Sandbox) Destroy(ctx context.Context) error {
 	b.destroyOnce.Do(func() {
 		b.closeListeners()
-		b.oomOnce.Do(func() {}) // no exec opens the counter after this
-		if b.oom != nil {
-			_ = b.oom.Close()
-		}
-		_ = b.proc.Kill()
+		_ = b.proc.kill()
 		// A paused sandbox's tasks take no signal until thawed (cgroup v1's
 		// freezer); the kill is pending, so thawing now lets it land.
 		_ = b.cg.Thaw()

@@ -45,3 +45,23 @@ func minorFaults(t *testing.T) int64 {
 	}
 	return ru.Minflt
 }
+
+// TestSandboxHoldsOneDescriptor: a sandbox costs the daemon one
+// descriptor, its control socket (the init's standard error is that
+// socket too, and pid 1 is held by its pid), idle and after commands have
+// run. RLIMIT_NOFILE is what bounds the sandboxes one daemon holds: at one
+// each, 10,000 fit under the usual hard limit of 20,000.
+func TestSandboxHoldsOneDescriptor(t *testing.T) {
+	r := sandboxtest.Native(t)
+	sandboxtest.New(t, r, sandbox.Spec{}).Run(nil, "true") // what the runtime opens once
+	before := openFDs(t)
+	const n = 8
+	for range n {
+		b := sandboxtest.New(t, r, sandbox.Spec{})
+		b.Run(nil, "true")
+		b.Exec(sandbox.ExecRequest{Argv: []string{"true"}, TTY: true})
+	}
+	if got := openFDs(t) - before; got != n {
+		t.Fatalf("%d sandboxes hold %d descriptors, want %d", n, got, n)
+	}
+}

@@ -56,6 +56,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
@@ -200,6 +201,15 @@ type Conn struct {
 	// them blocking: it hands them to commands as standard streams.
 	NonblockFDs bool
 
+	// Stderr, when set, receives the packets that are not messages: the
+	// peer's standard error shares this socket (a native sandbox's pid 1
+	// has it as descriptor 2, so a sandbox costs its daemon one
+	// descriptor), and anything the peer writes there arrives as a packet
+	// of text, one per write. A packet that carries no descriptors and is
+	// not JSON is such text; Recv hands it over and reads on. The
+	// bytes are the Conn's buffer, valid until Stderr returns.
+	Stderr func(text []byte)
+
 	c   *net.UnixConn
 	buf []byte
 	oob []byte
@@ -274,27 +284,59 @@ func (c *Conn) SendBytes(b []byte, files ...*os.File) error {
 // Recv reads one message into msg and returns the descriptors that came
 // with it (close-on-exec; the caller owns them).
 func (c *Conn) Recv(msg any) ([]*os.File, error) {
-	n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
-	if err != nil {
-		return nil, fmt.Errorf("wire: recv: %w", err)
-	}
-	files, ferr := parseRights(c.oob[:oobn], c.NonblockFDs)
-	if ferr != nil || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxPacket {
-		closeAll(files)
-		if ferr == nil {
-			ferr = errors.New("message or descriptors truncated")
+	reset := false
+	for {
+		n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
+		if err != nil {
+			if c.Stderr != nil && !reset && errors.Is(err, syscall.ECONNRESET) {
+				// The peer closed with messages to it unread, and the
+				// kernel says so (once) before the packets it wrote last,
+				// which are its last words: read on to them.
+				reset = true
+				continue
+			}
+			return nil, fmt.Errorf("wire: recv: %w", err)
 		}
-		return nil, fmt.Errorf("wire: recv: %w", ferr)
+		files, ferr := parseRights(c.oob[:oobn], c.NonblockFDs)
+		if c.Stderr != nil && ferr == nil && len(files) == 0 && n > 0 && flags&unix.MSG_CTRUNC == 0 {
+			if n > MaxPacket {
+				n = MaxPacket
+			}
+			if flags&unix.MSG_TRUNC != 0 || c.buf[0] != '{' {
+				c.Stderr(c.buf[:n])
+				continue
+			}
+			// Unmarshal checks the syntax of the whole packet before it
+			// touches msg, so text that merely starts with a brace
+			// leaves msg as it was.
+			var syntax *json.SyntaxError
+			if err := json.Unmarshal(c.buf[:n], msg); errors.As(err, &syntax) {
+				c.Stderr(c.buf[:n])
+				continue
+			} else if err != nil {
+				return nil, fmt.Errorf("wire: decode: %w", err)
+			}
+			return nil, nil
+		}
+		if ferr != nil || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxPacket {
+			closeAll(files)
+			if ferr == nil {
+				ferr = errors.New("message or descriptors truncated")
+			}
+			return nil, fmt.Errorf("wire: recv: %w", ferr)
+		}
+		if n == 0 {
+			// End of stream. (A peer that wrote an empty packet reads as
+			// gone too: SOCK_SEQPACKET cannot tell the two apart.)
+			closeAll(files)
+			return nil, fmt.Errorf("wire: recv: %w", net.ErrClosed)
+		}
+		if err := json.Unmarshal(c.buf[:n], msg); err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("wire: decode: %w", err)
+		}
+		return files, nil
 	}
-	if n == 0 {
-		closeAll(files)
-		return nil, fmt.Errorf("wire: recv: %w", net.ErrClosed)
-	}
-	if err := json.Unmarshal(c.buf[:n], msg); err != nil {
-		closeAll(files)
-		return nil, fmt.Errorf("wire: decode: %w", err)
-	}
-	return files, nil
 }
 
 // FD is the connection's descriptor, for a pid 1 that hands the socket

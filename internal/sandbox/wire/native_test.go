@@ -76,3 +76,59 @@ func TestRecvAfterPeerCloses(t *testing.T) {
 		t.Fatal("Recv succeeded on a closed pair")
 	}
 }
+
+// TestRecvPassesStderrOn: with Stderr set, what the peer writes to the
+// socket as its standard error (raw text, a write a packet) is handed over
+// in order and Recv goes on to the next message; a malformed message is
+// still an error, and without Stderr text is too.
+func TestRecvPassesStderrOn(t *testing.T) {
+	parent, childEnd, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parent.Close()
+	defer childEnd.Close()
+	var text []string
+	parent.Stderr = func(b []byte) { text = append(text, string(b)) }
+	write := func(s string) {
+		t.Helper()
+		if _, err := childEnd.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ironclaw: ")
+	write("{not json\n")
+	write(strings.Repeat("y", MaxPacket+10)) // longer than a message may be
+	write(`{"op":"ready","id":9}`)
+	write(`{"op":"exited","id":"ten"}`) // JSON, but not a Reply
+	write("last words\n")
+
+	var rep Reply
+	if files, err := parent.Recv(&rep); err != nil || len(files) != 0 || rep.Op != OpReady || rep.ID != 9 {
+		t.Fatalf("Recv: %+v, %v, %v", rep, files, err)
+	}
+	if len(text) != 3 || text[0] != "ironclaw: " || text[1] != "{not json\n" || len(text[2]) != MaxPacket {
+		t.Fatalf("stderr before the message: %d pieces %q", len(text), text[:min(len(text), 2)])
+	}
+	var bad Reply
+	if _, err := parent.Recv(&bad); err == nil || !strings.Contains(err.Error(), "decode") {
+		t.Fatalf("Recv of JSON that is no Reply: %+v, %v", bad, err)
+	}
+	childEnd.Close()
+	if _, err := parent.Recv(&rep); err == nil || len(text) != 4 || text[3] != "last words\n" {
+		t.Fatalf("Recv at the end: %v, text %q", err, text[3:])
+	}
+
+	plain, plainChild, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	defer plainChild.Close()
+	if _, err := plainChild.Write([]byte("text")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Recv(&rep); err == nil {
+		t.Fatal("a Conn without Stderr took text for a message")
+	}
+}
