@@ -92,11 +92,11 @@ func softFileLimit() uint64 {
 //
 // A process allowed to (root, CAP_SYS_RESOURCE) first raises the hard
 // limit itself to the kernel's ceiling, fs.nr_open: a native sandbox
-// holds three of the daemon's descriptors (its control socket, its pidfd,
-// its diagnostics pipe), so a host's usual hard limit (20,000 on the
-// project's VM) would stop the daemon near 6,500 sandboxes, long before
-// memory or pids do, and raising it needs no sysctl. Elsewhere the hard
-// limit stands.
+// holds one of the daemon's descriptors while idle (its control socket),
+// a few more while commands run or ports are exposed, and the
+// connections to its listeners hold more; the headroom costs nothing and
+// raising it needs no sysctl. Elsewhere the hard limit stands (20,000 on
+// the project's VM: 10,000 idle sandboxes fit under it).
 //
 // The Go runtime already raises the soft limit at start (to one below the
 // hard limit) and restores the original one in the processes it starts;

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 
 var (
 	holdN       = flag.Int("hold", 1000, "sandboxes BenchmarkHoldIdle keeps at once")
+	holdMemMiB  = flag.Int64("hold-mem-floor", 2048, "MiB of MemAvailable below which BenchmarkHoldIdle stops creating, tears down what it made and fails")
 	holdBarrier = flag.String("hold-barrier", "", "a directory BenchmarkHoldIdle meets -hold-peers holders in (each in its own process) once all are created, and again once all are checked")
 	holdPeers   = flag.Int("hold-peers", 1, "how many holders meet at -hold-barrier")
 )
@@ -190,6 +192,7 @@ func BenchmarkHoldIdle(b *testing.B) {
 		start := time.Now()
 		var wg sync.WaitGroup
 		errs := make(chan error, *holdN)
+		var stop atomic.Bool
 		sem := make(chan struct{}, 4)
 		for j := range boxes {
 			wg.Add(1)
@@ -197,8 +200,21 @@ func BenchmarkHoldIdle(b *testing.B) {
 			go func(j int) {
 				defer wg.Done()
 				defer func() { <-sem }()
+				if stop.Load() {
+					return
+				}
+				// The host's memory, not the holder's, is what runs out
+				// first (the kernel's per-cgroup shrinker maps grow with
+				// the square of the count): stop well before the VM would.
+				if avail := memAvailable(b); avail < *holdMemMiB<<20 {
+					if !stop.Swap(true) {
+						errs <- fmt.Errorf("stopped creating at sandbox %d of %d: MemAvailable %d MiB is under -hold-mem-floor", j, len(boxes), avail>>20)
+					}
+					return
+				}
 				sb, err := r.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20}})
 				if err != nil {
+					stop.Store(true)
 					errs <- err
 					return
 				}
@@ -208,8 +224,15 @@ func BenchmarkHoldIdle(b *testing.B) {
 		wg.Wait()
 		created := time.Since(start)
 		close(errs)
-		for err := range errs {
-			b.Fatalf("create: %v", err)
+		if err := <-errs; err != nil {
+			made := 0
+			for _, sb := range boxes {
+				if sb != nil {
+					made++
+					_ = sb.Destroy(ctx)
+				}
+			}
+			b.Fatalf("create (%d made, destroyed again): %v", made, err)
 		}
 		// What each held sandbox costs the holder and the host: the
 		// holder's descriptors (RLIMIT_NOFILE) and the host's tasks
