@@ -41,6 +41,11 @@
 //	  |    (a write's pipe carries the upload framed: frame.go)
 //	  | <------------------------------- Reply{done|failed}
 //
+// The same socket is pid 1's standard error (descriptor 2 as well as 3):
+// what it writes there, a refusal or a Go runtime's panic, arrives as
+// packets of text between the messages, and the daemon's Conn passes them
+// to its log (Conn.Stderr). So a sandbox costs the daemon one descriptor.
+//
 // pid 1 may be the Go init (inside/boot) or, once ready, the steward
 // (inside/steward, in C), which answers exec and signal requests in these
 // same messages; the daemon cannot tell them apart and need not.
