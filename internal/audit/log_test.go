@@ -335,7 +335,8 @@ func TestConcurrentAppends(t *testing.T) {
 
 func TestTwoLogsOneStore(t *testing.T) {
 	// Two Logs on one file (in real life two processes) must not fork the
-	// chain: each batch reads the head under the write lock.
+	// chain: a batch whose first seq the other took is written again onto
+	// the head read under the write lock.
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
 	_, a := openLog(t, path, Options{})
@@ -357,6 +358,70 @@ func TestTwoLogsOneStore(t *testing.T) {
 	}
 	wg.Wait()
 	mustVerifyOK(t, a, 200)
+}
+
+// TestTwoLogsTakeTurns: two Logs on one file appending by turns, so that
+// every batch but the first finds its seq taken by the other (commit
+// retries it onto the head read in the transaction); with AppendWith, the
+// retried batch's change runs once in what is committed. Each Log's head
+// follows the records it wrote.
+func TestTwoLogsTakeTurns(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db")
+	st, a := openLog(t, path, Options{})
+	_, b := openLog(t, path, Options{})
+	if _, err := st.DB().Exec(`CREATE TABLE things (k TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	const turns = 30
+	for i := 0; i < turns; i++ {
+		l := []*Log{a, b}[i%2]
+		k := fmt.Sprint("t", i)
+		rec, err := l.AppendWith(ctx, Entry{Actor: "x", Kind: "k", Data: map[string]int{"i": i}}, insertThing(k))
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		if rec.Seq != int64(i+1) {
+			t.Fatalf("turn %d got seq %d, want %d", i, rec.Seq, i+1)
+		}
+		if seq, h := l.Head(); seq != rec.Seq || h != rec.Hash {
+			t.Fatalf("turn %d: head is %d %s, want the record's %d %s", i, seq, h, rec.Seq, rec.Hash)
+		}
+	}
+	var n int
+	if err := st.ReadDB().QueryRow(`SELECT count(*) FROM things`).Scan(&n); err != nil || n != turns {
+		t.Fatalf("things: %d rows (%v), want %d", n, err, turns)
+	}
+	mustVerifyOK(t, a, turns)
+}
+
+// TestVanishedHeadIsNotBuried: a record cut from the end of the table
+// (someone dropped the trigger) leaves a gap the next append does not
+// close, since the Log chains onto the record it committed, and Verify
+// names the missing seq.
+func TestVanishedHeadIsNotBuried(t *testing.T) {
+	ctx := context.Background()
+	st, l := openLog(t, filepath.Join(t.TempDir(), "db"), Options{})
+	appendN(t, l, 3)
+	for _, q := range []string{`DROP TRIGGER audit_log_no_delete`, `DELETE FROM audit_log WHERE seq = 3`} {
+		if _, err := st.DB().Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := l.Append(ctx, Entry{Actor: "x", Kind: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Seq != 4 {
+		t.Fatalf("append after the cut got seq %d, want 4", rec.Seq)
+	}
+	res, err := l.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || res.BadSeq != 3 || res.Problem != ProblemMissing {
+		t.Fatalf("Verify = %+v, want record 3 missing", res)
+	}
 }
 
 func TestAppendValidation(t *testing.T) {

@@ -346,13 +346,21 @@ func TestSplitPacked(t *testing.T) {
 	}
 }
 
-func TestAppendRefusesMalformedHead(t *testing.T) {
+// TestAppendIgnoresEditedHead: a Log chains onto the hash it committed,
+// not onto what the table says now, so an edited newest record is not
+// buried under records chained onto the edit: the next record's
+// prev_hash is the true hash, and Verify names the edited one.
+func TestAppendIgnoresEditedHead(t *testing.T) {
 	l := newLog(t, Options{})
-	appendN(t, l, 3)
+	recs := appendN(t, l, 3)
 	dropGuards(t, l.write)
 	tamper(t, l, `UPDATE audit_log SET hash = 'not-a-hash' WHERE seq = 3`)
-	if _, err := l.Append(context.Background(), Entry{Actor: "a", Kind: "k"}); err == nil {
-		t.Fatal("Append chained onto a malformed hash")
+	rec, err := l.Append(context.Background(), Entry{Actor: "a", Kind: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Seq != 4 || rec.PrevHash != recs[2].Hash {
+		t.Fatalf("appended seq %d onto %q, want 4 onto record 3's true hash %q", rec.Seq, rec.PrevHash, recs[2].Hash)
 	}
 	res, err := l.Verify(context.Background())
 	if err != nil || res.OK || res.BadSeq != 3 || res.Problem != ProblemEdited {

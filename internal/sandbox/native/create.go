@@ -380,7 +380,8 @@ func cloneFlags(s *seal.Seal) (uintptr, error) {
 
 // openTrees clones each host source as a detached mount tree (open_tree),
 // so the child can attach what the daemon may read even where the
-// sandbox's own host uid could not. It fills cfg.Sources to match. Rootless
+// sandbox's own host uid could not, and adds the runtime's shared
+// alternatives (sharedAlternatives). It fills cfg.Sources to match. Rootless
 // daemons and kernels before 5.2 skip this; the child then opens sources
 // itself.
 func (r *Runtime) openTrees(cfg *wire.Config) []*os.File {
@@ -412,6 +413,10 @@ func (r *Runtime) openTrees(cfg *wire.Config) []*os.File {
 		files = append(files, os.NewFile(uintptr(fd), p))
 		cfg.Sources = append(cfg.Sources, p)
 	}
+	if f := r.alternatives.clone(alternativesLinks(cfg.Seal.Root), r.opts.Logf); f != nil {
+		files = append(files, f)
+		cfg.Sources = append(cfg.Sources, wire.AlternativesSource)
+	}
 	return files
 }
 
@@ -425,16 +430,22 @@ func hostErr(what string, err error) error {
 }
 
 // maxDiagLines and maxDiagLine bound what a sandbox keeps of its init's
-// standard error for error messages (the log gets every line).
+// standard error for error messages; maxLoggedLines bounds the lines of
+// it logged. A healthy init writes nothing there; an init made to write
+// without end (by a hostile sandbox, were it to reach pid 1) must not fill
+// the daemon's log: past the bound, lines are counted, and the count is
+// logged when the sandbox is destroyed.
 const (
-	maxDiagLines = 20
-	maxDiagLine  = 1 << 10
+	maxDiagLines   = 20
+	maxDiagLine    = 1 << 10
+	maxLoggedLines = 200
 )
 
 // initStderr takes what the init writes to its standard error (a refusal,
 // a Go runtime's panic), which arrives on the control socket a write at a
-// time (wire.Conn's Stderr): it logs it line by line, a long line in
-// pieces, and keeps the first lines for error messages. Only pid 1 holds
+// time (wire.Conn's Stderr): it logs it line by line (up to
+// maxLoggedLines), a long line in pieces, and keeps the first lines for
+// error messages. Only pid 1 holds
 // the socket; no command of the sandbox can write there.
 func (b *Sandbox) initStderr(text []byte) {
 	b.diagMu.Lock()
@@ -455,7 +466,26 @@ func (b *Sandbox) initStderr(text []byte) {
 		if len(b.diag) < maxDiagLines {
 			b.diag = append(b.diag, line)
 		}
-		b.rt.opts.Logf("%s init: %s", b.id, line)
+		switch {
+		case b.diagLogged < maxLoggedLines:
+			b.diagLogged++
+			b.rt.opts.Logf("%s init: %s", b.id, line)
+		case b.diagDropped == 0:
+			b.diagDropped++
+			b.rt.opts.Logf("%s init: more lines than the %d logged of a sandbox: the rest are counted, not logged", b.id, maxLoggedLines)
+		default:
+			b.diagDropped++
+		}
+	}
+}
+
+// logDropped logs how many lines of the init's standard error were not
+// logged, if any.
+func (b *Sandbox) logDropped() {
+	b.diagMu.Lock()
+	defer b.diagMu.Unlock()
+	if b.diagDropped > 0 {
+		b.rt.opts.Logf("%s init: %d line(s) of its standard error were not logged", b.id, b.diagDropped)
 	}
 }
 

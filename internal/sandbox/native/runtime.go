@@ -115,7 +115,10 @@ type Runtime struct {
 	ambient  []uintptr // the capabilities every init executes with until its seal
 	spawn    *spawner
 	pool     *pool // nil when Options.PoolSize is 0
-	cpus     *sandbox.CPUPicker
+	// alternatives is the one read-only mount of the view's
+	// alternatives links every root-mode sandbox binds.
+	alternatives *sharedAlternatives
+	cpus         *sandbox.CPUPicker
 
 	notesMu                      sync.Mutex // guards the flags below: things logged once
 	noSplit, noOOM, noForkInside bool
@@ -187,7 +190,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		}
 		stewardBin = f
 	}
-	r := &Runtime{opts: opts, init: initBin, steward: stewardBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(opts.Logf), boxes: map[string]*Sandbox{}, cpus: sandbox.NewCPUPicker(),
+	r := &Runtime{opts: opts, init: initBin, steward: stewardBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(opts.Logf), boxes: map[string]*Sandbox{}, alternatives: newSharedAlternatives(), cpus: sandbox.NewCPUPicker(),
 		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID,
 		idMaps: sandboxIDMaps(rootless, opts.HostIDBase), ambient: ambient}
 	if rootless {
@@ -244,6 +247,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	// Safe now: a create under way either failed on closed or had sent
 	// its Config (the descriptor travels as a copy).
 	closeFile(r.steward)
+	r.alternatives.close()
 	return err
 }
 

@@ -38,9 +38,11 @@ type Sandbox struct {
 	destroyOnce sync.Once
 	destroyErr  error
 
-	diagMu   sync.Mutex
-	diag     []string // the first lines of the init's standard error
-	diagPart []byte   // a line not yet ended
+	diagMu      sync.Mutex
+	diag        []string // the first lines of the init's standard error
+	diagPart    []byte   // a line not yet ended
+	diagLogged  int      // lines of it logged, up to maxLoggedLines
+	diagDropped int      // lines of it past maxLoggedLines, not logged
 
 	listeners map[uint16]net.Listener // exposed port -> listener on the sandbox's lo; fixed after Create
 
@@ -680,6 +682,7 @@ func (b *Sandbox) Destroy(ctx context.Context) error {
 		if err := b.cg.Destroy(ctx); err != nil {
 			b.destroyErr = fmt.Errorf("sandbox %s: %w", b.id, err)
 		}
+		b.logDropped()
 		b.rt.mu.Lock()
 		delete(b.rt.boxes, b.id)
 		b.rt.mu.Unlock()

@@ -39,6 +39,32 @@ func TestInitStderrLines(t *testing.T) {
 		t.Fatalf("kept %d lines, the first %q", len(b.diag), b.diag[0])
 	}
 	if len(logged) != 6+2*maxDiagLines {
-		t.Fatalf("logged %d lines, want every one", len(logged))
+		t.Fatalf("logged %d lines, want every one (below maxLoggedLines)", len(logged))
+	}
+}
+
+// TestInitStderrLogBound: an init that writes without end gets
+// maxLoggedLines lines into the log, one line saying the rest are only
+// counted, and the count when the sandbox goes; its diagnostics stay the
+// first lines.
+func TestInitStderrLogBound(t *testing.T) {
+	var logged []string
+	b := &Sandbox{id: "sb", rt: &Runtime{opts: Options{Logf: func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }}}}
+	const written = 3*maxLoggedLines + 7
+	for i := range written {
+		b.initStderr(fmt.Appendf(nil, "line %d\n", i))
+	}
+	if len(logged) != maxLoggedLines+1 {
+		t.Fatalf("logged %d lines, want %d and one about the rest", len(logged), maxLoggedLines)
+	}
+	if logged[maxLoggedLines-1] != fmt.Sprintf("sb init: line %d", maxLoggedLines-1) || !strings.Contains(logged[maxLoggedLines], "counted, not logged") {
+		t.Fatalf("the last lines logged: %q", logged[maxLoggedLines-1:])
+	}
+	if len(b.diag) != maxDiagLines || b.diag[0] != "line 0" {
+		t.Fatalf("kept %d lines, the first %q", len(b.diag), b.diag[0])
+	}
+	b.logDropped()
+	if want := fmt.Sprintf("sb init: %d line(s) of its standard error were not logged", written-maxLoggedLines); logged[len(logged)-1] != want {
+		t.Fatalf("at the end: %q, want %q", logged[len(logged)-1], want)
 	}
 }

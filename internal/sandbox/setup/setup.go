@@ -218,14 +218,24 @@ func Root(cfg *wire.Config, trees int) ([]Step, error) {
 	add(Step{Op: OpRoot, Path: root, Data: "size=4m,nr_inodes=4096,mode=0755"})
 
 	const bindAttr = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	// The daemon's one mount of the alternatives links, when it sent one
+	// (wire.AlternativesSource): bound where the links would be made.
+	altSlot, sharedAlt := slots[wire.AlternativesSource]
 	for _, e := range sl.Root {
 		switch e.Kind {
 		case rootfs.KindDir:
+			if sharedAlt && e.Path == rootfs.AlternativesDir {
+				add(Step{Op: OpBind, Slot: altSlot, Path: e.Path, Attr: bindAttr | unix.MOUNT_ATTR_NOEXEC | unix.MOUNT_ATTR_RDONLY})
+				continue
+			}
 			// rootfs.Check has the plan make a directory's parent first.
 			add(Step{Op: OpMkdir, Path: e.Path, Mode: e.Mode&0o777 | 0o700})
 		case rootfs.KindFile:
 			add(Step{Op: OpWriteFile, Path: e.Path, Data: e.Content, Mode: e.Mode & 0o777})
 		case rootfs.KindSymlink:
+			if _, ok := rootfs.Alternative(e); ok && sharedAlt {
+				continue // in the bound mount
+			}
 			add(Step{Op: OpSymlink, Path: e.Path, Source: e.Target})
 		case rootfs.KindBindDir, rootfs.KindBindFile:
 			add(Step{Op: OpBind, Slot: slots[e.Source], Path: e.Path, Attr: bindAttr | unix.MOUNT_ATTR_RDONLY})

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/seal"
 	"github.com/ironclaw/ironclaw/internal/sandbox/wire"
@@ -232,5 +233,95 @@ func TestRootSuperblocks(t *testing.T) {
 	}
 	if mk := index(steps, OpMkdir, maskDir); mk < 0 || mk > first || rmdir < last || rmdir > index(steps, OpPivot, "") {
 		t.Errorf("%s made at %d, masks at %d-%d, removed at %d, pivot at %d", maskDir, mk, first, last, rmdir, index(steps, OpPivot, ""))
+	}
+}
+
+// withAlternatives is cfg with a view's alternatives links (the host's
+// when the default root has them, else one of its own).
+func withAlternatives(t *testing.T, cfg *wire.Config) (links []string) {
+	t.Helper()
+	for _, e := range cfg.Seal.Root {
+		if _, ok := rootfs.Alternative(e); ok {
+			links = append(links, e.Path)
+		}
+	}
+	if len(links) > 0 {
+		return links
+	}
+	root := cfg.Seal.Root
+	last := -1
+	for i, e := range root {
+		if strings.HasPrefix(e.Path, "/etc/") {
+			last = i
+		}
+	}
+	if last < 0 {
+		t.Fatal("the default root has no synthetic /etc")
+	}
+	add := []rootfs.Entry{
+		{Path: rootfs.AlternativesDir, Kind: rootfs.KindDir, Mode: 0o755},
+		{Path: rootfs.AlternativesDir + "/awk", Kind: rootfs.KindSymlink, Target: "/usr/bin/mawk"},
+	}
+	cfg.Seal.Root = append(root[:last+1:last+1], append(add, root[last+1:]...)...)
+	return []string{add[1].Path}
+}
+
+// The daemon's shared mount of the alternatives links, sent as a tree,
+// is bound read-only where the links would be made, and none is made; a
+// Config without that tree makes them, and the name is never opened as a
+// host path.
+func TestRootBindsSharedAlternatives(t *testing.T) {
+	cfg := defaultConfig(t)
+	links := withAlternatives(t, cfg)
+	own, err := Root(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if index(own, OpMkdir, rootfs.AlternativesDir) < 0 || index(own, OpBind, rootfs.AlternativesDir) >= 0 {
+		t.Fatal("without the shared tree: no directory of links made, or a bind")
+	}
+	for _, l := range links {
+		if index(own, OpSymlink, l) < 0 {
+			t.Fatalf("without the shared tree: link %s not made", l)
+		}
+	}
+
+	cfg.Sources = []string{"/usr", wire.AlternativesSource}
+	shared, err := Root(cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := index(shared, OpBind, rootfs.AlternativesDir)
+	if i < 0 {
+		t.Fatal("the shared tree is not bound")
+	}
+	const want = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOEXEC | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	if b := shared[i]; b.Slot != 1 || b.Attr&want != want {
+		t.Fatalf("bind %+v: want slot 1, read-only, noexec, nosuid, nodev", b)
+	}
+	if index(shared, OpMkdir, rootfs.AlternativesDir) >= 0 {
+		t.Error("the directory is made as well as bound")
+	}
+	for _, s := range shared {
+		if s.Op == OpSymlink && strings.HasPrefix(s.Path, rootfs.AlternativesDir+"/") {
+			t.Errorf("link %s made beside the shared mount", s.Path)
+		}
+		if s.Op == OpOpen && s.Path == wire.AlternativesSource {
+			t.Error("the shared tree's name is opened as a host path")
+		}
+	}
+
+	// Named, but not among the trees sent: the links are made.
+	notSent, err := Root(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if index(notSent, OpBind, rootfs.AlternativesDir) >= 0 || index(notSent, OpSymlink, links[0]) < 0 {
+		t.Error("a shared tree that was not sent is bound, or the links are not made")
+	}
+	for _, s := range notSent {
+		if s.Op == OpOpen && s.Path == wire.AlternativesSource {
+			t.Error("the shared tree's name is opened as a host path")
+		}
 	}
 }

@@ -97,6 +97,13 @@ const (
 	OpFailed  Op = "failed"
 )
 
+// AlternativesSource names, among Config.Sources, the mount tree of the
+// view's alternatives links that the daemon made once for all its
+// sandboxes (native's sharedAlternatives): the init binds it at
+// /etc/alternatives instead of making the links itself. It is not an
+// absolute path, so no host source can take its name.
+const AlternativesSource = "ironclaw:alternatives"
+
 // Config is the first message: everything the child needs to build and seal
 // the sandbox. Sections: the seal, where its sources come from, what the
 // sandbox may know of its limits, the init's own work.
@@ -110,6 +117,7 @@ type Config struct {
 	// travel beside the Config as descriptors, in this order. The daemon
 	// opens them with its own privileges; a source not listed (rootless
 	// mode, old kernels) is opened by the child, as the sandbox's host uid.
+	// One of them may be AlternativesSource, which is no host path.
 	Sources []string `json:"sources,omitempty"`
 
 	// What the sandbox may know of its limits: the cgroup view mounted
