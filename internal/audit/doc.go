@@ -59,8 +59,10 @@
 //     writes many pending records in one transaction (group commit), so
 //     concurrent appenders share each fsync instead of paying one each.
 //     What one batch costs (WAL, synchronous=FULL; counted with strace):
-//     BEGIN IMMEDIATE, one read of the chain head, one multi-row INSERT per
-//     up to 256 records through statements prepared at New, and a COMMIT
+//     BEGIN IMMEDIATE, one multi-row INSERT per up to 256 records through
+//     statements prepared at New (chained onto the head this Log committed:
+//     another process's append makes the first seq conflict, and the batch
+//     is written again onto the head read in the transaction), and a COMMIT
 //     that writes the changed pages to the WAL and fsyncs it once; every
 //     1000 WAL pages SQLite's automatic checkpoint copies the WAL into the
 //     database file inside a commit (two more fsyncs), and every
