@@ -55,10 +55,12 @@ CREATE TABLE audit_log (
 -- audit.Verify re-checks the hash chain instead of trusting them.
 --
 -- There is deliberately no trigger checking that an INSERT extends the
--- chain (next seq, previous hash): the audit committer already reads the
--- chain head inside its write transaction, so it cannot fork the chain even
--- with several writers, Verify catches any other insert, and such a trigger
--- cost about a quarter of the committer's time per row.
+-- chain (next seq, previous hash): a batch chained onto a stale head
+-- collides with another writer's seq on the primary key, and the committer
+-- then writes it again onto the head read under the write lock, so it
+-- cannot fork the chain even with several writers; Verify catches any other
+-- insert, and such a trigger cost about a quarter of the committer's time
+-- per row.
 CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
 BEGIN
 	SELECT RAISE(ABORT, 'audit_log is append-only: UPDATE refused');

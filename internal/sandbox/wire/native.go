@@ -61,6 +61,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -223,10 +224,26 @@ type Conn struct {
 	// bytes are the Conn's buffer, valid until Stderr returns.
 	Stderr func(text []byte)
 
-	c   *net.UnixConn
-	buf []byte
-	oob []byte
+	c  *net.UnixConn
+	rc syscall.RawConn
 }
+
+// packet is the room one message is read into. A Conn holds none while it
+// waits: Recv takes one from packets only once the socket is readable and
+// puts it back before it returns, so a daemon holding thousands of idle
+// sandboxes holds a few of these (as many as are being read at once), not
+// one of MaxPacket bytes per sandbox. The pool is scratch space, no state:
+// what a packet held is dead once Recv has returned.
+type packet struct {
+	buf [MaxPacket + 1]byte
+	oob [oobSpace]byte
+}
+
+// oobSpace is unix.CmsgSpace(4*maxFDs): room for maxFDs descriptors in one
+// control message (a header of 16 bytes, then the aligned int32s).
+const oobSpace = 16 + 4*maxFDs
+
+var packets = sync.Pool{New: func() any { return new(packet) }}
 
 // NewConn takes ownership of f, a SOCK_SEQPACKET unix socket.
 func NewConn(f *os.File) (*Conn, error) {
@@ -240,7 +257,12 @@ func NewConn(f *os.File) (*Conn, error) {
 		nc.Close()
 		return nil, errors.New("wire: not a unix socket")
 	}
-	return &Conn{c: uc, buf: make([]byte, MaxPacket+1), oob: make([]byte, unix.CmsgSpace(4*maxFDs))}, nil
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("wire: %w", err)
+	}
+	return &Conn{c: uc, rc: rc}, nil
 }
 
 // Pair returns a connected socketpair: one end for the parent (a Conn) and
@@ -299,7 +321,7 @@ func (c *Conn) SendBytes(b []byte, files ...*os.File) error {
 func (c *Conn) Recv(msg any) ([]*os.File, error) {
 	reset := false
 	for {
-		n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
+		p, n, oobn, flags, err := c.readPacket()
 		if err != nil {
 			if c.Stderr != nil && !reset && errors.Is(err, syscall.ECONNRESET) {
 				// The peer closed with messages to it unread, and the
@@ -310,57 +332,94 @@ func (c *Conn) Recv(msg any) ([]*os.File, error) {
 			}
 			return nil, fmt.Errorf("wire: recv: %w", err)
 		}
-		files, ferr := parseRights(c.oob[:oobn], c.NonblockFDs)
-		if c.Stderr != nil && ferr == nil && len(files) == 0 && n > 0 && flags&unix.MSG_CTRUNC == 0 {
-			if n > MaxPacket {
-				n = MaxPacket
-			}
-			if flags&unix.MSG_TRUNC != 0 || c.buf[0] != '{' {
-				c.Stderr(c.buf[:n])
-				continue
-			}
-			// Unmarshal checks the syntax of the whole packet before it
-			// touches msg, so text that merely starts with a brace
-			// leaves msg as it was.
-			var syntax *json.SyntaxError
-			if err := json.Unmarshal(c.buf[:n], msg); errors.As(err, &syntax) {
-				c.Stderr(c.buf[:n])
-				continue
-			} else if err != nil {
-				return nil, fmt.Errorf("wire: decode: %w", err)
-			}
-			return nil, nil
+		files, again, err := c.decode(p, n, oobn, flags, msg)
+		packets.Put(p)
+		if !again {
+			return files, err
 		}
-		if ferr != nil || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxPacket {
-			closeAll(files)
-			if ferr == nil {
-				ferr = errors.New("message or descriptors truncated")
-			}
-			return nil, fmt.Errorf("wire: recv: %w", ferr)
-		}
-		if n == 0 {
-			// End of stream. (A peer that wrote an empty packet reads as
-			// gone too: SOCK_SEQPACKET cannot tell the two apart.)
-			closeAll(files)
-			return nil, fmt.Errorf("wire: recv: %w", net.ErrClosed)
-		}
-		if err := json.Unmarshal(c.buf[:n], msg); err != nil {
-			closeAll(files)
-			return nil, fmt.Errorf("wire: decode: %w", err)
-		}
-		return files, nil
 	}
+}
+
+// readPacket waits until the socket is readable, then takes a packet and
+// reads one message into it. The caller puts the packet back.
+func (c *Conn) readPacket() (p *packet, n, oobn, flags int, err error) {
+	var rerr error
+	err = c.rc.Read(func(fd uintptr) bool {
+		if p == nil {
+			p = packets.Get().(*packet)
+		}
+		for {
+			n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), p.buf[:], p.oob[:], unix.MSG_CMSG_CLOEXEC)
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		if rerr == unix.EAGAIN {
+			packets.Put(p) // nothing to read yet: wait holding none
+			p = nil
+			return false
+		}
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil && p != nil {
+		packets.Put(p)
+		p = nil
+	}
+	return p, n, oobn, flags, err
+}
+
+// decode turns the packet p into msg and its descriptors. again: it was
+// the peer's standard error (handed to Stderr), and Recv reads on.
+func (c *Conn) decode(p *packet, n, oobn, flags int, msg any) (_ []*os.File, again bool, _ error) {
+	files, ferr := parseRights(p.oob[:oobn], c.NonblockFDs)
+	if c.Stderr != nil && ferr == nil && len(files) == 0 && n > 0 && flags&unix.MSG_CTRUNC == 0 {
+		if n > MaxPacket {
+			n = MaxPacket
+		}
+		if flags&unix.MSG_TRUNC != 0 || p.buf[0] != '{' {
+			c.Stderr(p.buf[:n])
+			return nil, true, nil
+		}
+		// Unmarshal checks the syntax of the whole packet before it
+		// touches msg, so text that merely starts with a brace
+		// leaves msg as it was.
+		var syntax *json.SyntaxError
+		if err := json.Unmarshal(p.buf[:n], msg); errors.As(err, &syntax) {
+			c.Stderr(p.buf[:n])
+			return nil, true, nil
+		} else if err != nil {
+			return nil, false, fmt.Errorf("wire: decode: %w", err)
+		}
+		return nil, false, nil
+	}
+	if ferr != nil || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxPacket {
+		closeAll(files)
+		if ferr == nil {
+			ferr = errors.New("message or descriptors truncated")
+		}
+		return nil, false, fmt.Errorf("wire: recv: %w", ferr)
+	}
+	if n == 0 {
+		// End of stream. (A peer that wrote an empty packet reads as
+		// gone too: SOCK_SEQPACKET cannot tell the two apart.)
+		closeAll(files)
+		return nil, false, fmt.Errorf("wire: recv: %w", net.ErrClosed)
+	}
+	if err := json.Unmarshal(p.buf[:n], msg); err != nil {
+		closeAll(files)
+		return nil, false, fmt.Errorf("wire: decode: %w", err)
+	}
+	return files, false, nil
 }
 
 // FD is the connection's descriptor, for a pid 1 that hands the socket
 // across execve (inside/steward). It stays owned by c.
 func (c *Conn) FD() (int, error) {
-	rc, err := c.c.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
 	fd := -1
-	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
+	if err := c.rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
 		return -1, err
 	}
 	return fd, nil
