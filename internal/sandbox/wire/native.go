@@ -221,7 +221,7 @@ type Conn struct {
 	// descriptor), and anything the peer writes there arrives as a packet
 	// of text, one per write. A packet that carries no descriptors and is
 	// not JSON is such text; Recv hands it over and reads on. The
-	// bytes are the Conn's buffer, valid until Stderr returns.
+	// bytes are Recv's scratch buffer, valid until Stderr returns.
 	Stderr func(text []byte)
 
 	c  *net.UnixConn
