@@ -2,15 +2,18 @@ package cli
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ironclaw/ironclaw/internal/cli/full"
 	"github.com/ironclaw/ironclaw/internal/testutil/gobuild"
 	"github.com/ironclaw/ironclaw/internal/testutil/selfcopy"
+	"github.com/spf13/cobra"
 )
 
 // The lazy tree finds a command by the name in its table: that name must
@@ -22,6 +25,46 @@ func TestCommandTableNames(t *testing.T) {
 			if got := c.make().Name(); got != c.name {
 				t.Errorf("full=%T: table name %q builds command %q", fl, c.name, got)
 			}
+			if (c.warm != nil) != (c.name == "run") {
+				t.Errorf("full=%T: %q has a warm-up: %v; only run reads ahead (warmRun)", fl, c.name, c.warm != nil)
+			}
+			if c.quick != (c.name == "version") {
+				t.Errorf("full=%T: %q quick: %v; only version runs without the signal context", fl, c.name, c.quick)
+			}
+		}
+	}
+}
+
+// Only the command the line names is built, and only its warm-up starts;
+// a line that names none (help, a typo) builds them all, warms none and
+// is not quick.
+func TestPickCommandsWarmsTheNamedOne(t *testing.T) {
+	warmed := map[string]int{}
+	table := []namedCommand{
+		{name: "run", make: func() *cobra.Command { return &cobra.Command{Use: "run"} }, warm: func() { warmed["run"]++ }},
+		{name: "version", make: func() *cobra.Command { return &cobra.Command{Use: "version"} }, quick: true},
+		{name: "serve", make: func() *cobra.Command { return &cobra.Command{Use: "serve"} }, warm: func() { warmed["serve"]++ }},
+	}
+	for _, c := range []struct {
+		args   []string
+		built  []string
+		warmed map[string]int
+		quick  bool
+	}{
+		{[]string{"run", "--", "true"}, []string{"run"}, map[string]int{"run": 1}, false},
+		{[]string{"version"}, []string{"version"}, map[string]int{}, true},
+		{[]string{"--help"}, []string{"run", "version", "serve"}, map[string]int{}, false},
+		{[]string{"rnu"}, []string{"run", "version", "serve"}, map[string]int{}, false},
+		{nil, []string{"run", "version", "serve"}, map[string]int{}, false},
+	} {
+		clear(warmed)
+		var built []string
+		cmds, quick := pickCommands(table, c.args)
+		for _, cmd := range cmds {
+			built = append(built, cmd.Name())
+		}
+		if !slices.Equal(built, c.built) || !maps.Equal(warmed, c.warmed) || quick != c.quick {
+			t.Errorf("args %q: built %q, warmed %v, quick %v; want %q, %v, %v", c.args, built, warmed, quick, c.built, c.warmed, c.quick)
 		}
 	}
 }

@@ -203,8 +203,10 @@ func scanAndCache(hostRoot string) []Entry {
 
 // WarmHostView reads what HostView's plan of hostRoot reads from the
 // host (its alternatives), so that the first plan finds it ready. A
-// runtime calls it in the background as it starts: a one-shot `ironclaw
-// run` then reads /usr/bin while it sets up its cgroups, not after.
+// runtime calls it in the background as it starts, and `ironclaw run`
+// sooner, as soon as its command line names the command: a one-shot run
+// then reads /usr/bin while it parses its flags and checks the host, not
+// after. Calls that overlap share one scan.
 func WarmHostView(hostRoot string) { alternatives(hostRoot) }
 
 func sameStamps(a, b []stamp) bool {
