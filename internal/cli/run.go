@@ -148,9 +148,6 @@ func (a runArgs) spec() (sandbox.Spec, error) {
 	return s, nil
 }
 
-// runRun runs argv in a new sandbox. ctx is the root context: a signal
-// ends the command and tears the sandbox down before we exit, instead of
-// leaving it to the kernel.
 // warmRun begins, in the background, the one read of the host that a
 // one-shot run's first native plan waits for: the alternatives links
 // under /usr/bin (rootfs.WarmHostView; 1.5-3.5 ms in a new process on
@@ -161,6 +158,9 @@ func (a runArgs) spec() (sandbox.Spec, error) {
 // OCI runtime) has read /usr/bin once for nothing.
 func warmRun() { go rootfs.WarmHostView("/") }
 
+// runRun runs argv in a new sandbox. ctx is the root context: a signal
+// ends the command and tears the sandbox down before we exit, instead of
+// leaving it to the kernel.
 func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
 	spec, err := a.spec()
 	if err != nil {
