@@ -83,6 +83,10 @@ func Main(full Full, args []string, stdin io.Reader, stdout, stderr io.Writer) i
 	cmds, quick := e.commands(args)
 	root.AddCommand(cmds...)
 	root.SetArgs(args)
+	if err := unknownCommand(root, args); err != nil {
+		fmt.Fprintf(stderr, "ironclaw: %s\n", safe(err.Error()))
+		return ExitIronClaw
+	}
 	// One context for every command: the first SIGINT, SIGTERM or SIGHUP
 	// cancels it, a second one ends the process. A quick command gets
 	// none: it is over before a signal could matter, and setting one up

@@ -80,6 +80,10 @@ func TestRunBadInput(t *testing.T) {
 		{[]string{"run", "--workspace", "/no/such/dir", "--", "true"}, "workspace"},
 		{[]string{"run", "--mount", "/etc", "--", "true"}, "SRC:DST"},
 		{[]string{"nosuchcommand"}, "unknown command"},
+		{[]string{"versoin"}, `unknown command "versoin" for "ironclaw" (did you mean "version"?)`},
+		{[]string{"sandbox", "lst"}, `unknown command "lst" for "ironclaw sandbox" (did you mean "ls" or "ps"?)`},
+		{[]string{"audit", "vrfy"}, `(did you mean "verify"?)`},
+		{[]string{"x\x1b[2J"}, `unknown command "x\x1b[2J"`},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
