@@ -36,32 +36,26 @@ func (e *unknownCommandError) Error() string {
 	return fmt.Sprintf("%s (did you mean one of %s?)", msg, strings.Join(quoted, ", "))
 }
 
-// unknownCommand walks args through the command groups of root and
-// returns an *unknownCommandError when a word after a group names none of
-// its commands. Cobra reports that only after the root; after any other
-// group it prints the group's help and succeeds, so a script's
-// `ironclaw sandbox lst` would pass as though it had run. The walk ends
-// at the first runnable command (its words are its own arguments) and at
-// the first flag, which cobra parses and reports.
+// unknownCommand returns an *unknownCommandError when the word after the
+// deepest group of commands args name (cobra's own Find, so aliases and
+// its matching rules hold) names none of the group's commands. Cobra
+// reports that only after the root; after any other group it prints the
+// group's help and succeeds, so a script's `ironclaw sandbox lst` would
+// pass as though it had run. A runnable command's words are its own
+// arguments, and a flag is left to cobra, which parses and reports it.
 func unknownCommand(root *cobra.Command, args []string) error {
-	group := root
-	for _, word := range args {
-		if group.Runnable() || !group.HasSubCommands() || strings.HasPrefix(word, "-") {
-			return nil
-		}
-		if group == root && isCobraCommand(word) {
-			return nil
-		}
-		next := subcommand(group, word)
-		if next == nil {
-			if group.SuggestionsMinimumDistance <= 0 {
-				group.SuggestionsMinimumDistance = suggestionDistance
-			}
-			return &unknownCommandError{word: word, group: group.CommandPath(), suggestions: group.SuggestionsFor(word)}
-		}
-		group = next
+	group, rest, _ := root.Find(args) // its error is the root's unknown command, reported here
+	if group.Runnable() || !group.HasSubCommands() || len(rest) == 0 {
+		return nil
 	}
-	return nil
+	word := rest[0]
+	if strings.HasPrefix(word, "-") || (group == root && isCobraCommand(word)) {
+		return nil
+	}
+	if group.SuggestionsMinimumDistance <= 0 {
+		group.SuggestionsMinimumDistance = suggestionDistance
+	}
+	return &unknownCommandError{word: word, group: group.CommandPath(), suggestions: group.SuggestionsFor(word)}
 }
 
 // suggestionDistance is the largest edit distance (a swap of two letters
@@ -73,13 +67,4 @@ const suggestionDistance = 2
 // (help, and the shell-completion requests).
 func isCobraCommand(word string) bool {
 	return word == "help" || word == cobra.ShellCompRequestCmd || word == cobra.ShellCompNoDescRequestCmd
-}
-
-func subcommand(group *cobra.Command, word string) *cobra.Command {
-	for _, c := range group.Commands() {
-		if c.Name() == word || c.HasAlias(word) {
-			return c
-		}
-	}
-	return nil
 }
