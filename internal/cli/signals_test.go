@@ -230,6 +230,12 @@ func TestInterruptEndsCommands(t *testing.T) {
 		if err != nil || res.Exit != 0 {
 			t.Fatalf("listing processes: %v %+v", err, res)
 		}
+		if !strings.Contains(out.String(), "sh\n") {
+			// The listing's own shell is always there: without it the
+			// listing read nothing, and a missing sleep would prove
+			// nothing.
+			t.Fatalf("the process listing is empty: %q", out.String())
+		}
 		if !strings.Contains(out.String(), "sleep") {
 			break
 		}
