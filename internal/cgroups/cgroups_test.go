@@ -732,3 +732,53 @@ func TestView(t *testing.T) {
 		}
 	}
 }
+
+// An empty cgroup is removed by rmdir alone (its workload child first),
+// and one holding a child cgroup it did not make falls back to the full
+// teardown, which removes that too.
+func TestDestroyEmptyReal(t *testing.T) {
+	h := realHierarchy(t)
+	for _, extra := range []bool{false, true} {
+		c := create(t, h, fmt.Sprintf("empty-%v", extra), Limits{MemoryBytes: 16 << 20, Pids: 10, CPUs: 1})
+		if err := c.ReservePids(3); err != nil && !errors.Is(err, ErrNotSupported) {
+			t.Fatal(err)
+		}
+		dirs := c.dirs()
+		if extra {
+			// A child in every controller, as a hand-made one would be.
+			for _, d := range dirs {
+				if err := os.Mkdir(filepath.Join(d, "stray"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.removeIfEmpty() {
+				t.Fatal("removeIfEmpty removed a cgroup holding a child it did not make")
+			}
+		}
+		if err := c.Destroy(testCtx(t)); err != nil {
+			t.Fatalf("Destroy (stray child %v): %v", extra, err)
+		}
+		for _, d := range dirs {
+			if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s still exists after Destroy (err %v)", d, err)
+			}
+		}
+	}
+}
+
+// A cgroup with a process in it is not removed by the rmdir-only path:
+// the kernel refuses, and Destroy kills the process first.
+func TestRemoveIfEmptyRefusesAPopulatedCgroup(t *testing.T) {
+	h := realHierarchy(t)
+	c := create(t, h, "populated", Limits{Pids: 10})
+	ch := startChild(t, c, nil, "sleep", "300")
+	if c.removeIfEmpty() {
+		t.Fatal("removeIfEmpty reported a cgroup with a process in it removed")
+	}
+	if err := c.Destroy(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if st := ch.wait(t, 5*time.Second); !killedBySIGKILL(st) {
+		t.Errorf("process ended with %v, want SIGKILL", st)
+	}
+}

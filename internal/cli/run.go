@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/cli/flagtypes"
+	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/rootfs"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/sandbox/backend"
@@ -150,13 +151,22 @@ func (a runArgs) spec() (sandbox.Spec, error) {
 
 // warmRun begins, in the background, the one read of the host that a
 // one-shot run's first native plan waits for: the alternatives links
-// under /usr/bin (rootfs.WarmHostView; 1.5-3.5 ms in a new process on
-// this project's guest, where the runtime used to begin it only as it
-// opened). Begun as soon as the command line says run, it overlaps the
-// flags, the signals and the runtime's checks (measured in
-// docs/performance.md). A run that turns out not to need it (--image, an
-// OCI runtime) has read /usr/bin once for nothing.
-func warmRun() { go rootfs.WarmHostView("/") }
+// under /usr/bin (1.5-3.5 ms in a new process on this project's guest,
+// where the runtime used to begin it only as it opened). Begun as soon as
+// the command line says run, it overlaps the flags, the signals and the
+// runtime's checks. The scan is kept in the user's cache directory
+// (hostViewCacheFile) and taken from there while the directories it read
+// are unchanged, so most runs only stat five directories
+// (rootfs.WarmHostViewCached; measured in docs/performance.md). A run
+// that turns out not to need it (--image, an OCI runtime) has done that
+// for nothing.
+func warmRun() { go rootfs.WarmHostViewCached("/", hostViewCacheFile()) }
+
+// hostViewCacheFile is where one-shot runs keep the host view's scan:
+// $XDG_CACHE_HOME/ironclaw, else ~/.cache/ironclaw.
+func hostViewCacheFile() string {
+	return filepath.Join(defaults.UserDir("XDG_CACHE_HOME", ".cache"), "host-view-alternatives")
+}
 
 // runRun runs argv in a new sandbox. ctx is the root context: a signal
 // ends the command and tears the sandbox down before we exit, instead of

@@ -149,12 +149,25 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		Files: []uintptr{devNull.Fd(), devNull.Fd(), childEnd.Fd(), childEnd.Fd()},
 		Sys:   sys,
 	}
-	proc, err := r.spawn.start(ctx, exe, argv, attr, inside)
+	// What the init is sent (its trees and its plan or Config) does not
+	// depend on the process, so it is made while the spawner thread
+	// clones and executes the init (about 0.6 of a cold create's 5 ms,
+	// taken off its path; docs/performance.md).
+	var msg *initMessage
+	defer func() { msg.close() }()
+	wait, err := r.spawn.begin(ctx, exe, argv, attr, inside)
+	var proc *initProc
+	if err == nil {
+		msg = r.prepareInit(cInit, cfg, workloadTasks)
+		proc, err = wait()
+	}
 	if inside != nil && errors.Is(err, cgroups.ErrNotSupported) {
 		r.noteOnce(&r.noForkInside, fmt.Sprintf("sandbox inits are moved into their cgroups after the fork, which waits for the kernel: %v", err))
 		inside = nil
 		sys.Cloneflags &^= syscall.CLONE_NEWCGROUP
 		cfg.UnshareCgroup = true
+		msg.close() // its plan does not unshare the cgroup namespace
+		msg = r.prepareInit(cInit, cfg, workloadTasks)
 		proc, err = r.spawn.start(ctx, exe, argv, attr, nil)
 	}
 	if !cInit && r.init != nil && errors.Is(err, fs.ErrPermission) {
@@ -197,19 +210,11 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 			return nil, fmt.Errorf("sandbox cgroup: %w", err)
 		}
 	}
-	r.protectInit(cfg, proc.pid)
-	trees := r.openTrees(cfg)
-	if cInit {
-		err = r.sendPlan(conn, cfg, trees, workloadTasks)
-	} else {
-		err = r.sendConfig(conn, cfg, trees, workloadTasks)
-	}
-	for _, f := range trees {
-		f.Close()
-	}
-	if err != nil {
+	r.protectInit(proc.pid)
+	if err := msg.send(conn); err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
+	msg.close()
 	if err := b.awaitReady(ctx); err != nil {
 		return nil, err
 	}
@@ -227,48 +232,82 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	return b, nil
 }
 
-// sendConfig sends the Go init its Config, with the trees, the steward
-// (the program pid 1 becomes once idle) and the workload tasks file.
-func (r *Runtime) sendConfig(conn *wire.Conn, cfg *wire.Config, trees []*os.File, workloadTasks *os.File) error {
-	files := trees
-	if r.steward != nil {
-		cfg.Steward = true
-		cfg.StewardAfter = r.opts.StewardAfter
-		files = append(files, r.steward)
-	}
-	if workloadTasks != nil {
-		cfg.WorkloadTasks = true
-		files = append(files, workloadTasks)
-	}
-	return conn.Send(cfg, files...)
+// initMessage is the one message a new init is sent: the C init's
+// encoded plan or the Go init's Config, and the descriptors that go with
+// it.
+type initMessage struct {
+	plan  []byte       // the C init's plan (package setup); nil: send cfg
+	cfg   *wire.Config // the Go init's Config
+	files []*os.File   // sent with it, in order
+	owned []*os.File   // of files, those the message opened (closed by close)
+	err   error        // from preparing it: send returns it
 }
 
-// sendPlan sends the C init the plan of cfg (package setup), with the
-// trees, the Go agent it hands pid 1 to for file operations, and the
-// workload tasks file.
-func (r *Runtime) sendPlan(conn *wire.Conn, cfg *wire.Config, trees []*os.File, workloadTasks *os.File) error {
+// prepareInit makes the message for an init of cfg: the trees (which
+// fill cfg.Sources), then for the C init its plan and the Go agent it
+// hands pid 1 to for file operations, for the Go init the steward (the
+// program pid 1 becomes once idle); last, the workload tasks file.
+func (r *Runtime) prepareInit(cInit bool, cfg *wire.Config, workloadTasks *os.File) *initMessage {
+	trees := r.openTrees(cfg)
+	m := &initMessage{cfg: cfg, files: trees, owned: trees}
+	if !cInit {
+		if r.steward != nil {
+			cfg.Steward = true
+			cfg.StewardAfter = r.opts.StewardAfter
+			m.files = append(m.files, r.steward)
+		}
+		if workloadTasks != nil {
+			cfg.WorkloadTasks = true
+			m.files = append(m.files, workloadTasks)
+		}
+		return m
+	}
 	plan, err := r.plans.Compile(cfg, len(trees))
 	if err != nil {
-		return err
+		m.err = err
+		return m
 	}
 	var flags uint32
 	if workloadTasks != nil {
 		flags |= setup.FlagWorkloadTasks
 	}
-	b, err := setup.Encode(plan, flags)
-	if err != nil {
-		return err
+	if m.plan, m.err = setup.Encode(plan, flags); m.err != nil {
+		return m
 	}
 	agent, err := r.openAgent()
 	if err != nil {
-		return err
+		m.err = err
+		return m
 	}
-	defer agent.Close()
-	files := append(append([]*os.File(nil), trees...), agent)
+	m.owned = append(m.owned, agent)
+	m.files = append(append([]*os.File(nil), trees...), agent)
 	if workloadTasks != nil {
-		files = append(files, workloadTasks)
+		m.files = append(m.files, workloadTasks)
 	}
-	return conn.SendBytes(b, files...)
+	return m
+}
+
+// send sends the message on conn.
+func (m *initMessage) send(conn *wire.Conn) error {
+	if m.err != nil {
+		return m.err
+	}
+	if m.plan != nil {
+		return conn.SendBytes(m.plan, m.files...)
+	}
+	return conn.Send(m.cfg, m.files...)
+}
+
+// close closes the descriptors the message opened; a nil message and a
+// second close are no-ops.
+func (m *initMessage) close() {
+	if m == nil {
+		return
+	}
+	for _, f := range m.owned {
+		f.Close()
+	}
+	m.owned = nil
 }
 
 // openAgent opens the Go init (O_PATH) for the C init to hand pid 1 to:
@@ -342,6 +381,8 @@ func (r *Runtime) initConfig(spec sandbox.Spec) (*wire.Config, error) {
 		CPUs:            r.cpus.Pick(spec.Limits.CPUs),
 		Listen:          spec.Network.ExposedTCP,
 		RequireLandlock: r.opts.RequireLandlock,
+		// Every command starts above pid 1 (see protectInit).
+		WorkloadOOMScoreAdj: sandbox.WorkloadOOMScoreAdj,
 	}
 	if err := gateConfig(spec, cfg); err != nil {
 		return nil, err

@@ -13,16 +13,16 @@ import (
 // what the workload may know of its limits.
 
 // protectInit runs after the init is in its cgroup and before it gets its
-// Config: it lowers pid 1's oom_score_adj where the host lets it, and has
-// the init start every command at WorkloadOOMScoreAdj. What a setup cannot
-// do is logged once, and the sandbox runs without it.
-func (r *Runtime) protectInit(cfg *wire.Config, pid int) {
+// plan or Config: it lowers pid 1's oom_score_adj where the host lets it
+// (the init starts every command at WorkloadOOMScoreAdj, which initConfig
+// puts in the Config). What a host refuses is logged once, and the
+// sandbox runs without it.
+func (r *Runtime) protectInit(pid int) {
 	if !r.noted(&r.noOOM) { // a host that refused once refuses every time
 		if err := sandbox.LowerInitOOMScore(pid); err != nil {
 			r.noteOnce(&r.noOOM, fmt.Sprintf("pid 1 of each sandbox keeps the daemon's oom_score_adj (%v); commands still start at %d, above it", err, sandbox.WorkloadOOMScoreAdj))
 		}
 	}
-	cfg.WorkloadOOMScoreAdj = sandbox.WorkloadOOMScoreAdj
 }
 
 // reservePids completes the split of the pids limit that createCold began

@@ -383,14 +383,28 @@ func (s *spawner) serve() {
 
 // start starts exe; with inside set, the process is born in that cgroup.
 func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *syscall.ProcAttr, inside *cgroups.Cgroup) (*initProc, error) {
+	w, err := s.begin(ctx, exe, argv, attr, inside)
+	if err != nil {
+		return nil, err
+	}
+	return w()
+}
+
+// begin hands the spawner thread the start of exe and returns at once,
+// with the function that waits for its result: the caller can prepare
+// what the new process is to be sent while it is cloned. The wait must
+// be called once; attr must not change before it returns.
+func (s *spawner) begin(ctx context.Context, exe string, argv []string, attr *syscall.ProcAttr, inside *cgroups.Cgroup) (wait func() (*initProc, error), err error) {
 	res := make(chan spawnRes, 1)
 	select {
 	case s.reqs <- spawnReq{exe, argv, attr, inside, res}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	r := <-res
-	return r.p, r.err
+	return func() (*initProc, error) {
+		r := <-res
+		return r.p, r.err
+	}, nil
 }
 
 // initFile is the init binary a Runtime was opened with (Options.Exe), as
