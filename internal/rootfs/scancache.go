@@ -45,21 +45,32 @@ const maxScanFileBytes = MaxAlternatives*(2*256) + 16<<10
 
 // WarmHostViewCached is WarmHostView that takes the scan from file when
 // the directories it read are unchanged, and otherwise scans and writes
-// the new scan there for the next process. Errors of the file are not
-// reported: without it, the scan is only done again.
+// the new scan there for the next process. The file is read inside the
+// one-scan-at-a-time flight, so a plan (or the runtime's own
+// WarmHostView) begun meanwhile waits for it instead of scanning beside
+// it. Errors of the file are not reported: without it, the scan is only
+// done again.
 func WarmHostViewCached(hostRoot, file string) {
-	if s := loadScan(file, hostRoot); s != nil {
-		altCache.Lock()
-		if altCache.m == nil {
-			altCache.m = map[string]*altScan{}
+	loaded := false
+	altFlight.Do(hostRoot, func() (any, error) {
+		if entries, ok := cachedAlternatives(hostRoot); ok {
+			return entries, nil
 		}
-		if altCache.m[hostRoot] == nil {
+		if s := loadScan(file, hostRoot); s != nil {
+			altCache.Lock()
+			if altCache.m == nil {
+				altCache.m = map[string]*altScan{}
+			}
 			altCache.m[hostRoot] = s
+			altCache.Unlock()
+			loaded = true
+			return s.entries, nil
 		}
-		altCache.Unlock()
+		return scanAndCache(hostRoot), nil
+	})
+	if loaded {
 		return
 	}
-	alternatives(hostRoot)
 	altCache.Lock()
 	s := altCache.m[hostRoot]
 	altCache.Unlock()
