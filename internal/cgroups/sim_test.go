@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -982,5 +983,54 @@ func TestLimitsValidate(t *testing.T) {
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidLimits)) {
 			t.Errorf("%+v.validate() = %v, want ok=%v", tc.l, err, tc.ok)
 		}
+	}
+}
+
+// Update writes only the limits that change: a take from the warm pool or
+// of a spare cgroup with the default limits writes nothing, and a changed
+// pids limit leaves the memory and CPU files alone.
+func TestUpdateWritesOnlyChangesSimulated(t *testing.T) {
+	h, s := detectSimV2(t, nil)
+	c, err := h.Create("sbx-upd", Limits{MemoryBytes: 64 << 20, Pids: 100, CPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(s.dir, "system.slice/ironclaw.service/ironclaw/sbx-upd")
+	count := func() map[string]int {
+		n := map[string]int{}
+		for _, f := range []string{"memory.max", "memory.swap.max", "pids.max", "cpu.max"} {
+			n[f] = len(s.wrote(filepath.Join(dir, f)))
+		}
+		return n
+	}
+	before := count()
+	if err := c.Update(Limits{MemoryBytes: 64 << 20, Pids: 100, CPUs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); !maps.Equal(got, before) {
+		t.Fatalf("Update to the same limits wrote: before %v, after %v", before, got)
+	}
+	if err := c.Update(Limits{MemoryBytes: 64 << 20, Pids: 7, CPUs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	after := count()
+	for f, n := range after {
+		want := before[f]
+		if f == "pids.max" {
+			want++
+		}
+		if n != want {
+			t.Errorf("after a pids change, %s written %d times, want %d", f, n, want)
+		}
+	}
+	if got := s.get(filepath.Join(dir, "pids.max")); got != "7" {
+		t.Errorf("pids.max = %q, want 7", got)
+	}
+	// Back to the first value: written again, since it changed.
+	if err := c.Update(Limits{Pids: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.get(filepath.Join(dir, "pids.max")); got != "100" {
+		t.Errorf("pids.max = %q, want 100", got)
 	}
 }
