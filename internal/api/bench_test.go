@@ -188,17 +188,21 @@ func BenchmarkManagerExecRoundTrip(b *testing.B) {
 // same iteration: the manager's Create and Exec in process, and the
 // runtime's Create and Exec alone. DELETEs are outside the timer.
 func BenchmarkHTTPCreateFirstExec(b *testing.B) {
-	b.Run("cold", func(b *testing.B) { benchCreateFirstExec(b, 0) })
-	b.Run("pooled", func(b *testing.B) { benchCreateFirstExec(b, 2) })
+	b.Run("cold", func(b *testing.B) { benchCreateFirstExec(b, 0, 0) })
+	b.Run("cold-spares", func(b *testing.B) { benchCreateFirstExec(b, 0, defaults.SpareCgroups) })
+	b.Run("pooled", func(b *testing.B) { benchCreateFirstExec(b, 2, 0) })
 }
 
-func benchCreateFirstExec(b *testing.B, poolSize int) {
-	e := newEnv(b, envOpts{poolSize: poolSize})
+// benchCreateFirstExec: cold-spares is a cold create as the daemon makes
+// one when its pool is empty, with its spare cgroups ready
+// (native.Options.SpareCgroups).
+func benchCreateFirstExec(b *testing.B, poolSize, spares int) {
+	e := newEnv(b, envOpts{poolSize: poolSize, spares: spares})
 	waitPool := func() {
 		deadline := time.Now().Add(30 * time.Second)
-		for e.rt.PoolIdle() < poolSize {
+		for e.rt.PoolIdle() < poolSize || e.rt.SparesIdle() < spares {
 			if time.Now().After(deadline) {
-				b.Fatalf("pool has %d of %d after 30s", e.rt.PoolIdle(), poolSize)
+				b.Fatalf("pool has %d of %d, spare cgroups %d of %d after 30s", e.rt.PoolIdle(), poolSize, e.rt.SparesIdle(), spares)
 			}
 			time.Sleep(time.Millisecond)
 		}

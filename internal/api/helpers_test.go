@@ -76,6 +76,8 @@ type envOpts struct {
 	cfg      Config
 	sess     session.Options
 	poolSize int
+	// spares is the native runtime's SpareCgroups.
+	spares int
 	// gateway gives the server a real approval gateway on the same store.
 	gateway bool
 	// secrets gives the server and the sessions a real secrets store and
@@ -85,7 +87,7 @@ type envOpts struct {
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
-	st := stack.New(t, native.Options{PoolSize: o.poolSize})
+	st := stack.New(t, native.Options{PoolSize: o.poolSize, SpareCgroups: o.spares})
 	rt, db, log := st.Runtime, st.Store, st.Log
 	var secretStore *secrets.Store
 	if o.secrets {

@@ -465,7 +465,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		closers = append(closers, func(c context.Context) error { return vols.m.Close(c) })
 		sessionVolumes, apiVolumes = vols, vols
 	}
-	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, PoolTrust: trustDir, Logf: logf, Exe: cfg.InitExe})
+	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, PoolTrust: trustDir, SpareCgroups: defaults.SpareCgroups, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,9 @@ const (
 	PortsListen = "127.0.0.1:8788"
 	// PoolSize is how many sealed idle sandboxes are kept ready.
 	PoolSize = 2
+	// SpareCgroups is how many sandbox cgroups the daemon's native
+	// runtime keeps made ahead for creates the pool cannot serve.
+	SpareCgroups = 2
 	// MaxSandboxes bounds running sandboxes.
 	MaxSandboxes = 100
 	// Idle is the idle timeout of a sandbox created without one.

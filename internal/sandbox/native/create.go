@@ -35,6 +35,20 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	return r.createCold(ctx, spec)
 }
 
+// sandboxCgroup returns a new sandbox's id and its cgroup with limits l:
+// a spare made ahead when one is ready, else one made now.
+func (r *Runtime) sandboxCgroup(l sandbox.Limits) (string, *cgroups.Cgroup, error) {
+	cl := cgroups.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs}
+	if r.spares != nil {
+		if sp, ok := r.spares.take(cl); ok {
+			return sp.id, sp.cg, nil
+		}
+	}
+	id := newID()
+	cg, err := r.cg.Create(r.cgroupName(id), cl)
+	return id, cg, err
+}
+
 // createCold makes a sandbox from scratch for a validated spec.
 func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, retErr error) {
 	cfg, err := r.initConfig(spec)
@@ -48,10 +62,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		return nil, sandbox.ErrClosed
 	}
 
-	id := newID()
-	cg, err := r.cg.Create(r.cgroupName(id), cgroups.Limits{
-		MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs,
-	})
+	id, cg, err := r.sandboxCgroup(spec.Limits)
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, fmt.Errorf("%w: sandbox cgroup: %v; limits need root or a delegated cgroup v2 subtree (for example: systemd-run --user -p Delegate=yes --scope ironclaw ...)", sandbox.ErrUnsupported, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
@@ -21,14 +20,11 @@ type pool struct {
 	r    *Runtime
 	size int
 
-	ready chan *Sandbox
-	wake  chan struct{}
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
-
-	epoch    time.Time    // lastTake counts from here (monotonic)
-	lastTake atomic.Int64 // nanoseconds after epoch of the latest take; 0: none
+	ready  chan *Sandbox
+	refill *refiller
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 // refillQuiet is how long after the latest take the pool waits before it
@@ -40,7 +36,7 @@ type pool struct {
 const refillQuiet = 25 * time.Millisecond
 
 func newPool(r *Runtime, size int) *pool {
-	p := &pool{r: r, size: size, ready: make(chan *Sandbox, size), wake: make(chan struct{}, 1), stop: make(chan struct{}), epoch: time.Now()}
+	p := &pool{r: r, size: size, ready: make(chan *Sandbox, size), refill: newRefiller(), stop: make(chan struct{})}
 	p.wg.Add(1)
 	go p.fill()
 	return p
@@ -72,52 +68,31 @@ func (p *pool) fits(spec sandbox.Spec) bool {
 
 func (p *pool) fill() {
 	defer p.wg.Done()
-	for {
-		for len(p.ready) < p.size {
-			if wait := p.refillDelay(len(p.ready), time.Since(p.epoch)); wait > 0 {
-				select {
-				case <-time.After(wait):
-				case <-p.wake: // a take: the quiet moves on, or none is left
-				case <-p.stop:
-					return
-				}
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-			sb, err := p.r.createCold(ctx, p.shape())
-			cancel()
-			if err != nil {
-				p.r.opts.Logf("sandbox pool: %v", err)
-				select {
-				case <-time.After(time.Second):
-					continue
-				case <-p.stop:
-					return
-				}
-			}
-			select {
-			case p.ready <- sb:
-			case <-p.stop:
-				_ = sb.Destroy(context.Background())
-				return
-			}
-		}
-		select {
-		case <-p.wake:
-		case <-p.stop:
-			return
-		}
-	}
+	p.refill.run(p.size, p.idle, p.add, p.stop)
 }
 
-// refillDelay is how long fill waits before its next create, with ready
-// sandboxes ready, at now (after epoch): see refillQuiet.
-func (p *pool) refillDelay(ready int, now time.Duration) time.Duration {
-	last := p.lastTake.Load()
-	if ready == 0 || last == 0 {
-		return 0
+// add makes one sandbox and puts it in the pool; false: the pool is
+// closing.
+func (p *pool) add() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	sb, err := p.r.createCold(ctx, p.shape())
+	cancel()
+	if err != nil {
+		p.r.opts.Logf("sandbox pool: %v", err)
+		select {
+		case <-time.After(time.Second):
+			return true
+		case <-p.stop:
+			return false
+		}
 	}
-	return max(refillQuiet-(now-time.Duration(last)), 0)
+	select {
+	case p.ready <- sb:
+		return true
+	case <-p.stop:
+		_ = sb.Destroy(context.Background())
+		return false
+	}
 }
 
 // idle reports how many sandboxes are ready.
@@ -135,11 +110,7 @@ func (p *pool) take(spec sandbox.Spec) *Sandbox {
 		default:
 			return nil
 		}
-		p.lastTake.Store(max(int64(time.Since(p.epoch)), 1))
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
+		p.refill.took()
 		select {
 		case <-sb.done: // died while idle
 			_ = sb.Destroy(context.Background())

@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// The pool holds off a refill for refillQuiet after a take while it still
-// has a sandbox ready, and refills at once when it has none.
-func TestPoolRefillDelay(t *testing.T) {
-	p := &pool{}
-	if d := p.refillDelay(1, time.Second); d != 0 {
+// A refill (the pool's, the spare cgroups') holds off for refillQuiet
+// after a take while one is still ready, and refills at once when none is.
+func TestRefillDelay(t *testing.T) {
+	p := newRefiller()
+	if d := p.delay(1, time.Second); d != 0 {
 		t.Fatalf("no take yet: delay %v, want 0", d)
 	}
 	p.lastTake.Store(int64(time.Second))
@@ -24,8 +24,8 @@ func TestPoolRefillDelay(t *testing.T) {
 		{1, time.Second + time.Minute, 0},
 		{0, time.Second, 0}, // none ready: the next take would be cold
 	} {
-		if got := p.refillDelay(c.ready, c.now); got != c.want {
-			t.Errorf("refillDelay(ready %d, %v after the take) = %v, want %v", c.ready, c.now-time.Second, got, c.want)
+		if got := p.delay(c.ready, c.now); got != c.want {
+			t.Errorf("delay(ready %d, %v after the take) = %v, want %v", c.ready, c.now-time.Second, got, c.want)
 		}
 	}
 }

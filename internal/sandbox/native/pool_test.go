@@ -23,12 +23,18 @@ func newPooledRuntime(t testing.TB, size int) *native.Runtime {
 
 func waitPool(t testing.TB, r *native.Runtime, n int) {
 	t.Helper()
+	waitStock(t, "pooled sandboxes", r.PoolIdle, n)
+}
+
+// waitStock waits up to 30s for idle() to reach n.
+func waitStock(t testing.TB, what string, idle func() int, n int) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for r.PoolIdle() < n {
+	for idle() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("pool has %d of %d sandboxes after 30s", r.PoolIdle(), n)
+			t.Fatalf("%d of %d %s after 30s", idle(), n, what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 

@@ -94,6 +94,11 @@ type Options struct {
 	// PoolTrust is the trust directory (Spec.Trust) pooled sandboxes
 	// are made with: the daemon's, which every sandbox of it gets.
 	PoolTrust string
+	// SpareCgroups keeps that many sandbox cgroups made ahead, with the
+	// default limits, for creates the pool cannot serve (see
+	// spareCgroups). 0 makes each create its own; a one-shot CLI has no
+	// use for spares, a daemon does.
+	SpareCgroups int
 }
 
 // Runtime is the native backend. It is safe for concurrent use; Close
@@ -114,7 +119,8 @@ type Runtime struct {
 	idMaps   idMaps    // what every init's user namespace maps (see idmap.go)
 	ambient  []uintptr // the capabilities every init executes with until its seal
 	spawn    *spawner
-	pool     *pool // nil when Options.PoolSize is 0
+	pool     *pool         // nil when Options.PoolSize is 0
+	spares   *spareCgroups // nil when Options.SpareCgroups is 0
 	// alternatives is the one read-only mount of the view's
 	// alternatives links every root-mode sandbox binds.
 	alternatives *sharedAlternatives
@@ -201,15 +207,19 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 			opts.Logf("%v; every sandbox gets the Go init", err)
 		}
 	}
-	if opts.PoolSize > 0 {
-		r.pool = newPool(r, opts.PoolSize)
-	}
+	// Leftovers first: a spare is named like a sandbox's cgroup.
 	removed, err := cg.Collect(r.keepCgroup)
 	if err != nil {
 		opts.Logf("collecting leftover cgroups: %v", err)
 	}
 	if len(removed) > 0 {
 		opts.Logf("collected %d sandbox cgroup(s) left by an earlier run", len(removed))
+	}
+	if opts.SpareCgroups > 0 {
+		r.spares = newSpareCgroups(r, opts.SpareCgroups)
+	}
+	if opts.PoolSize > 0 {
+		r.pool = newPool(r, opts.PoolSize)
 	}
 	return r, nil
 }
@@ -220,6 +230,14 @@ func (r *Runtime) PoolIdle() int {
 		return 0
 	}
 	return r.pool.idle()
+}
+
+// SparesIdle reports how many spare cgroups are ready (0 without spares).
+func (r *Runtime) SparesIdle() int {
+	if r.spares == nil {
+		return 0
+	}
+	return r.spares.idle()
 }
 
 // HasSteward reports whether sandboxes get the steward as their idle pid 1.
@@ -237,7 +255,10 @@ func (r *Runtime) Cgroups() string { return r.cg.Describe() }
 // Close destroys every sandbox still held.
 func (r *Runtime) Close(ctx context.Context) error {
 	if r.pool != nil {
-		r.pool.close(ctx)
+		r.pool.close(ctx) // first: its refill takes spares
+	}
+	if r.spares != nil {
+		r.spares.close()
 	}
 	r.mu.Lock()
 	r.closed = true

@@ -1,0 +1,141 @@
+package native_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ironclaw/ironclaw/internal/sandbox"
+	"github.com/ironclaw/ironclaw/internal/sandbox/native"
+	"github.com/ironclaw/ironclaw/internal/sandbox/sandboxtest"
+)
+
+func waitSpares(t testing.TB, r *native.Runtime, n int) {
+	t.Helper()
+	waitStock(t, "spare cgroups", r.SparesIdle, n)
+}
+
+// ourCgroupIDs lists the sandbox ids this process's sandbox cgroups are
+// named for, in every hierarchy.
+func ourCgroupIDs(t testing.TB) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	prefix := fmt.Sprintf("ic-%d.", os.Getpid())
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), prefix) {
+			if i := strings.Index(d.Name(), "-sbx-"); i > 0 {
+				ids[d.Name()[i+1:]] = true
+			}
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return ids
+}
+
+// cgroupValue reads file from the cgroup of sandbox id (or its child
+// sub, if not ""), in whichever hierarchy holds it.
+func cgroupValue(t testing.TB, id, sub, file string) string {
+	t.Helper()
+	var val string
+	found := false
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || found {
+			return nil
+		}
+		if strings.HasSuffix(d.Name(), "-"+id) {
+			if b, err := os.ReadFile(filepath.Join(p, sub, file)); err == nil {
+				val, found = strings.TrimSpace(string(b)), true
+			}
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if !found {
+		t.Fatalf("no %s in a cgroup of %s", filepath.Join(sub, file), id)
+	}
+	return val
+}
+
+// A cold create (a spec the pool cannot serve) takes a spare cgroup made
+// ahead, with the spec's limits in force, not the spares' defaults; the
+// spares refill, and Close removes the ones left.
+func TestSpareCgroupsServeColdCreates(t *testing.T) {
+	sandboxtest.Native(t)
+	before := cgroupCount(t)
+	beforeIDs := ourCgroupIDs(t)
+	r := sandboxtest.NewNative(t, native.Options{SpareCgroups: 2})
+	waitSpares(t, r, 2)
+	spares := map[string]bool{}
+	for id := range ourCgroupIDs(t) {
+		if !beforeIDs[id] {
+			spares[id] = true
+		}
+	}
+	if len(spares) != 2 {
+		t.Fatalf("2 spares ready, %d new cgroups: %v", len(spares), spares)
+	}
+	ctx := context.Background()
+	// A loopback port makes the spec one the pool could not serve: the
+	// create is cold whatever the pool holds.
+	spec := sandbox.Spec{Network: sandbox.Network{LoopbackTCP: []uint16{9000}},
+		Limits: sandbox.Limits{MemoryBytes: 768 << 20, Pids: 40}}
+	sb, err := r.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	if !spares[sb.ID()] {
+		t.Fatalf("sandbox %s was not made from a spare (%v)", sb.ID(), spares)
+	}
+	if r.SparesIdle() != 1 {
+		t.Fatalf("%d spares idle after one take, want 1", r.SparesIdle())
+	}
+	if v := cgroupValue(t, sb.ID(), "", memoryLimitFile()); v != fmt.Sprint(768<<20) {
+		t.Errorf("memory limit %s, want %d (the spec's, not the spare's)", v, 768<<20)
+	}
+	var out bytes.Buffer
+	res, _ := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "i=0; while [ $i -lt 60 ]; do sleep 3 & i=$((i+1)); done 2>&1 | head -1"}, Stdout: &out, Stderr: &out})
+	if res.ExitCode == 0 && !strings.Contains(out.String(), "fork") && !strings.Contains(out.String(), "unavailable") {
+		t.Fatalf("60 processes under pids=40 from a spare cgroup: %q", out.String())
+	}
+	out.Reset()
+	if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "ok"}, Stdout: &out}); err != nil || res.ExitCode != 0 || out.String() != "ok\n" {
+		t.Fatalf("exec in a sandbox from a spare: %v %+v %q", err, res, out.String())
+	}
+	// A default-limited cold create takes the other, its limits untouched.
+	sb2, err := r.Create(ctx, sandbox.Spec{Network: sandbox.Network{LoopbackTCP: []uint16{9001}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !spares[sb2.ID()] {
+		t.Fatalf("second sandbox %s was not made from a spare (%v)", sb2.ID(), spares)
+	}
+	if v, want := cgroupValue(t, sb2.ID(), "", memoryLimitFile()), fmt.Sprint(sandbox.DefaultLimits.MemoryBytes); v != want {
+		t.Errorf("memory limit %s, want the default %s", v, want)
+	}
+	sb2.Destroy(ctx)
+	// None left: the refill starts at once.
+	waitSpares(t, r, 2)
+	sb.Destroy(ctx)
+	r.Close(ctx)
+	if after := cgroupCount(t); after != before {
+		t.Fatalf("spares left cgroups: %d before, %d after Close", before, after)
+	}
+}
+
+// memoryLimitFile is the memory limit's file on this host's hierarchy.
+func memoryLimitFile() string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return "memory.max"
+	}
+	return "memory.limit_in_bytes"
+}
