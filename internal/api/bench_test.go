@@ -188,21 +188,26 @@ func BenchmarkManagerExecRoundTrip(b *testing.B) {
 // same iteration: the manager's Create and Exec in process, and the
 // runtime's Create and Exec alone. DELETEs are outside the timer.
 func BenchmarkHTTPCreateFirstExec(b *testing.B) {
-	b.Run("cold", func(b *testing.B) { benchCreateFirstExec(b, 0, 0) })
-	b.Run("cold-spares", func(b *testing.B) { benchCreateFirstExec(b, 0, defaults.SpareCgroups) })
-	b.Run("pooled", func(b *testing.B) { benchCreateFirstExec(b, 2, 0) })
+	b.Run("cold", func(b *testing.B) { benchCreateFirstExec(b, 0, false) })
+	b.Run("cold-spares", func(b *testing.B) { benchCreateFirstExec(b, 0, true) })
+	b.Run("pooled", func(b *testing.B) { benchCreateFirstExec(b, 2, false) })
 }
 
-// benchCreateFirstExec: cold-spares is a cold create as the daemon makes
-// one when its pool is empty, with its spare cgroups ready
-// (native.Options.SpareCgroups).
-func benchCreateFirstExec(b *testing.B, poolSize, spares int) {
-	e := newEnv(b, envOpts{poolSize: poolSize, spares: spares})
+// benchCreateFirstExec: with spares, a cold create as the daemon makes one
+// when its pool is empty (or the spec is not the pool's), its spare
+// cgroups and inits ready (native.Options.SpareCgroups, SpareInits).
+func benchCreateFirstExec(b *testing.B, poolSize int, spares bool) {
+	o := envOpts{poolSize: poolSize}
+	if spares {
+		o.spareCgroups, o.spareInits = defaults.SpareInits, defaults.SpareInits
+	}
+	e := newEnv(b, o)
 	waitPool := func() {
 		deadline := time.Now().Add(30 * time.Second)
-		for e.rt.PoolIdle() < poolSize || e.rt.SparesIdle() < spares {
+		for e.rt.PoolIdle() < poolSize || e.rt.SparesIdle() < o.spareCgroups || e.rt.SpareInitsIdle() < o.spareInits {
 			if time.Now().After(deadline) {
-				b.Fatalf("pool has %d of %d, spare cgroups %d of %d after 30s", e.rt.PoolIdle(), poolSize, e.rt.SparesIdle(), spares)
+				b.Fatalf("pool has %d of %d, spare cgroups %d of %d, spare inits %d of %d after 30s",
+					e.rt.PoolIdle(), poolSize, e.rt.SparesIdle(), o.spareCgroups, e.rt.SpareInitsIdle(), o.spareInits)
 			}
 			time.Sleep(time.Millisecond)
 		}

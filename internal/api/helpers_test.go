@@ -76,8 +76,9 @@ type envOpts struct {
 	cfg      Config
 	sess     session.Options
 	poolSize int
-	// spares is the native runtime's SpareCgroups.
-	spares int
+	// spareCgroups and spareInits are the native runtime's SpareCgroups
+	// and SpareInits.
+	spareCgroups, spareInits int
 	// gateway gives the server a real approval gateway on the same store.
 	gateway bool
 	// secrets gives the server and the sessions a real secrets store and
@@ -87,7 +88,7 @@ type envOpts struct {
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
-	st := stack.New(t, native.Options{PoolSize: o.poolSize, SpareCgroups: o.spares})
+	st := stack.New(t, native.Options{PoolSize: o.poolSize, SpareCgroups: o.spareCgroups, SpareInits: o.spareInits})
 	rt, db, log := st.Runtime, st.Store, st.Log
 	var secretStore *secrets.Store
 	if o.secrets {

@@ -24,6 +24,7 @@ func TestConfigZeroIsDefaults(t *testing.T) {
 		{"Listen", c.Listen, defaults.Listen},
 		{"DataDir", c.DataDir, defaults.DataDir()},
 		{"PoolSize", c.PoolSize, defaults.PoolSize},
+		{"Spares", c.Spares, defaults.SpareInits},
 		{"MaxSandboxes", c.MaxSandboxes, defaults.MaxSandboxes},
 		{"DefaultTTL", c.DefaultTTL, defaults.TTL},
 		{"DefaultIdle", c.DefaultIdle, defaults.Idle},
@@ -74,7 +75,7 @@ func TestConfigZeroIsDefaults(t *testing.T) {
 // package that reads it takes for none.
 func TestConfigNegativeIsNone(t *testing.T) {
 	const neg = -7
-	in := Config{PoolSize: neg, DefaultTTL: neg, DefaultIdle: neg, StoreSizeWarn: neg,
+	in := Config{PoolSize: neg, Spares: neg, DefaultTTL: neg, DefaultIdle: neg, StoreSizeWarn: neg,
 		Model:  ModelConfig{Port: neg, RequestsPerMinute: neg, SandboxBudget: neg, AgentBudget: neg, BudgetWindow: neg},
 		Egress: EgressConfig{Port: neg, TunnelIdle: neg, DenyWindow: neg},
 	}
@@ -89,6 +90,7 @@ func TestConfigNegativeIsNone(t *testing.T) {
 		got, want any
 	}{
 		{"PoolSize (backend: 0 is no pool)", c.PoolSize, 0},
+		{"Spares (native: 0 is none)", c.Spares, 0},
 		{"DefaultTTL (session: 0 is none)", c.DefaultTTL, time.Duration(0)},
 		{"DefaultIdle (session: 0 is none)", c.DefaultIdle, time.Duration(0)},
 		{"StoreSizeWarn (store: negative is never)", c.StoreSizeWarn, int64(-1)},

@@ -119,6 +119,10 @@ type Config struct {
 	// PoolSize is how many sealed idle sandboxes are kept ready (0:
 	// defaults.PoolSize, 2; negative: none, no pool).
 	PoolSize int
+	// Spares is how many sandbox inits, and as many cgroups, the native
+	// runtime keeps started ahead for the creates the pool cannot serve
+	// (0: defaults.SpareInits, 2; negative: none).
+	Spares int
 	// MaxSandboxes bounds running sandboxes (0: defaults.MaxSandboxes,
 	// 100; negative: refused).
 	MaxSandboxes int
@@ -211,6 +215,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.DataDir = defaults.DataDir()
 	}
 	c.PoolSize = orNone(c.PoolSize, defaults.PoolSize, 0)
+	c.Spares = orNone(c.Spares, defaults.SpareInits, 0)
 	c.MaxSandboxes = bound(&errs, "MaxSandboxes", c.MaxSandboxes, defaults.MaxSandboxes)
 	c.DefaultTTL = orNone(c.DefaultTTL, defaults.TTL, 0)
 	c.DefaultIdle = orNone(c.DefaultIdle, defaults.Idle, 0)
@@ -465,7 +470,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		closers = append(closers, func(c context.Context) error { return vols.m.Close(c) })
 		sessionVolumes, apiVolumes = vols, vols
 	}
-	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, PoolTrust: trustDir, SpareCgroups: defaults.SpareCgroups, Logf: logf, Exe: cfg.InitExe})
+	rt, err := backend.Open(ctx, backend.Options{Name: cfg.Runtime, PoolSize: cfg.PoolSize, PoolExposedTCP: poolPorts, PoolGate: pol.Exec.Gate, PoolTrust: trustDir, SpareCgroups: cfg.Spares, SpareInits: cfg.Spares, Logf: logf, Exe: cfg.InitExe})
 	if err != nil {
 		return err
 	}

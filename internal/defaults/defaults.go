@@ -30,9 +30,10 @@ const (
 	PortsListen = "127.0.0.1:8788"
 	// PoolSize is how many sealed idle sandboxes are kept ready.
 	PoolSize = 2
-	// SpareCgroups is how many sandbox cgroups the daemon's native
-	// runtime keeps made ahead for creates the pool cannot serve.
-	SpareCgroups = 2
+	// SpareInits is how many sandbox inits the daemon's native runtime
+	// keeps started ahead, waiting for their plans, for the creates the
+	// pool cannot serve; it keeps as many spare cgroups (serve --spares).
+	SpareInits = 2
 	// MaxSandboxes bounds running sandboxes.
 	MaxSandboxes = 100
 	// Idle is the idle timeout of a sandbox created without one.

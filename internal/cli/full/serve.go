@@ -143,6 +143,7 @@ func (s *serveSettings) flags(f *pflag.FlagSet) {
 	f.StringVar(&cfg.DataDir, "data-dir", defaults.DataDir(), "directory of the database, lock and tokens [$IRONCLAW_DATA_DIR]")
 	f.StringVar(&cfg.Runtime, "runtime", backend.Native, "sandbox backend: "+strings.Join(backend.Names(), ", "))
 	flagtypes.IntOff(f, &cfg.PoolSize, "pool", defaults.PoolSize, "sealed idle sandboxes kept ready for fast creates"+orOff)
+	flagtypes.IntOff(f, &cfg.Spares, "spares", defaults.SpareInits, "sandbox inits (and cgroups) started ahead for the creates the pool cannot serve"+orOff)
 	flagtypes.Int(f, &cfg.MaxSandboxes, "max-sandboxes", defaults.MaxSandboxes, "maximum number of running sandboxes"+orDefault)
 	flagtypes.DurationOff(f, &cfg.DefaultIdle, "default-idle", defaults.Idle, "idle timeout of sandboxes created without one"+orOff)
 	flagtypes.DurationOff(f, &cfg.DefaultTTL, "default-ttl", defaults.TTL, "lifetime of sandboxes created without a ttl (the default, 0 and off: none)")

@@ -23,6 +23,7 @@ func TestNumberFlags(t *testing.T) {
 		ok       bool
 	}{
 		{"pool", "off", true}, {"pool", "-1", true}, {"pool", "0", true}, {"pool", "3", true}, {"pool", "2.5", false}, {"pool", "many", false},
+		{"spares", "off", true}, {"spares", "4", true}, {"spares", "few", false},
 		{"max-sandboxes", "-1", false}, {"max-sandboxes", "off", false}, {"max-sandboxes", "0", true},
 		{"rate", "-1", false}, {"rate", "NaN", false}, {"rate", "+Inf", false}, {"rate", "12.5", true},
 		{"sandbox-rate", "-1", false}, {"sandbox-rate", "NaN", false}, {"sandbox-rate", "7.5", true},
@@ -38,7 +39,7 @@ func TestNumberFlags(t *testing.T) {
 			t.Errorf("--%s %q: %v, want ok=%v", tc.flag, tc.in, err, tc.ok)
 		}
 	}
-	if s.cfg.StoreSizeWarn != 2<<30 || s.cfg.RatePerSecond != 12.5 || s.cfg.PoolSize != 3 || s.cfg.MaxBodyBytes != 0 ||
+	if s.cfg.StoreSizeWarn != 2<<30 || s.cfg.RatePerSecond != 12.5 || s.cfg.PoolSize != 3 || s.cfg.Spares != 4 || s.cfg.MaxBodyBytes != 0 ||
 		s.cfg.SandboxRatePerSecond != 7.5 || s.cfg.SandboxRateBurst != 9 || s.cfg.RateBuckets != 64 {
 		t.Errorf("parsed %+v", s.cfg)
 	}

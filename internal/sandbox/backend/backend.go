@@ -46,6 +46,9 @@ type Options struct {
 	// SpareCgroups is native.Options.SpareCgroups: cgroups made ahead
 	// for the creates the pool cannot serve.
 	SpareCgroups int
+	// SpareInits is native.Options.SpareInits: inits started ahead for
+	// the same creates.
+	SpareInits int
 	// GoInit starts every native sandbox with the Go init rather than the
 	// steward (native.Options.GoInit). The environment can ask for it
 	// too, without a rebuild: IRONCLAW_SANDBOX_INIT=go ("" or "c": the
@@ -85,7 +88,7 @@ func Open(ctx context.Context, opts Options) (sandbox.Runtime, error) {
 		if steward == "" && opts.Logf != nil {
 			opts.Logf("sandbox steward: idle sandboxes keep the Go init as pid 1 (more memory and threads each): %s", why)
 		}
-		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, PoolTrust: opts.PoolTrust, SpareCgroups: opts.SpareCgroups, Logf: opts.Logf, Exe: opts.Exe, Steward: steward, GoInit: opts.GoInit})
+		return native.New(ctx, native.Options{PoolSize: opts.PoolSize, PoolExposedTCP: opts.PoolExposedTCP, PoolGate: opts.PoolGate, PoolTrust: opts.PoolTrust, SpareCgroups: opts.SpareCgroups, SpareInits: opts.SpareInits, Logf: opts.Logf, Exe: opts.Exe, Steward: steward, GoInit: opts.GoInit})
 	case Runc, Crun, Runsc:
 		return oci.New(ctx, oci.Options{Runtime: opts.Name, StateDir: opts.StateDir, Exe: opts.Exe, Logf: opts.Logf})
 	case Docker:

@@ -49,8 +49,10 @@ func (r *Runtime) sandboxCgroup(l sandbox.Limits) (string, *cgroups.Cgroup, erro
 	return id, cg, err
 }
 
-// createCold makes a sandbox from scratch for a validated spec.
-func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, retErr error) {
+// createCold makes a sandbox from scratch for a validated spec: from a
+// hatchling (an init started ahead, see hatchery) when one fits, else
+// from a clone made now.
+func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (*Sandbox, error) {
 	cfg, err := r.initConfig(spec)
 	if err != nil {
 		return nil, err
@@ -61,16 +63,67 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	if closed {
 		return nil, sandbox.ErrClosed
 	}
+	if h := r.takeHatchling(cfg, spec.Limits); h != nil {
+		sb, err := r.raise(ctx, h, spec, cfg, nil)
+		var exited initExitedError
+		if !errors.Is(err, errUnsent) && !errors.As(err, &exited) {
+			return sb, err
+		}
+		// It died as it was taken (before it could read the plan, or with
+		// no word about it): this create goes on from a clone, once.
+		r.opts.Logf("%s: a spare init was gone when taken (%v); making the sandbox anew", h.id, err)
+	}
+	h, msg, err := r.hatch(ctx, spec.Limits, cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	return r.raise(ctx, h, spec, cfg, msg)
+}
 
-	id, cg, err := r.sandboxCgroup(spec.Limits)
+// hatchling is a sandbox init started in its fresh namespaces and born in
+// its cgroup, its id maps written, blocked reading the one message that
+// tells it what to build (its plan or Config). Nothing of a spec is in it
+// yet but its limits' cgroup and its namespaces.
+type hatchling struct {
+	id    string
+	cg    *cgroups.Cgroup
+	proc  *initProc
+	conn  *wire.Conn
+	cInit bool    // the steward's C init, which reads a plan; else the Go init
+	flags uintptr // its namespaces (cloneFlags)
+	// unshareCgroup: it was moved into its cgroup after the clone and is
+	// to unshare its cgroup namespace itself (cfg.UnshareCgroup).
+	unshareCgroup bool
+}
+
+// discard kills h's init and removes its cgroup.
+func (h *hatchling) discard(logf func(string, ...any)) {
+	_ = h.proc.kill()
+	h.conn.Close()
+	_ = h.proc.wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.cg.Destroy(ctx); err != nil {
+		logf("%s: removing cgroup: %v", h.id, err)
+	}
+}
+
+// hatch starts an init for cfg's namespaces in a new cgroup with limits
+// l. With prepare, it also makes the message for cfg while the init is
+// cloned and executed (about 0.6 of a cold create's 5 ms, taken off its
+// path; docs/performance.md) and returns it; cfg.UnshareCgroup is set
+// when the init must unshare its cgroup namespace itself. Nothing is left
+// behind on error.
+func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config, prepare bool) (_ *hatchling, _ *initMessage, retErr error) {
+	id, cg, err := r.sandboxCgroup(l)
 	if errors.Is(err, fs.ErrPermission) {
-		return nil, fmt.Errorf("%w: sandbox cgroup: %v; limits need root or a delegated cgroup v2 subtree (for example: systemd-run --user -p Delegate=yes --scope ironclaw ...)", sandbox.ErrUnsupported, err)
+		return nil, nil, fmt.Errorf("%w: sandbox cgroup: %v; limits need root or a delegated cgroup v2 subtree (for example: systemd-run --user -p Delegate=yes --scope ironclaw ...)", sandbox.ErrUnsupported, err)
 	}
 	if herr := sandbox.HostExhausted("making the sandbox cgroup", err); herr != nil {
-		return nil, herr
+		return nil, nil, herr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sandbox cgroup: %w", err)
+		return nil, nil, fmt.Errorf("sandbox cgroup: %w", err)
 	}
 	defer func() {
 		if retErr != nil {
@@ -84,7 +137,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 
 	conn, childEnd, err := wire.Pair()
 	if err != nil {
-		return nil, hostErr("the control socket", err)
+		return nil, nil, hostErr("the control socket", err)
 	}
 	conn.NonblockFDs = true
 	defer childEnd.Close()
@@ -92,7 +145,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	flags, err := cloneFlags(&cfg.Seal)
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	// No UidMappings: the daemon writes the maps once the init has
 	// executed, so the clone need not copy the daemon (see idmap.go).
@@ -111,7 +164,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		sys.Cloneflags |= syscall.CLONE_NEWCGROUP
 	} else if !errors.Is(err, cgroups.ErrNotSupported) {
 		conn.Close()
-		return nil, fmt.Errorf("sandbox cgroup: %w", err)
+		return nil, nil, fmt.Errorf("sandbox cgroup: %w", err)
 	} else if !r.noted(&r.noForkInside) {
 		inside = cg
 		sys.Cloneflags |= syscall.CLONE_NEWCGROUP
@@ -122,20 +175,28 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	// thread moves itself into the workload's share (see reservePids).
 	var workloadTasks *os.File
 	if err := cg.ReservePids(sandbox.InitPidsReserve); err == nil {
-		if workloadTasks, err = cg.WorkloadTasks(); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("sandbox cgroup: %w", err)
+		if prepare {
+			if workloadTasks, err = cg.WorkloadTasks(); err != nil {
+				conn.Close()
+				return nil, nil, fmt.Errorf("sandbox cgroup: %w", err)
+			}
+			// The message owns it once made (see below): it is sent
+			// after this returns.
+			defer func() {
+				if retErr != nil {
+					workloadTasks.Close()
+				}
+			}()
 		}
-		defer workloadTasks.Close()
 	} else if !errors.Is(err, cgroups.ErrNotSupported) {
 		conn.Close()
-		return nil, fmt.Errorf("sandbox cgroup: reserving PIDs for pid 1: %w", err)
+		return nil, nil, fmt.Errorf("sandbox cgroup: reserving PIDs for pid 1: %w", err)
 	}
 
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	defer devNull.Close()
 	exe, closeExe, argv := r.opts.Exe, func() {}, initArgv
@@ -147,7 +208,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	} else if r.init != nil {
 		if exe, closeExe, err = r.init.open(); err != nil {
 			conn.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	// The init's standard error is its control socket too: what it
@@ -162,14 +223,19 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	}
 	// What the init is sent (its trees and its plan or Config) does not
 	// depend on the process, so it is made while the spawner thread
-	// clones and executes the init (about 0.6 of a cold create's 5 ms,
-	// taken off its path; docs/performance.md).
+	// clones and executes the init.
 	var msg *initMessage
-	defer func() { msg.close() }()
+	defer func() {
+		if retErr != nil {
+			msg.close()
+		}
+	}()
 	wait, err := r.spawn.begin(ctx, exe, argv, attr, inside)
 	var proc *initProc
 	if err == nil {
-		msg = r.prepareInit(cInit, cfg, workloadTasks)
+		if prepare {
+			msg = r.prepareInit(cInit, cfg, workloadTasks)
+		}
 		proc, err = wait()
 	}
 	if inside != nil && errors.Is(err, cgroups.ErrNotSupported) {
@@ -177,8 +243,10 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		inside = nil
 		sys.Cloneflags &^= syscall.CLONE_NEWCGROUP
 		cfg.UnshareCgroup = true
-		msg.close() // its plan does not unshare the cgroup namespace
-		msg = r.prepareInit(cInit, cfg, workloadTasks)
+		if prepare {
+			msg.close() // its plan does not unshare the cgroup namespace
+			msg = r.prepareInit(cInit, cfg, workloadTasks)
+		}
 		proc, err = r.spawn.start(ctx, exe, argv, attr, nil)
 	}
 	if !cInit && r.init != nil && errors.Is(err, fs.ErrPermission) {
@@ -192,44 +260,80 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 	if err != nil {
 		conn.Close()
 		if herr := sandbox.HostExhausted("starting the sandbox init", err); herr != nil {
-			return nil, herr
+			return nil, nil, herr
 		}
-		return nil, fmt.Errorf("%w: starting the sandbox init: %v", sandbox.ErrUnsupported, err)
+		return nil, nil, fmt.Errorf("%w: starting the sandbox init: %v", sandbox.ErrUnsupported, err)
 	}
 	childEnd.Close()
-	if err := r.idMaps.write(proc.pid); err != nil {
-		conn.Close()
+	h := &hatchling{id: id, cg: cg, proc: proc, conn: conn, cInit: cInit, flags: flags, unshareCgroup: cfg.UnshareCgroup}
+	fail := func(err error) (*hatchling, *initMessage, error) {
 		_ = proc.kill()
+		conn.Close()
 		_ = proc.wait()
-		return nil, hostErr("the sandbox's id maps", err)
+		return nil, nil, err
 	}
-	b := &Sandbox{id: id, spec: spec, rt: r, proc: proc, conn: conn, cg: cg,
-		pending: map[uint64]chan reply{}, done: make(chan struct{})}
-	conn.Stderr = b.initStderr
-	defer func() {
-		if retErr != nil {
-			b.closeListeners()
-			proc.kill()
-			conn.Close()
-			proc.wait()
-		}
-	}()
+	if err := r.idMaps.write(proc.pid); err != nil {
+		return fail(hostErr("the sandbox's id maps", err))
+	}
 	if cfg.UnshareCgroup {
 		// cgroup v1 has no clone-into-cgroup: place the init now; it waits
 		// for the Config before it forks anything.
 		if err := cg.Add(proc.pid); err != nil {
-			return nil, fmt.Errorf("sandbox cgroup: %w", err)
+			return fail(fmt.Errorf("sandbox cgroup: %w", err))
 		}
 	}
 	r.protectInit(proc.pid)
-	if err := msg.send(conn); err != nil {
+	if msg != nil && workloadTasks != nil {
+		msg.owned = append(msg.owned, workloadTasks)
+	}
+	return h, msg, nil
+}
+
+// errUnsent is raise's error when the init could not be sent its message
+// (it had exited): nothing of the spec reached it.
+var errUnsent = errors.New("the init took no message")
+
+// initExitedError is awaitReady's error when the init exited without a
+// reply (a failure of the plan is a reply, not this).
+type initExitedError struct{ error }
+
+func (e initExitedError) Unwrap() error { return e.error }
+
+// raise sends hatchling h what to build for spec (msg, or one made now
+// for cfg), waits for the init to be ready and registers the sandbox. On
+// error h is discarded.
+func (r *Runtime) raise(ctx context.Context, h *hatchling, spec sandbox.Spec, cfg *wire.Config, msg *initMessage) (_ *Sandbox, retErr error) {
+	defer func() { msg.close() }()
+	b := &Sandbox{id: h.id, spec: spec, rt: r, proc: h.proc, conn: h.conn, cg: h.cg,
+		pending: map[uint64]chan reply{}, done: make(chan struct{})}
+	h.conn.Stderr = b.initStderr
+	defer func() {
+		if retErr != nil {
+			b.closeListeners()
+			h.discard(r.opts.Logf)
+		}
+	}()
+	if msg == nil {
+		var workloadTasks *os.File
+		if wt, err := h.cg.WorkloadTasks(); err == nil {
+			workloadTasks = wt
+			defer wt.Close()
+		} else if !errors.Is(err, cgroups.ErrNotSupported) {
+			return nil, fmt.Errorf("sandbox cgroup: %w", err)
+		}
+		msg = r.prepareInit(h.cInit, cfg, workloadTasks)
+	}
+	if err := msg.send(h.conn); err != nil {
+		if msg.err == nil {
+			err = fmt.Errorf("%w: %w", errUnsent, err)
+		}
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
 	msg.close()
 	if err := b.awaitReady(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.reservePids(cg, proc.pid); err != nil {
+	if err := r.reservePids(h.cg, h.proc.pid); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -237,7 +341,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (_ *Sandbox
 		r.mu.Unlock()
 		return nil, sandbox.ErrClosed
 	}
-	r.boxes[id] = b
+	r.boxes[h.id] = b
 	r.mu.Unlock()
 	go b.readReplies()
 	return b, nil
@@ -358,7 +462,7 @@ func (b *Sandbox) awaitReady(ctx context.Context) error {
 				// The Go runtime's own words when clone fails with EAGAIN.
 				return fmt.Errorf("%w (processes or threads): the sandbox init could not start a thread%s", sandbox.ErrHostExhausted, diag)
 			}
-			return fmt.Errorf("%w: the sandbox init exited during setup%s", sandbox.ErrUnsupported, diag)
+			return initExitedError{fmt.Errorf("%w: the sandbox init exited during setup%s", sandbox.ErrUnsupported, diag)}
 		}
 		if res.rep.Op != wire.OpReady {
 			wire.CloseAll(res.files)

@@ -3,8 +3,6 @@ package native
 import (
 	"context"
 	"slices"
-	"sync"
-	"time"
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -17,28 +15,17 @@ import (
 // on the spec's limits, environment or working directory, which are applied
 // on take. Specs of any other shape are created cold.
 type pool struct {
-	r    *Runtime
-	size int
-
-	ready  chan *Sandbox
-	refill *refiller
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+	r *Runtime
+	s *stock[*Sandbox]
 }
 
-// refillQuiet is how long after the latest take the pool waits before it
-// makes a sandbox, while it still has one ready. A create keeps both of
-// this machine's cores busy for a few milliseconds, and a take is nearly
-// always followed at once by the taker's first exec (and over HTTP by its
-// audit writes), which a refill running beside it slows down. With none
-// ready the pool refills at once: the next take would be cold otherwise.
-const refillQuiet = 25 * time.Millisecond
-
 func newPool(r *Runtime, size int) *pool {
-	p := &pool{r: r, size: size, ready: make(chan *Sandbox, size), refill: newRefiller(), stop: make(chan struct{})}
-	p.wg.Add(1)
-	go p.fill()
+	p := &pool{r: r}
+	p.s = newStock("sandbox pool", size, p.make, func(sb *Sandbox) {
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		_ = sb.Destroy(ctx)
+	}, r.opts.Logf)
 	return p
 }
 
@@ -66,37 +53,15 @@ func (p *pool) fits(spec sandbox.Spec) bool {
 		p.r.cpus.Count(l.CPUs) == p.r.cpus.Count(dl.CPUs)
 }
 
-func (p *pool) fill() {
-	defer p.wg.Done()
-	p.refill.run(p.size, p.idle, p.add, p.stop)
-}
-
-// add makes one sandbox and puts it in the pool; false: the pool is
-// closing.
-func (p *pool) add() bool {
+// make makes one sandbox of the pool's shape.
+func (p *pool) make() (*Sandbox, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	sb, err := p.r.createCold(ctx, p.shape())
-	cancel()
-	if err != nil {
-		p.r.opts.Logf("sandbox pool: %v", err)
-		select {
-		case <-time.After(time.Second):
-			return true
-		case <-p.stop:
-			return false
-		}
-	}
-	select {
-	case p.ready <- sb:
-		return true
-	case <-p.stop:
-		_ = sb.Destroy(context.Background())
-		return false
-	}
+	defer cancel()
+	return p.r.createCold(ctx, p.shape())
 }
 
 // idle reports how many sandboxes are ready.
-func (p *pool) idle() int { return len(p.ready) }
+func (p *pool) idle() int { return p.s.idle() }
 
 // take returns a ready sandbox set up for spec, or nil.
 func (p *pool) take(spec sandbox.Spec) *Sandbox {
@@ -104,13 +69,10 @@ func (p *pool) take(spec sandbox.Spec) *Sandbox {
 		return nil
 	}
 	for {
-		var sb *Sandbox
-		select {
-		case sb = <-p.ready:
-		default:
+		sb, ok := p.s.pop()
+		if !ok {
 			return nil
 		}
-		p.refill.took()
 		select {
 		case <-sb.done: // died while idle
 			_ = sb.Destroy(context.Background())
@@ -132,15 +94,4 @@ func (p *pool) take(spec sandbox.Spec) *Sandbox {
 }
 
 // close stops refilling and destroys the idle sandboxes.
-func (p *pool) close(ctx context.Context) {
-	p.once.Do(func() { close(p.stop) })
-	p.wg.Wait()
-	for {
-		select {
-		case sb := <-p.ready:
-			_ = sb.Destroy(ctx)
-		default:
-			return
-		}
-	}
-}
+func (p *pool) close() { p.s.close() }

@@ -8,7 +8,7 @@ import (
 // A refill (the pool's, the spare cgroups') holds off for refillQuiet
 // after a take while one is still ready, and refills at once when none is.
 func TestRefillDelay(t *testing.T) {
-	p := newRefiller()
+	p := &refiller{}
 	if d := p.delay(1, time.Second); d != 0 {
 		t.Fatalf("no take yet: delay %v, want 0", d)
 	}

@@ -99,6 +99,11 @@ type Options struct {
 	// spareCgroups). 0 makes each create its own; a one-shot CLI has no
 	// use for spares, a daemon does.
 	SpareCgroups int
+	// SpareInits keeps that many sandbox inits started ahead, in their
+	// namespaces and cgroups, waiting for their plans, for the creates
+	// the pool cannot serve (see hatchery). 0: none (the one-shot CLI's
+	// choice); it needs the steward's C init.
+	SpareInits int
 }
 
 // Runtime is the native backend. It is safe for concurrent use; Close
@@ -121,6 +126,7 @@ type Runtime struct {
 	spawn    *spawner
 	pool     *pool         // nil when Options.PoolSize is 0
 	spares   *spareCgroups // nil when Options.SpareCgroups is 0
+	hatchery *hatchery     // nil when Options.SpareInits is 0 (or no C init)
 	// alternatives is the one read-only mount of the view's
 	// alternatives links every root-mode sandbox binds.
 	alternatives *sharedAlternatives
@@ -218,6 +224,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.SpareCgroups > 0 {
 		r.spares = newSpareCgroups(r, opts.SpareCgroups)
 	}
+	if opts.SpareInits > 0 {
+		r.hatchery = newHatchery(r, opts.SpareInits)
+	}
 	if opts.PoolSize > 0 {
 		r.pool = newPool(r, opts.PoolSize)
 	}
@@ -240,6 +249,15 @@ func (r *Runtime) SparesIdle() int {
 	return r.spares.idle()
 }
 
+// SpareInitsIdle reports how many inits started ahead are ready (0
+// without them).
+func (r *Runtime) SpareInitsIdle() int {
+	if r.hatchery == nil {
+		return 0
+	}
+	return r.hatchery.idle()
+}
+
 // HasSteward reports whether sandboxes get the steward as their idle pid 1.
 func (r *Runtime) HasSteward() bool { return r.steward != nil }
 
@@ -255,7 +273,10 @@ func (r *Runtime) Cgroups() string { return r.cg.Describe() }
 // Close destroys every sandbox still held.
 func (r *Runtime) Close(ctx context.Context) error {
 	if r.pool != nil {
-		r.pool.close(ctx) // first: its refill takes spares
+		r.pool.close() // first: its refill takes spare inits and cgroups
+	}
+	if r.hatchery != nil {
+		r.hatchery.close() // before the spare cgroups, which it takes
 	}
 	if r.spares != nil {
 		r.spares.close()

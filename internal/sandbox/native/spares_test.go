@@ -41,6 +41,22 @@ func ourCgroupIDs(t testing.TB) map[string]bool {
 	return ids
 }
 
+// newCgroupIDs returns the ids of this process's sandbox cgroups that are
+// not in before, failing unless there are want of them.
+func newCgroupIDs(t testing.TB, before map[string]bool, want int) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	for id := range ourCgroupIDs(t) {
+		if !before[id] {
+			ids[id] = true
+		}
+	}
+	if len(ids) != want {
+		t.Fatalf("%d new sandbox cgroups, want %d: %v", len(ids), want, ids)
+	}
+	return ids
+}
+
 // cgroupValue reads file from the cgroup of sandbox id (or its child
 // sub, if not ""), in whichever hierarchy holds it.
 func cgroupValue(t testing.TB, id, sub, file string) string {
@@ -74,15 +90,7 @@ func TestSpareCgroupsServeColdCreates(t *testing.T) {
 	beforeIDs := ourCgroupIDs(t)
 	r := sandboxtest.NewNative(t, native.Options{SpareCgroups: 2})
 	waitSpares(t, r, 2)
-	spares := map[string]bool{}
-	for id := range ourCgroupIDs(t) {
-		if !beforeIDs[id] {
-			spares[id] = true
-		}
-	}
-	if len(spares) != 2 {
-		t.Fatalf("2 spares ready, %d new cgroups: %v", len(spares), spares)
-	}
+	spares := newCgroupIDs(t, beforeIDs, 2)
 	ctx := context.Background()
 	// A loopback port makes the spec one the pool could not serve: the
 	// create is cold whatever the pool holds.
