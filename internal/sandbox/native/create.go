@@ -89,8 +89,7 @@ type hatchling struct {
 	cg    *cgroups.Cgroup
 	proc  *initProc
 	conn  *wire.Conn
-	cInit bool    // the steward's C init, which reads a plan; else the Go init
-	flags uintptr // its namespaces (cloneFlags)
+	cInit bool // the steward's C init, which reads a plan; else the Go init
 	// unshareCgroup: it was moved into its cgroup after the clone and is
 	// to unshare its cgroup namespace itself (cfg.UnshareCgroup).
 	unshareCgroup bool
@@ -265,7 +264,7 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 		return nil, nil, fmt.Errorf("%w: starting the sandbox init: %v", sandbox.ErrUnsupported, err)
 	}
 	childEnd.Close()
-	h := &hatchling{id: id, cg: cg, proc: proc, conn: conn, cInit: cInit, flags: flags, unshareCgroup: cfg.UnshareCgroup}
+	h := &hatchling{id: id, cg: cg, proc: proc, conn: conn, cInit: cInit, unshareCgroup: cfg.UnshareCgroup}
 	fail := func(err error) (*hatchling, *initMessage, error) {
 		_ = proc.kill()
 		conn.Close()

@@ -95,7 +95,7 @@ func (h *hatchery) take(cfg *wire.Config, l sandbox.Limits) *hatchling {
 		if !ok {
 			return nil
 		}
-		if hl.flags != h.flags || hl.proc.exited() {
+		if hl.proc.exited() {
 			hl.discard(h.r.opts.Logf) // died while it waited
 			continue
 		}

@@ -79,13 +79,12 @@ func (p *pool) take(spec sandbox.Spec) *Sandbox {
 			continue
 		default:
 		}
-		l, pl := spec.Limits, sb.spec.Limits
-		if l.MemoryBytes != pl.MemoryBytes || l.Pids != pl.Pids || l.CPUs != pl.CPUs {
-			if err := sb.cg.Update(cgroups.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs}); err != nil {
-				p.r.opts.Logf("sandbox pool: %v", err)
-				_ = sb.Destroy(context.Background())
-				return nil
-			}
+		// Update writes only the limits that differ from the pool's.
+		l := spec.Limits
+		if err := sb.cg.Update(cgroups.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs}); err != nil {
+			p.r.opts.Logf("sandbox pool: %v", err)
+			_ = sb.Destroy(context.Background())
+			return nil
 		}
 		spec.Env = slices.Clone(spec.Env)
 		sb.spec = spec
