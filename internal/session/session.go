@@ -15,7 +15,9 @@
 // Durability: a create's row and its sandbox.create record, and an end's
 // row update and its record, are durable before the call returns, and
 // commit in one transaction of the audit log's batch (audit.Log.AppendWith):
-// both or neither, for one shared fsync. An exec costs the one fsync of
+// both or neither, for one shared fsync. A runtime that names a sandbox
+// before building it (createrecord.go) has that commit run during the
+// build. An exec costs the one fsync of
 // its intent record; its result record is queued (audit.Intent.EndQueued).
 package session
 
@@ -544,36 +546,6 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if m.opts.Egress != nil {
 		req.Spec.Network.ExposedTCP = append(req.Spec.Network.ExposedTCP, m.opts.Egress.Port())
 	}
-	sb, err := m.rt.Create(ctx, req.Spec)
-	if err != nil {
-		return Info{}, err
-	}
-	undo = append(undo, func(c context.Context) {
-		if derr := sb.Destroy(c); derr != nil {
-			m.opts.Logf("session: undoing the create of %s: %v", sb.ID(), derr)
-		}
-	})
-	var extraEnv []string
-	var serving *http.Server
-	if m.opts.Model != nil {
-		undo = append(undo, func(context.Context) { m.opts.Model.Revoke(sb.ID()) })
-		if extraEnv, serving, err = m.attachModel(sb, actor); err != nil {
-			return Info{}, err
-		}
-		undo = append(undo, func(context.Context) { _ = serving.Close() })
-	}
-	var egressSrv *http.Server
-	var broker EgressBroker
-	if m.opts.Egress != nil {
-		if egressSrv, broker, err = m.attachEgress(sb, req.EgressAllow); err != nil {
-			return Info{}, err
-		}
-		undo = append(undo, func(context.Context) { _ = egressSrv.Close(); _ = broker.Close() })
-		extraEnv = append(extraEnv, egressEnv(m.opts.Egress.Port())...)
-	}
-	if m.opts.Trust != "" {
-		extraEnv = append(extraEnv, sandbox.TrustEnv...)
-	}
 	now := m.opts.Now()
 	ttl, idle := req.TTL, req.Idle
 	if ttl == 0 {
@@ -582,7 +554,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	if idle == 0 {
 		idle = m.opts.DefaultIdle
 	}
-	info = Info{ID: sb.ID(), State: StateRunning, Principal: actor, Labels: maps.Clone(req.Labels), CreatedAt: now, Idle: idle, LastUsedAt: now,
+	info = Info{State: StateRunning, Principal: actor, Labels: maps.Clone(req.Labels), CreatedAt: now, Idle: idle, LastUsedAt: now,
 		IdleAction: cmp.Or(req.IdleAction, m.opts.IdleAction, IdleDestroy)}
 	if info.Labels == nil {
 		info.Labels = map[string]string{}
@@ -608,25 +580,63 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		created["secrets"] = req.Secrets // names; values never reach a sandbox or a record
 	}
 	// The row and the sandbox.create record commit in one transaction
-	// (audit's AppendWith): both or neither, for one fsync. A create whose
-	// caller hangs up still waits for that commit, so that a row is never
-	// left running for a sandbox the undo destroyed; only the deadline
-	// ends the wait early, and the undo then ends the row in case it
-	// commits after all (on a row that never was, that changes nothing).
-	rowInsert := func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.StmtContext(ctx, m.rows.insert).ExecContext(ctx,
-			info.ID, m.opts.Owner, actor, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(info.ExpiresAt), idle.Milliseconds(), fmtTime(now))
+	// (audit's AppendWith): both or neither, for one fsync, on a deadline
+	// of their own. A create whose caller hangs up still waits for that
+	// commit, so that a row is never left running for a sandbox the undo
+	// destroyed; only the deadline ends the wait early, and the undo then
+	// ends the row in case it commits after all (on a row that never was,
+	// that changes nothing). The commit starts as soon as the runtime
+	// names the sandbox (createSandbox), so on a cold create it runs
+	// while the sandbox is built.
+	expires := info.ExpiresAt
+	commitRecord := func(id string) error {
+		rowInsert := func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.StmtContext(ctx, m.rows.insert).ExecContext(ctx,
+				id, m.opts.Owner, actor, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(expires), idle.Milliseconds(), fmtTime(now))
+			return err
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_, err := m.log.AppendWith(rctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}, rowInsert)
 		return err
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	_, err = m.log.AppendWith(rctx, audit.Entry{Session: info.ID, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}, rowInsert)
-	cancel()
+	sb, record, err := m.createSandbox(ctx, req.Spec, actor, commitRecord)
+	if err != nil {
+		return Info{}, err
+	}
+	info.ID = sb.ID()
 	undo = append(undo, func(c context.Context) {
-		if err := m.end(c, info.ID, StateDestroyed, "its create failed"); err != nil {
-			m.opts.Logf("session: undoing the create of %s: %v", info.ID, err)
+		if derr := sb.Destroy(c); derr != nil {
+			m.opts.Logf("session: undoing the create of %s: %v", sb.ID(), derr)
 		}
 	})
-	if err != nil {
+	// On error from here, the record is waited for and its row ended
+	// whether or not it committed (see above).
+	undo = append(undo, func(c context.Context) {
+		m.endFailedCreate(c, info.ID, actor, record.wait() == nil, err)
+	})
+	var extraEnv []string
+	var serving *http.Server
+	if m.opts.Model != nil {
+		undo = append(undo, func(context.Context) { m.opts.Model.Revoke(sb.ID()) })
+		if extraEnv, serving, err = m.attachModel(sb, actor); err != nil {
+			return Info{}, err
+		}
+		undo = append(undo, func(context.Context) { _ = serving.Close() })
+	}
+	var egressSrv *http.Server
+	var broker EgressBroker
+	if m.opts.Egress != nil {
+		if egressSrv, broker, err = m.attachEgress(sb, req.EgressAllow); err != nil {
+			return Info{}, err
+		}
+		undo = append(undo, func(context.Context) { _ = egressSrv.Close(); _ = broker.Close() })
+		extraEnv = append(extraEnv, egressEnv(m.opts.Egress.Port())...)
+	}
+	if m.opts.Trust != "" {
+		extraEnv = append(extraEnv, sandbox.TrustEnv...)
+	}
+	if err = record.wait(); err != nil {
 		return Info{}, fmt.Errorf("session: audit: %w", err)
 	}
 	if snap != nil {

@@ -23,6 +23,20 @@ import (
 
 // Create implements sandbox.Runtime. Nothing is left behind on error.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	return r.CreateNamed(ctx, spec, nil)
+}
+
+// CreateNamed is Create that tells named, if set, the new sandbox's id
+// as soon as it is drawn and before the slow part of the build: a cold
+// create's clone and the init's set-up, or the set-up alone of a spare
+// init. The caller can then do its own work for that id (the session
+// layer commits the sandbox's record) while the sandbox is built. named
+// is called at most once, on the caller's goroutine, and must not block.
+// It is not called for a sandbox from the warm pool, which has nothing
+// left to build; and when a spare init dies as it is taken, the create
+// starts over under a new id that named does not hear of, so the
+// sandbox returned is what counts: its ID may differ from the one named.
+func (r *Runtime) CreateNamed(ctx context.Context, spec sandbox.Spec, named func(id string)) (sandbox.Sandbox, error) {
 	spec = spec.WithDefaults()
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -32,7 +46,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			return sb, nil
 		}
 	}
-	return r.createCold(ctx, spec)
+	return r.createCold(ctx, spec, named)
 }
 
 // sandboxCgroup returns a new sandbox's id and its cgroup with limits l:
@@ -52,7 +66,7 @@ func (r *Runtime) sandboxCgroup(l sandbox.Limits) (string, *cgroups.Cgroup, erro
 // createCold makes a sandbox from scratch for a validated spec: from a
 // hatchling (an init started ahead, see hatchery) when one fits, else
 // from a clone made now.
-func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (*Sandbox, error) {
+func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec, named func(id string)) (*Sandbox, error) {
 	cfg, err := r.initConfig(spec)
 	if err != nil {
 		return nil, err
@@ -64,6 +78,10 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (*Sandbox, 
 		return nil, sandbox.ErrClosed
 	}
 	if h := r.takeHatchling(cfg, spec.Limits); h != nil {
+		if named != nil {
+			named(h.id)
+			named = nil // a fresh clone below has an id of its own
+		}
 		sb, err := r.raise(ctx, h, spec, cfg, nil)
 		var exited initExitedError
 		if !errors.Is(err, errUnsent) && !errors.As(err, &exited) {
@@ -73,7 +91,7 @@ func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec) (*Sandbox, 
 		// no word about it): this create goes on from a clone, once.
 		r.opts.Logf("%s: a spare init was gone when taken (%v); making the sandbox anew", h.id, err)
 	}
-	h, msg, err := r.hatch(ctx, spec.Limits, cfg, true)
+	h, msg, err := r.hatch(ctx, spec.Limits, cfg, true, named)
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +130,8 @@ func (h *hatchling) discard(logf func(string, ...any)) {
 // cloned and executed (about 0.6 of a cold create's 5 ms, taken off its
 // path; docs/performance.md) and returns it; cfg.UnshareCgroup is set
 // when the init must unshare its cgroup namespace itself. Nothing is left
-// behind on error.
-func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config, prepare bool) (_ *hatchling, _ *initMessage, retErr error) {
+// behind on error. named, if set, hears the id once its cgroup is made.
+func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config, prepare bool, named func(id string)) (_ *hatchling, _ *initMessage, retErr error) {
 	id, cg, err := r.sandboxCgroup(l)
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, nil, fmt.Errorf("%w: sandbox cgroup: %v; limits need root or a delegated cgroup v2 subtree (for example: systemd-run --user -p Delegate=yes --scope ironclaw ...)", sandbox.ErrUnsupported, err)
@@ -123,6 +141,9 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox cgroup: %w", err)
+	}
+	if named != nil {
+		named(id)
 	}
 	defer func() {
 		if retErr != nil {

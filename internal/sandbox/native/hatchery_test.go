@@ -132,9 +132,14 @@ func TestSpareInitsServeColdCreates(t *testing.T) {
 	// on from a clone if it must, and succeeds.
 	killWaiting()
 	for i := 0; i < 2; i++ {
-		sb3, err := r.Create(ctx, sandbox.Spec{Network: sandbox.Network{LoopbackTCP: []uint16{9002}}})
+		// One that starts over names its first id only (CreateNamed).
+		var heard []string
+		sb3, err := r.CreateNamed(ctx, sandbox.Spec{Network: sandbox.Network{LoopbackTCP: []uint16{9002}}}, func(id string) { heard = append(heard, id) })
 		if err != nil {
 			t.Fatalf("a cold create as spare inits die: %v", err)
+		}
+		if len(heard) != 1 {
+			t.Fatalf("a cold create as spare inits die was named %v, want one id", heard)
 		}
 		sb3.Destroy(ctx)
 	}

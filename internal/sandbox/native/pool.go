@@ -57,7 +57,7 @@ func (p *pool) fits(spec sandbox.Spec) bool {
 func (p *pool) make() (*Sandbox, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	return p.r.createCold(ctx, p.shape())
+	return p.r.createCold(ctx, p.shape(), nil)
 }
 
 // idle reports how many sandboxes are ready.
