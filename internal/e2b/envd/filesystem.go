@@ -48,6 +48,9 @@ const (
 	fsMaxListEntries = 20000
 	// fsMaxDepth bounds ListDir's depth.
 	fsMaxDepth = 32
+	// fsMaxPath is Linux's PATH_MAX: a path of as many bytes or more
+	// could name nothing in the sandbox.
+	fsMaxPath = 4096
 	// fsExecTimeout bounds a mutation's exec.
 	fsExecTimeout = 60 * time.Second
 )
@@ -55,7 +58,7 @@ const (
 // registerFilesystem mounts the filesystem.Filesystem service and /files.
 func registerFilesystem(mux *http.ServeMux, cfg Config) {
 	s := &fsService{cfg: cfg, watchers: newFsWatchers()}
-	p, h := filesystemconnect.NewFilesystemHandler(s)
+	p, h := filesystemconnect.NewFilesystemHandler(s, connect.WithReadMaxBytes(maxMessage), connect.WithCompressMinBytes(compressMinBytes))
 	mux.Handle(p, h)
 	f := &filesHandler{cfg: cfg}
 	mux.HandleFunc("GET /files", f.download)
@@ -87,6 +90,10 @@ func fsTarget(ctx context.Context, raw string) (*client.Client, string, string, 
 // area; see the package comment above.
 func fsResolve(p string) (string, error) {
 	orig := p
+	if len(p) >= fsMaxPath {
+		// Not echoed: it may be megabytes.
+		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("a path is at most %d bytes (this one has %d)", fsMaxPath-1, len(p)))
+	}
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", connect.NewError(connect.CodeInvalidArgument, errors.New("a path cannot contain a NUL byte"))
 	}

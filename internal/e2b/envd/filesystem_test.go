@@ -14,6 +14,8 @@ import (
 	"github.com/ironclaw/ironclaw/internal/e2b/e2btest"
 	fspb "github.com/ironclaw/ironclaw/internal/e2b/envdpb/filesystem"
 	"github.com/ironclaw/ironclaw/internal/e2b/envdpb/filesystem/filesystemconnect"
+	rpc "github.com/ironclaw/ironclaw/internal/e2b/envdpb/process"
+	"github.com/ironclaw/ironclaw/internal/e2b/envdpb/process/processconnect"
 )
 
 // fsEnv is a daemon, a sandbox of it and a filesystem client of the
@@ -236,4 +238,37 @@ func TestFilesystemNeedsToken(t *testing.T) {
 	sb.EnvdAccessToken = ""
 	_, err := env.Filesystem(sb).Stat(context.Background(), connect.NewRequest(&fspb.StatRequest{Path: "/workspace"}))
 	wantCode(t, "no token", err, connect.CodeUnauthenticated)
+}
+
+// A compressed request inflates to at most the services' message bound:
+// 64 MiB of one letter gzips to about 64 KiB, which must not make the
+// daemon hold 64 MiB (a hostile client's memory lever).
+func TestCompressedRequestsAreBounded(t *testing.T) {
+	env, sb, _ := fsEnv(t)
+	huge := strings.Repeat("a", 64<<20)
+	fs := filesystemconnect.NewFilesystemClient(env.EnvdHTTP(sb), env.BaseURL, connect.WithProtoJSON(), connect.WithSendGzip())
+	_, err := fs.Stat(context.Background(), connect.NewRequest(&fspb.StatRequest{Path: huge}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || len(err.Error()) > 1024 {
+		t.Fatalf("a gzip bomb to the filesystem service: %v, %d bytes: %.200s", connect.CodeOf(err), len(err.Error()), err)
+	}
+	// A long path, within the message bound, is refused without an echo.
+	_, err = fs.Stat(context.Background(), connect.NewRequest(&fspb.StatRequest{Path: "/workspace/" + huge[:1<<20]}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || len(err.Error()) > 1024 {
+		t.Fatalf("a 1 MiB path: %v, %d bytes: %.200s", connect.CodeOf(err), len(err.Error()), err)
+	}
+	pc := processconnect.NewProcessClient(env.EnvdHTTP(sb), env.BaseURL, connect.WithProtoJSON(), connect.WithSendGzip())
+	st, err := pc.Start(context.Background(), connect.NewRequest(&rpc.StartRequest{Process: &rpc.ProcessConfig{Cmd: huge}}))
+	if err == nil {
+		for st.Receive() {
+		}
+		err = st.Err()
+		st.Close()
+	}
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || len(err.Error()) > 1024 {
+		t.Fatalf("a gzip bomb to the process service: %v, %d bytes: %.200s", connect.CodeOf(err), len(err.Error()), err)
+	}
+	// The services still answer.
+	if _, err := env.Filesystem(sb).Stat(context.Background(), connect.NewRequest(&fspb.StatRequest{Path: "/workspace"})); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -47,8 +47,14 @@ const (
 	// event: the native API's bound of one stdin write.
 	maxInput = 1 << 20
 	// maxMessage bounds a request message: maxInput in the JSON codec
-	// (base64, 4/3) and room for the rest.
+	// (base64, 4/3) and room for the rest. Both services are held to it,
+	// after decompression: a gzip request of 64 KiB can inflate to 64 MiB.
 	maxMessage = 2 << 20
+	// compressMinBytes is the smallest answer message the services
+	// compress when a client accepts gzip: a process's start and end
+	// events and most filesystem answers are tens of bytes, which gzip
+	// makes larger, at tens of microseconds of CPU each.
+	compressMinBytes = 1 << 10
 	// streamsPerSandbox and streamsTotal bound the long requests this
 	// service holds (Start and Connect streams, StreamInput): each holds
 	// a goroutine and, for output, one of the sandbox's 64 native waiters.
@@ -75,7 +81,7 @@ type processService struct {
 // registerProcess mounts the process.Process service.
 func registerProcess(mux *http.ServeMux, cfg Config) {
 	s := &processService{cfg: cfg, streams: newStreamLimiter(streamsPerSandbox, streamsTotal)}
-	p, h := processconnect.NewProcessHandler(s, connect.WithReadMaxBytes(maxMessage))
+	p, h := processconnect.NewProcessHandler(s, connect.WithReadMaxBytes(maxMessage), connect.WithCompressMinBytes(compressMinBytes))
 	mux.Handle(p, h)
 }
 
