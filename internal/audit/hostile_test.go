@@ -823,6 +823,50 @@ func TestIntentBeginEnd(t *testing.T) {
 	mustVerifyOK(t, l, 4)
 }
 
+// BeginQueued's intent is the one Begin writes, durable once Wait
+// returns; a Wait whose context ends first, or a log that stopped, gives
+// no Intent (the caller must not act), and bad entries are refused at
+// once.
+func TestIntentBeginQueued(t *testing.T) {
+	ctx := context.Background()
+	ks := newKeyedSetup(t)
+	_, l := ks.open(t, nil)
+	q, err := l.BeginQueued(ctx, Entry{Session: "sb-1", Actor: "agent", Kind: KindSandboxExec, Data: map[string]any{"argv": []string{"id"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := q.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := l.Tail(ctx, 0, 10)
+	if len(recs) != 1 || recs[0].Kind != KindSandboxExec+IntentSuffix || recs[0].Seq != in.Seq() || string(recs[0].Data) != `{"argv":["id"]}` {
+		t.Fatalf("records %+v", recs)
+	}
+	if err := in.EndQueued(map[string]any{"exit": 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.BeginQueued(ctx, Entry{Kind: "k"}); err == nil {
+		t.Fatal("an intent without an actor was queued")
+	}
+	q2, err := l.BeginQueued(ctx, Entry{Actor: "a", Kind: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if got, err := q2.Wait(gone); got != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait on an ended context = %v, %v", got, err)
+	}
+	if _, err := q2.Wait(ctx); err != nil {
+		t.Fatalf("the record was committed all the same: %v", err)
+	}
+	l.Close()
+	if _, err := l.BeginQueued(ctx, Entry{Actor: "a", Kind: "k"}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("BeginQueued on a closed log: %v", err)
+	}
+}
+
 func TestCheckpointsWrittenAndMatched(t *testing.T) {
 	ks := newKeyedSetup(t)
 	_, l := ks.open(t, nil)

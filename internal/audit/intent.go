@@ -47,14 +47,54 @@ var ErrIntentEnded = errors.New("audit: intent already ended")
 //	res, runErr := run()
 //	_, err = in.End(context.WithoutCancel(ctx), map[string]any{"exit": res.Exit})
 func (l *Log) Begin(ctx context.Context, e Entry) (*Intent, error) {
+	q, err := l.BeginQueued(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	return q.Wait(ctx)
+}
+
+// QueuedIntent is an intent record on its way to the disk (BeginQueued).
+type QueuedIntent struct {
+	log  *Log
+	p    *pending
+	base Entry
+}
+
+// BeginQueued is Begin in two steps: it queues the intent record and
+// returns at once; Wait returns the Intent once the record is durable.
+// In between, the caller may prepare the action (what does not act: the
+// descriptors a command will get, say), so that the preparation runs
+// during the record's commit instead of after it; it must not act before
+// Wait returns nil, and must undo the preparation when Wait fails.
+func (l *Log) BeginQueued(ctx context.Context, e Entry) (*QueuedIntent, error) {
 	ie := e
 	ie.Kind = e.Kind + IntentSuffix
-	rec, err := l.Append(ctx, ie)
+	data, err := l.checkEntry(ie)
+	if err != nil {
+		return nil, err
+	}
+	p, err := l.enqueue(ctx, ie, data, false, nil)
 	if err != nil {
 		return nil, err
 	}
 	e.Data = nil
-	return &Intent{log: l, seq: rec.Seq, base: e}, nil
+	return &QueuedIntent{log: l, p: p, base: e}, nil
+}
+
+// Wait waits until the intent record is durable and returns its Intent.
+// Its errors are Begin's; when ctx ends first the record may still be
+// committed (and then has no result record, as for a daemon that died).
+func (q *QueuedIntent) Wait(ctx context.Context) (*Intent, error) {
+	select {
+	case <-q.p.done:
+		if q.p.err != nil {
+			return nil, q.p.err
+		}
+		return &Intent{log: q.log, seq: q.p.rec.Seq, base: q.base}, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("audit: append %s: %w (the record may still be committed)", q.base.Kind+IntentSuffix, ctx.Err())
+	}
 }
 
 // Seq is the intent record's seq.

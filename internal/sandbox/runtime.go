@@ -56,6 +56,17 @@ type Sandbox interface {
 	Destroy(ctx context.Context) error
 }
 
+// PreparedExec is an exec made ready but not started (a runtime's
+// PrepareExec, where it has one): what the command will get is in place
+// and nothing of it runs yet. Exactly one of Run or Abort is called.
+type PreparedExec interface {
+	// Run starts the command and waits for it, as Sandbox.Exec does.
+	Run(ctx context.Context) (ExecResult, error)
+	// Abort releases what the preparation holds; the command never runs.
+	// It does nothing after Run.
+	Abort()
+}
+
 // ExecRequest is one command to run.
 type ExecRequest struct {
 	// Argv is the command and its arguments; Argv[0] is looked up in PATH

@@ -375,7 +375,7 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 	if req.TTY {
 		data["pty"] = map[string]int{"rows": req.Rows, "cols": req.Cols}
 	}
-	intent, err := m.log.Begin(ctx, audit.Entry{Session: id, Actor: actor, Kind: KindProcessSpawn, Data: data})
+	queued, err := m.log.BeginQueued(ctx, audit.Entry{Session: id, Actor: actor, Kind: KindProcessSpawn, Data: data})
 	if err != nil {
 		return ProcessInfo{}, fmt.Errorf("session: the process was not started, as its audit record could not be written: %w", err)
 	}
@@ -405,9 +405,18 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 	if env := m.extraEnv(id); len(env) > 0 {
 		er.Env = append(slices.Clone(er.Env), env...)
 	}
+	// Readied while the intent commits; started once it is durable.
+	run := ready(t.sb, er)
+	intent, err := queued.Wait(ctx)
+	if err != nil {
+		run.abort()
+		cancel()
+		return ProcessInfo{}, fmt.Errorf("session: the process was not started, as its audit record could not be written: %w", err)
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
+		run.abort()
 		cancel()
 		_ = intent.EndQueued(map[string]any{"error": "the sandbox ended"}, nil)
 		return ProcessInfo{}, fmt.Errorf("%w: %s (not running)", ErrNotFound, id)
@@ -415,7 +424,7 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 	t.procs[pid] = p
 	t.mu.Unlock()
 	started = true
-	go p.run(pctx, er, intent, &once)
+	go p.run(pctx, run, intent, &once)
 	select {
 	case <-p.start:
 	case <-p.done:
@@ -455,9 +464,9 @@ func (m *Manager) Spawn(ctx context.Context, actor, id string, req SpawnRequest)
 }
 
 // run runs the process to its end and records it.
-func (p *process) run(ctx context.Context, er sandbox.ExecRequest, intent *audit.Intent, once *sync.Once) {
+func (p *process) run(ctx context.Context, run readied, intent *audit.Intent, once *sync.Once) {
 	t, m := p.t, p.t.m
-	res, err := t.sb.Exec(ctx, er)
+	res, err := run.run(ctx)
 	p.stdin.release()
 	p.mu.Lock()
 	code := res.ExitCode

@@ -994,19 +994,27 @@ func (m *Manager) ExecStarting(ctx context.Context, actor, id string, req sandbo
 	if req.Gate != "" {
 		start["gate"] = req.Gate // an approved run of this gated program
 	}
-	intent, err := m.log.Begin(ctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: start})
-	if err != nil {
-		return sandbox.ExecResult{}, fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
-	}
-	if starting != nil {
-		starting()
-	}
 	if env := m.extraEnv(id); len(env) > 0 {
 		// The daemon's values come last so a request cannot point the
 		// sandbox's model calls elsewhere or swap its token.
 		req.Env = append(slices.Clone(req.Env), env...)
 	}
-	res, execErr := sb.Exec(ctx, req)
+	queued, err := m.log.BeginQueued(ctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: start})
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
+	}
+	// While the intent commits, the runtime readies what the command will
+	// get; it starts only once the intent is durable.
+	run := ready(sb, req)
+	intent, err := queued.Wait(ctx)
+	if err != nil {
+		run.abort()
+		return sandbox.ExecResult{}, fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
+	}
+	if starting != nil && run.err == nil {
+		starting()
+	}
+	res, execErr := run.run(ctx)
 	data := map[string]any{"exit": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
 		"stdout_bytes": res.StdoutBytes, "stderr_bytes": res.StderrBytes, "truncated": res.Truncated,
 		"timed_out": res.TimedOut, "oom_killed": res.OOMKilled}
@@ -1418,4 +1426,47 @@ func (m *Manager) Stats(ctx context.Context, id string) (sandbox.Stats, sandbox.
 	l := e.limits
 	m.mu.Unlock()
 	return st, l, nil
+}
+
+// An execPreparer readies an exec without starting it
+// (native.Sandbox.PrepareExec), so that the readying runs while the
+// command's intent record commits.
+type execPreparer interface {
+	PrepareExec(req sandbox.ExecRequest) (sandbox.PreparedExec, error)
+}
+
+// readied is an exec made ready before its intent is durable: prepared
+// where the sandbox is an execPreparer (err is the preparation's
+// refusal), else run as a plain Exec once started.
+type readied struct {
+	sb       sandbox.Sandbox
+	req      sandbox.ExecRequest
+	prepared sandbox.PreparedExec
+	err      error
+}
+
+func ready(sb sandbox.Sandbox, req sandbox.ExecRequest) readied {
+	r := readied{sb: sb, req: req}
+	if p, ok := sb.(execPreparer); ok {
+		r.prepared, r.err = p.PrepareExec(req)
+	}
+	return r
+}
+
+// run starts the command (its intent is durable) and waits for its end.
+func (r readied) run(ctx context.Context) (sandbox.ExecResult, error) {
+	switch {
+	case r.err != nil:
+		return sandbox.ExecResult{}, r.err
+	case r.prepared != nil:
+		return r.prepared.Run(ctx)
+	}
+	return r.sb.Exec(ctx, r.req)
+}
+
+// abort drops a command that is not to run.
+func (r readied) abort() {
+	if r.prepared != nil {
+		r.prepared.Abort()
+	}
 }

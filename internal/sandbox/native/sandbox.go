@@ -180,56 +180,127 @@ func replyErr(r reply) error { return wire.FileErr(r.Code, r.Err) }
 
 // Exec implements sandbox.Sandbox.
 func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	var res sandbox.ExecResult
+	p, err := b.prepareExec(req)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	return p.run(ctx)
+}
+
+// PrepareExec implements sandbox.ExecPreparer: everything of an exec
+// but its start (the request's checks, the OOM count before, the
+// command's pipes handed to the sandbox user), so that a caller can do it
+// while the command's audit intent is being committed.
+func (b *Sandbox) PrepareExec(req sandbox.ExecRequest) (sandbox.PreparedExec, error) {
+	return b.prepareExec(req)
+}
+
+// preparedExec is an exec that has not started: nothing of it was sent
+// to the sandbox yet.
+type preparedExec struct {
+	b         *Sandbox
+	req       sandbox.ExecRequest
+	params    sandbox.ExecParams
+	wreq      wire.Request
+	oom       *cgroups.OOMCounter
+	oomBefore int64
+	id        uint64
+	ch        chan reply
+	// stdinW, outR and errR are our ends of the command's pipes, child
+	// the command's (nil for a terminal).
+	stdinW, outR, errR *os.File
+	child              [3]*os.File
+	used               bool
+}
+
+func (b *Sandbox) prepareExec(req sandbox.ExecRequest) (_ *preparedExec, retErr error) {
 	params, err := sandbox.CheckExec(req, b.spec.Cwd, b.limits())
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	env := seal.BaseEnv
 	if req.TTY {
 		env = append(append([]string(nil), env...), "TERM=xterm-256color")
 	}
-	wreq := wire.Request{Op: wire.OpExec, Argv: req.Argv, Env: seal.MergeEnv(env, b.spec.Env, req.Env), Dir: params.Cwd,
-		TTY: req.TTY, Rows: req.WindowSize.Rows, Cols: req.WindowSize.Cols, Gate: req.Gate}
-
+	p := &preparedExec{b: b, req: req, params: params,
+		wreq: wire.Request{Op: wire.OpExec, Argv: req.Argv, Env: seal.MergeEnv(env, b.spec.Env, req.Env), Dir: params.Cwd,
+			TTY: req.TTY, Rows: req.WindowSize.Rows, Cols: req.WindowSize.Cols, Gate: req.Gate}}
 	// The OOM-kill counter, held open for this exec's two reads only: an
 	// idle sandbox holds no descriptor but its control socket.
-	oom, _ := b.cg.OpenOOMCounter()
-	if oom != nil {
-		defer oom.Close()
-	}
-	oomBefore := b.oomKills(oom)
-	id, ch := b.register()
-	defer b.unregister(id)
-	wreq.ID = id
-
-	var stdinW, outR, errR *os.File
+	p.oom, _ = b.cg.OpenOOMCounter()
+	p.oomBefore = b.oomKills(p.oom)
+	p.id, p.ch = b.register()
+	p.wreq.ID = p.id
+	defer func() {
+		if retErr != nil {
+			p.Abort()
+		}
+	}()
 	if !req.TTY {
-		var child [3]*os.File
 		var err error
-		if stdinW, child[0], err = commandPipe(false); err != nil {
-			return res, hostErr("the command's stdin", err)
+		if p.stdinW, p.child[0], err = commandPipe(false); err != nil {
+			return nil, hostErr("the command's stdin", err)
 		}
-		if outR, child[1], err = commandPipe(true); err != nil {
-			wire.CloseAll([]*os.File{child[0], stdinW})
-			return res, hostErr("the command's stdout", err)
+		if p.outR, p.child[1], err = commandPipe(true); err != nil {
+			return nil, hostErr("the command's stdout", err)
 		}
-		if errR, child[2], err = commandPipe(true); err != nil {
-			wire.CloseAll([]*os.File{child[0], stdinW, outR, child[1]})
-			return res, hostErr("the command's stderr", err)
+		if p.errR, p.child[2], err = commandPipe(true); err != nil {
+			return nil, hostErr("the command's stderr", err)
 		}
 		// Pipe inodes belong to their creator: hand the command's ends to
 		// the sandbox user so /dev/stdout and /proc/self/fd/N reopen.
-		for _, f := range child {
+		for _, f := range p.child {
 			_ = unix.Fchown(int(f.Fd()), b.rt.hostUID, b.rt.hostGID)
 		}
-		err = b.conn.Send(wreq, child[:]...)
-		wire.CloseAll(child[:])
+	}
+	return p, nil
+}
+
+// Abort implements sandbox.PreparedExec: it releases what the exec held.
+// After Run it does nothing.
+func (p *preparedExec) Abort() {
+	if p.used {
+		return
+	}
+	p.used = true
+	p.release()
+	wire.CloseAll([]*os.File{p.stdinW, p.outR, p.errR})
+}
+
+// release closes what both an abort and the end of a run close.
+func (p *preparedExec) release() {
+	wire.CloseAll(p.child[:])
+	if p.oom != nil {
+		p.oom.Close()
+	}
+	p.b.unregister(p.id)
+}
+
+// Run implements sandbox.PreparedExec: it starts the command and waits
+// for its end, as Exec does. It runs once; after Abort or a first Run it
+// fails.
+func (p *preparedExec) Run(ctx context.Context) (sandbox.ExecResult, error) {
+	if p.used {
+		return sandbox.ExecResult{}, errors.New("native: a prepared exec runs once")
+	}
+	return p.run(ctx)
+}
+
+func (p *preparedExec) run(ctx context.Context) (sandbox.ExecResult, error) {
+	p.used = true
+	defer p.release()
+	var res sandbox.ExecResult
+	b, req, params, oom, oomBefore, id, ch := p.b, p.req, p.params, p.oom, p.oomBefore, p.id, p.ch
+	stdinW, outR, errR := p.stdinW, p.outR, p.errR
+	if !req.TTY {
+		err := b.conn.Send(p.wreq, p.child[:]...)
+		wire.CloseAll(p.child[:])
+		p.child = [3]*os.File{}
 		if err != nil {
 			wire.CloseAll([]*os.File{stdinW, outR, errR})
 			return res, b.sendErr(err)
 		}
-	} else if err := b.conn.Send(wreq); err != nil {
+	} else if err := b.conn.Send(p.wreq); err != nil {
 		return res, b.sendErr(err)
 	}
 	start := time.Now()
