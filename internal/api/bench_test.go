@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironclaw/ironclaw/internal/api/wire"
 	"github.com/ironclaw/ironclaw/internal/defaults"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
 	"github.com/ironclaw/ironclaw/internal/session"
@@ -187,16 +188,22 @@ func BenchmarkManagerExecRoundTrip(b *testing.B) {
 // create waits, untimed, for the pool to be full again). Peers, in the
 // same iteration: the manager's Create and Exec in process, and the
 // runtime's Create and Exec alone. DELETEs are outside the timer.
+//
+// The one-request cases send the command with the create (POST
+// /v1/sandboxes with "exec", its answer a stream read to its end) and
+// time that one request instead of the two.
 func BenchmarkHTTPCreateFirstExec(b *testing.B) {
-	b.Run("cold", func(b *testing.B) { benchCreateFirstExec(b, 0, false) })
-	b.Run("cold-spares", func(b *testing.B) { benchCreateFirstExec(b, 0, true) })
-	b.Run("pooled", func(b *testing.B) { benchCreateFirstExec(b, 2, false) })
+	b.Run("cold", func(b *testing.B) { benchCreateFirstExec(b, 0, false, false) })
+	b.Run("cold-spares", func(b *testing.B) { benchCreateFirstExec(b, 0, true, false) })
+	b.Run("cold-spares-one-request", func(b *testing.B) { benchCreateFirstExec(b, 0, true, true) })
+	b.Run("pooled", func(b *testing.B) { benchCreateFirstExec(b, 2, false, false) })
+	b.Run("pooled-one-request", func(b *testing.B) { benchCreateFirstExec(b, 2, false, true) })
 }
 
 // benchCreateFirstExec: with spares, a cold create as the daemon makes one
 // when its pool is empty (or the spec is not the pool's), its spare
 // cgroups and inits ready (native.Options.SpareCgroups, SpareInits).
-func benchCreateFirstExec(b *testing.B, poolSize int, spares bool) {
+func benchCreateFirstExec(b *testing.B, poolSize int, spares, oneRequest bool) {
 	o := envOpts{poolSize: poolSize}
 	if spares {
 		o.spareCgroups, o.spareInits = defaults.SpareInits, defaults.SpareInits
@@ -227,18 +234,29 @@ func benchCreateFirstExec(b *testing.B, poolSize int, spares bool) {
 		waitPool()
 		b.StartTimer()
 		start := time.Now()
-		code, out := e.post(b, "/v1/sandboxes", "")
-		if code != http.StatusCreated {
-			b.Fatalf("create: %d %s", code, out)
-		}
 		var s sbx
-		if err := json.Unmarshal(out, &s); err != nil {
-			b.Fatal(err)
-		}
-		code, out = e.post(b, "/v1/sandboxes/"+s.ID+"/exec?wait=1", `{"argv":["true"]}`)
-		times = append(times, time.Since(start))
-		if code != http.StatusOK {
-			b.Fatalf("exec: %d %s", code, out)
+		if oneRequest {
+			code, out := e.post(b, "/v1/sandboxes", `{"exec":{"argv":["true"]}}`)
+			times = append(times, time.Since(start))
+			first, rest, _ := strings.Cut(string(out), "\n")
+			var f wire.CreatedFrame
+			if code != http.StatusCreated || json.Unmarshal([]byte(first), &f) != nil || !strings.Contains(rest, `"exit":0`) {
+				b.Fatalf("create with exec: %d %s", code, out)
+			}
+			s.ID = f.Sandbox.ID
+		} else {
+			code, out := e.post(b, "/v1/sandboxes", "")
+			if code != http.StatusCreated {
+				b.Fatalf("create: %d %s", code, out)
+			}
+			if err := json.Unmarshal(out, &s); err != nil {
+				b.Fatal(err)
+			}
+			code, out = e.post(b, "/v1/sandboxes/"+s.ID+"/exec?wait=1", `{"argv":["true"]}`)
+			times = append(times, time.Since(start))
+			if code != http.StatusOK {
+				b.Fatalf("exec: %d %s", code, out)
+			}
 		}
 		b.StopTimer()
 		e.must(http.StatusOK, "DELETE", "/v1/sandboxes/"+s.ID, agentTok, nil, nil)

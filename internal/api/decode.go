@@ -60,12 +60,24 @@ func jsonErr(err error) error {
 
 // decodeCreate reads a create request. The result's spec, with defaults
 // applied, validates; an empty body asks for every default.
-func decodeCreate(r io.Reader) (session.CreateRequest, error) {
+func decodeCreate(r io.Reader) (session.CreateRequest, *execCall, error) {
 	var b wire.CreateSandboxRequest
 	if err := decodeJSON(r, &b); err != nil && err != io.EOF {
-		return session.CreateRequest{}, err
+		return session.CreateRequest{}, nil, err
 	}
-	return createRequest(b)
+	var first *execCall
+	if b.Exec != nil {
+		if b.Exec.Approval != "" {
+			return session.CreateRequest{}, nil, badRequest("exec.approval: an approval names an existing sandbox; send that exec on its own (POST /v1/sandboxes/{id}/exec)")
+		}
+		call, err := execCallOf(*b.Exec)
+		if err != nil {
+			return session.CreateRequest{}, nil, badRequest("exec: " + classify(err).message)
+		}
+		first = &call
+	}
+	req, err := createRequest(b)
+	return req, first, err
 }
 
 // createRequest turns the body into a validated create request.
@@ -182,6 +194,11 @@ func decodeExec(r io.Reader) (execCall, error) {
 		}
 		return execCall{}, err
 	}
+	return execCallOf(b)
+}
+
+// execCallOf checks an exec request as decodeExec does.
+func execCallOf(b wire.ExecRequest) (execCall, error) {
 	argv, line, err := commandArgv(b.Cmd, b.Argv)
 	if err != nil {
 		return execCall{}, err

@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,10 +47,22 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, who principal) err
 	if !session.Active(info.State) { // a paused one resumes for the command
 		return s.notRunning(r, id, fmt.Errorf("%w: %s", session.ErrNotFound, id))
 	}
-	st := &frameStream{w: w, rc: http.NewResponseController(w)}
-	// A stream lasts as long as its command: lift the server's write
-	// timeout, if any, for this response.
+	return s.streamExec(r, who, id, req, newFrameStream(w, http.StatusOK))
+}
+
+// newFrameStream is a stream whose status line, status, goes out with
+// its first frame. A stream lasts as long as its command: the server's
+// write timeout, if any, is lifted for this response.
+func newFrameStream(w http.ResponseWriter, status int) *frameStream {
+	st := &frameStream{w: w, rc: http.NewResponseController(w), status: status}
 	_ = st.rc.SetWriteDeadline(time.Time{})
+	return st
+}
+
+// streamExec runs req in sandbox id, its output as frames of st, and
+// ends st with the exit frame. A command refused before it starts is a
+// plain error answer when st has not begun.
+func (s *Server) streamExec(r *http.Request, who principal, id string, req sandbox.ExecRequest, st *frameStream) error {
 	req.Stdout, req.Stderr = st.stream("stdout"), st.stream("stderr")
 	// The status line goes out once the command is about to start (its
 	// audit record is durable), so a client sees the stream begin even
@@ -226,8 +239,9 @@ func writeJSONString(w jsonWriter, b []byte) {
 // flushes each. The status line goes out with the first frame, so a
 // request that fails before any output still gets a plain error response.
 type frameStream struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	status int // of the status line; 0 is 200
 
 	mu      sync.Mutex
 	begun   bool
@@ -260,7 +274,7 @@ func (f *frameStream) beginLocked() {
 	f.begun = true
 	f.w.Header().Set("Content-Type", "application/x-ndjson")
 	f.w.Header().Set("X-Content-Type-Options", "nosniff")
-	f.w.WriteHeader(http.StatusOK)
+	f.w.WriteHeader(cmp.Or(f.status, http.StatusOK))
 }
 
 // finish flushes partial runes held back by the streams and stops them.

@@ -63,8 +63,24 @@ type execApproval struct {
 // approval the request names and marks the exec approved (call.req.Gate).
 // gated reports that the response was written.
 func (s *Server) gateExec(w http.ResponseWriter, r *http.Request, who principal, id string, call *execCall, mode string) (gated bool, err error) {
-	if s.cfg.Gateway == nil || s.cfg.Policy == nil {
+	filed, err := s.gateDecide(r, who, id, call, mode)
+	if err != nil {
+		return true, err
+	}
+	if filed == nil {
 		return false, nil
+	}
+	w.Header().Set("Location", "/v1/approvals/"+filed.ID)
+	writeJSON(w, http.StatusAccepted, wire.ExecPending{Approval: approvalView(*filed)})
+	return true, nil
+}
+
+// gateDecide is gateExec without the answer: filed is the exec.command
+// request it filed (the exec must not run), nil when the exec may run
+// (nothing to gate, or the approval spent).
+func (s *Server) gateDecide(r *http.Request, who principal, id string, call *execCall, mode string) (filed *gateway.Approval, err error) {
+	if s.cfg.Gateway == nil || s.cfg.Policy == nil {
+		return nil, nil
 	}
 	pol := s.cfg.Policy
 	argv, command := call.req.Argv, quoteArgv(call.req.Argv)
@@ -79,20 +95,18 @@ func (s *Server) gateExec(w http.ResponseWriter, r *http.Request, who principal,
 	key := pol.Gated(argv[0])
 	marked, _ := pol.NeedsApproval(call.line)
 	if key == "" && !marked && call.approval == "" {
-		return false, nil
+		return nil, nil
 	}
 	if err := s.runningSandbox(r.Context(), who, id); err != nil {
-		return true, err
+		return nil, err
 	}
 	want := execApproval{Argv: argv, Mode: mode, Command: command}
 	if call.approval == "" {
 		a, err := s.cfg.Gateway.File(r.Context(), gateway.Request{Kind: gateway.KindExecCommand, Session: id, By: who.Name, Join: true, Data: want})
 		if err != nil {
-			return true, gatewayError(err)
+			return nil, gatewayError(err)
 		}
-		w.Header().Set("Location", "/v1/approvals/"+a.ID)
-		writeJSON(w, http.StatusAccepted, wire.ExecPending{Approval: approvalView(a)})
-		return true, nil
+		return &a, nil
 	}
 	err = s.cfg.Gateway.Use(r.Context(), call.approval, id, func(data json.RawMessage) error {
 		var d execApproval
@@ -113,11 +127,11 @@ func (s *Server) gateExec(w http.ResponseWriter, r *http.Request, who principal,
 		return nil
 	})
 	if err != nil {
-		return true, gatewayError(err)
+		return nil, gatewayError(err)
 	}
 	call.req.Argv = argv
 	call.req.Gate = key
-	return false, nil
+	return nil, nil
 }
 
 // isCmd reports whether call came as cmd (a shell line).

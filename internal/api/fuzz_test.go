@@ -16,6 +16,7 @@ var createSeeds = []string{
 	`{"limits":{"memory":"256M","pids":128,"cpus":0.5,"timeout":"30s","output":"1M","workspace":"512M","tmp":"256M","open_files":1024}}`,
 	`{"limits":{"memory":1e30}}`, `{"limits":{"memory":"NaN"}}`, `{"ttl":"-1ns"}`, `{"egress":{"allow":[]}}`,
 	`{"labels":{"":""}}`, `{"x":1}`, `{"ttl":"1h"}{}`,
+	`{"exec":{"cmd":"echo hi"}}`, `{"exec":{}}`, `{"exec":{"argv":["x"],"approval":"apr-1"}}`, `{"exec":null}`,
 }
 
 var execSeeds = []string{
@@ -31,12 +32,15 @@ func FuzzDecodeCreate(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, err := decodeCreate(bytes.NewReader(data))
+		req, first, err := decodeCreate(bytes.NewReader(data))
 		if err != nil {
 			if ae := classify(err); ae.status != http.StatusBadRequest {
 				t.Fatalf("error %v renders as %d, want 400", err, ae.status)
 			}
 			return
+		}
+		if first != nil && (len(first.req.Argv) == 0 || first.approval != "") {
+			t.Fatalf("accepted a first exec without a command or with an approval: %+v", first)
 		}
 		if err := req.Spec.WithDefaults().Validate(); err != nil {
 			t.Fatalf("accepted an invalid spec: %v", err)

@@ -39,7 +39,7 @@ func utc(t time.Time) time.Time {
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who principal) error {
-	req, err := decodeCreate(s.bodyOf(w, r))
+	req, first, err := decodeCreate(s.bodyOf(w, r))
 	if err != nil {
 		return err
 	}
@@ -115,8 +115,35 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who princ
 			out.Approvals = append(out.Approvals, approvalView(a))
 		}
 	}
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	if first == nil {
+		writeJSON(w, http.StatusCreated, out)
+		return nil
+	}
+	return s.createdThenExec(r, w, who, out, *first)
+}
+
+// createdThenExec answers a create that carries its first command: a
+// 201 stream whose first frame is the sandbox, then the command's frames
+// as an exec stream's (its intent audited before it starts), or, for a
+// command the policy gates or marks, the exec.command request it filed
+// (the command then waits for an operator and is re-sent on its own).
+// Once the sandbox exists the answer is 201 whatever becomes of the
+// command: its failures are frames.
+func (s *Server) createdThenExec(r *http.Request, w http.ResponseWriter, who principal, out wire.CreatedSandbox, call execCall) error {
+	st := newFrameStream(w, http.StatusCreated)
+	if err := st.frame(wire.CreatedFrame{Sandbox: out}); err != nil {
+		return nil // the client went away; the sandbox stays theirs
+	}
+	filed, err := s.gateDecide(r, who, out.ID, &call, modeStream)
+	switch {
+	case err != nil:
+		_ = st.frame(wire.ExecExitFrame{Exit: -1, Error: classify(err).message})
+		return nil
+	case filed != nil:
+		_ = st.frame(wire.ExecPending{Approval: approvalView(*filed)})
+		return nil
+	}
+	return s.streamExec(r, who, out.ID, call.req, st)
 }
 
 // Listing pages: a page holds at most maxPage entries (default

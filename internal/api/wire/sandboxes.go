@@ -72,6 +72,17 @@ type CreateSandboxRequest struct {
 	// egress broker puts the value into requests to the secret's hosts.
 	// A secret whose grant is "ask" files a secret.use approval.
 	Secrets []string `json:"secrets,omitempty"`
+	// Exec, if set, is a first command to run in the new sandbox, in the
+	// same request: the answer is then a stream (CreateFrame lines). Its
+	// Approval must be empty (an approval names an existing sandbox).
+	Exec *ExecRequest `json:"exec,omitempty"`
+}
+
+// CreatedFrame is the first line of a create's stream (a create with
+// Exec): the sandbox, running. Exec frames follow, or an ExecPending
+// when the command waits for an operator.
+type CreatedFrame struct {
+	Sandbox CreatedSandbox `json:"sandbox"`
 }
 
 // Limits are a sandbox's resource limits; zero fields take the daemon's

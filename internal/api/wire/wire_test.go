@@ -39,6 +39,7 @@ var goTypes = []struct {
 	{"ExecExitFrame", reflect.TypeFor[wire.ExecExitFrame]()},
 	{"ExecWaitResult", reflect.TypeFor[wire.ExecWaitResult]()},
 	{"ExecPending", reflect.TypeFor[wire.ExecPending]()},
+	{"CreatedFrame", reflect.TypeFor[wire.CreatedFrame]()},
 	{"FileEntry", reflect.TypeFor[wire.FileEntry]()},
 	{"FileList", reflect.TypeFor[wire.FileList]()},
 	{"Approval", reflect.TypeFor[wire.Approval]()},
@@ -95,7 +96,7 @@ var forms = openapi.Forms{
 // notGo are the document's schemas no Go type stands for: enums and
 // unions (Go has strings and several structs), and the model proxy's
 // provider-shaped errors (written by package modelproxy as maps).
-var notGo = []string{"ErrorCode", "Duration", "ByteSize", "SandboxState", "ExecFrame", "ProcessFrame", "ProcessState", "FileType", "ApprovalState",
+var notGo = []string{"ErrorCode", "Duration", "ByteSize", "SandboxState", "ExecFrame", "CreateFrame", "ProcessFrame", "ProcessState", "FileType", "ApprovalState",
 	"ApprovalKind", "OpenAIError", "AnthropicError"}
 
 func loadDoc(t *testing.T) *openapi.Document {

@@ -173,7 +173,6 @@ export class Sandbox {
    * `requestTimeoutMs` bounds the wait for the output to begin; `timeoutMs` is the command's own wall time.
    */
   async run(command: string | string[], opts: RunOptions = {}): Promise<ExecResult> {
-    const id = await this.sid(opts);
     const body: wire.ExecRequest = typeof command === 'string' ? { cmd: command } : { argv: command };
     if (opts.stdin !== undefined) body.stdin = opts.stdin;
     if (opts.cwd !== undefined) body.cwd = opts.cwd;
@@ -182,25 +181,40 @@ export class Sandbox {
     if (timeout !== undefined) body.timeout = timeout;
     checkMs('approvalTimeoutMs', opts.approvalTimeoutMs);
     const shown = typeof command === 'string' ? command : command.join(' ');
+    // The first call on a handle not yet created creates it and runs the command in one request.
+    let pending: Approval | undefined;
+    if (this._id === undefined && this.engaging === undefined) {
+      try {
+        const first = await this.createAndRun(body, opts);
+        if (first instanceof ExecResult) return first;
+        pending = first;
+      } catch (err) {
+        // A daemon from before creates took a command: create, then run, as it knows.
+        if (!(err instanceof InvalidArgumentError && err.message.includes('unknown field "exec"'))) throw err;
+      }
+    }
+    const id = await this.sid(opts);
     let approved: string | undefined;
     for (;;) {
-      const c = await this.http.call(
-        'POST',
-        `/v1/sandboxes/${id}/exec`,
-        { ...call(opts), body: approved ? { ...body, approval: approved } : body },
-        true,
-      );
-      if (c.res.status !== 202) return readExecStream(c, opts);
-      let held: wire.ExecPending;
-      try {
-        held = (await c.res.json()) as wire.ExecPending;
-      } catch (err) {
-        throw c.fail(err);
-      } finally {
-        c.done();
+      if (pending === undefined) {
+        const c = await this.http.call(
+          'POST',
+          `/v1/sandboxes/${id}/exec`,
+          { ...call(opts), body: approved ? { ...body, approval: approved } : body },
+          true,
+        );
+        if (c.res.status !== 202) return readExecStream(c, opts);
+        let held: wire.ExecPending;
+        try {
+          held = (await c.res.json()) as wire.ExecPending;
+        } catch (err) {
+          throw c.fail(err);
+        } finally {
+          c.done();
+        }
+        if (!held?.approval?.id) throw new ProtocolError('exec answered 202 without an approval', { status: 202 });
+        pending = toApproval(held.approval);
       }
-      if (!held?.approval?.id) throw new ProtocolError('exec answered 202 without an approval', { status: 202 });
-      const pending = toApproval(held.approval);
       if (approved !== undefined || opts.approval === 'fail') {
         throw new ApprovalRequiredError(
           `"${shown}" needs an operator's approval (${pending.id}${pending.summary ? `: ${pending.summary}` : ''})`,
@@ -213,6 +227,7 @@ export class Sandbox {
       const final = await this.waitForApproval(pending.id, wopts);
       if (final.state === 'approved') {
         approved = final.id;
+        pending = undefined;
         continue;
       }
       if (final.state === 'pending') {
@@ -225,6 +240,53 @@ export class Sandbox {
     }
   }
 
+  /**
+   * Creates the sandbox with its first command (`POST /v1/sandboxes` with `exec`): the stream's first frame is the
+   * sandbox (this handle is engaged from then on, and calls waiting on `engage` go on), then the command's frames,
+   * or the exec.command approval the policy filed for it.
+   */
+  private createAndRun(body: wire.ExecRequest, opts: RunOptions): Promise<ExecResult | Approval> {
+    let engaged!: (s: this) => void;
+    let failed!: (err: unknown) => void;
+    const engaging = new Promise<this>((resolve, reject) => {
+      engaged = resolve;
+      failed = reject;
+    });
+    engaging.catch(() => undefined); // the run's own caller hears the error
+    this.engaging = engaging;
+    let created = false;
+    const notCreated = (err: unknown) => {
+      if (created) return;
+      if (this.engaging === engaging) this.engaging = undefined; // let a later call try again
+      failed(err);
+    };
+    const onExec = execFrames(opts);
+    const handle = (f: AnyFrame & Partial<wire.CreatedFrame & wire.ExecPending>): ExecResult | Approval | undefined => {
+      if (!created) {
+        if (!f.sandbox?.id) throw new ProtocolError('the create stream did not begin with the sandbox');
+        created = true;
+        this._id = f.sandbox.id;
+        this._info = sandboxInfo(f.sandbox);
+        this.approvals = (f.sandbox.approvals ?? []).map(toApproval);
+        this.approvalError = f.sandbox.approval_error;
+        engaged(this);
+        return undefined;
+      }
+      if (f.approval !== undefined) {
+        if (!f.approval.id) throw new ProtocolError('the create stream held an approval without an id');
+        return toApproval(f.approval);
+      }
+      return onExec(f);
+    };
+    const run = async (): Promise<ExecResult | Approval> => {
+      const c = await this.http.call('POST', '/v1/sandboxes', { ...call(opts), body: { ...createRequest(this.opts), exec: body } }, true);
+      return readFrames(c, 'create', handle, 'the create stream ended before the command finished (daemon gone?)');
+    };
+    return run().catch((err: unknown) => {
+      notCreated(err);
+      throw err;
+    });
+  }
   /** Writes a file (parents are created). Relative paths are under `/workspace`. */
   async writeFile(path: string, data: string | Uint8Array, opts: WriteFileOptions = {}): Promise<void> {
     const id = await this.sid(opts);
@@ -382,9 +444,14 @@ export function resolvePath(path: string): string {
 type AnyFrame = Partial<wire.ExecOutputFrame & wire.ExecExitFrame>;
 
 function readExecStream(c: Call, opts: RunOptions): Promise<ExecResult> {
+  return readFrames(c, 'exec', execFrames(opts), 'the exec stream ended before the command finished (daemon gone?)');
+}
+
+/** The handler of an exec stream's frames: output to `opts`' callbacks, the result at the exit frame. */
+function execFrames(opts: RunOptions): (f: AnyFrame) => ExecResult | undefined {
   let stdout = '';
   let stderr = '';
-  const handle = (f: AnyFrame): ExecResult | undefined => {
+  return (f: AnyFrame): ExecResult | undefined => {
     if (typeof f.stdout === 'string') {
       stdout += f.stdout;
       opts.onStdout?.(f.stdout);
@@ -408,5 +475,4 @@ function readExecStream(c: Call, opts: RunOptions): Promise<ExecResult> {
     }
     return undefined;
   };
-  return readFrames(c, 'exec', handle, 'the exec stream ended before the command finished (daemon gone?)');
 }

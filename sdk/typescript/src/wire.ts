@@ -138,6 +138,11 @@ export interface CreateSandboxRequest {
    * carrying its placeholder wait for the decision.
    */
   secrets?: string[];
+  /**
+   * a first command to run in the new sandbox in the same request (the answer is then a stream of
+   * CreateFrame); its `approval` must be absent
+   */
+  exec?: ExecRequest;
 }
 
 /** At least one member; absent or "0s" leaves that one as it is. */
@@ -302,6 +307,14 @@ export interface ExecWaitResult extends ExecExitFrame {
 export interface ExecPending {
   approval: Approval;
 }
+
+/** The first line of a create's stream (a create with exec). */
+export interface CreatedFrame {
+  sandbox: CreatedSandbox;
+}
+
+/** One line of a create's stream; the first is always the sandbox. */
+export type CreateFrame = CreatedFrame | ExecPending | ExecOutputFrame | ExecExitFrame;
 
 /** Exactly one of cmd and argv. */
 export interface SpawnProcessRequest {

@@ -121,6 +121,32 @@ describe('policy-gated exec', () => {
     await decide(a.id, 'deny');
   });
 
+  test('the first command of a handle not yet created waits for its approval too', async () => {
+    const fresh = new IronClawSandbox(srv.conn);
+    try {
+      let held: Approval | undefined;
+      const running = fresh.run(cmd, { onApproval: (a) => (held = a) });
+      const a = await eventually(async () => (fresh.id ? pending('exec.command', fresh.id) : undefined));
+      assert.equal(a.session, fresh.id);
+      assert.equal((a.data as { mode?: string }).mode, 'stream');
+      await decide(a.id, 'approve');
+      const r = await running;
+      assert.equal(r.stdout, 'ran-after-approval\n');
+      assert.equal(held?.id, a.id);
+      const failing = new IronClawSandbox(srv.conn);
+      try {
+        await assert.rejects(
+          failing.run(cmd, { approval: 'fail' }),
+          (err: unknown) => err instanceof ApprovalRequiredError && err.approval?.session === failing.id,
+        );
+      } finally {
+        await failing.destroy();
+      }
+    } finally {
+      await fresh.destroy();
+    }
+  });
+
   test('commands the policy does not mark run at once', async () => {
     const r = await sbx.run('echo not-curl', { approval: 'fail' });
     assert.equal(r.stdout, 'not-curl\n');

@@ -108,6 +108,89 @@ describe('engage', () => {
   });
 });
 
+describe('the first run of a handle not yet created', () => {
+  /** A fetch that counts the calls it passes on; `oldDaemon` answers a create with a command as a daemon before them did. */
+  function counting(oldDaemon = false): { fetch: typeof globalThis.fetch; calls: string[] } {
+    const calls: string[] = [];
+    const fetch: typeof globalThis.fetch = async (input, init) => {
+      const url = new URL(String(input));
+      const line = `${init?.method ?? 'GET'} ${url.pathname}`;
+      calls.push(line);
+      if (oldDaemon && line === 'POST /v1/sandboxes' && String(init?.body ?? '').includes('"exec"')) {
+        const error = { code: 'invalid_argument', message: 'malformed JSON: json: unknown field "exec"' };
+        return new Response(JSON.stringify({ error }), { status: 400, headers: { 'content-type': 'application/json' } });
+      }
+      return globalThis.fetch(input, init);
+    };
+    return { fetch, calls };
+  }
+
+  test('creates the sandbox and runs the command in one request', async () => {
+    const c = counting();
+    const s = new IronClawSandbox({ ...srv.conn, fetch: c.fetch, labels: { suite: 'core-first-run' } });
+    try {
+      const out: string[] = [];
+      const r = await s.run('echo one; echo two >&2; cat; exit 4', { stdin: 'in', onStdout: (t) => out.push(t) });
+      assert.equal(r.stdout, 'one\nin');
+      assert.equal(r.stderr, 'two\n');
+      assert.equal(r.exitCode, 4);
+      assert.equal(out.join(''), 'one\nin');
+      assert.deepEqual(c.calls, ['POST /v1/sandboxes']);
+      assert.match(s.id!, /^sbx-[0-9a-f]+$/);
+      assert.equal(s.info?.state, 'running');
+      assert.deepEqual(s.info?.labels, { suite: 'core-first-run' });
+      assert.equal((await s.run('cat /proc/self/cgroup >/dev/null; echo again')).stdout, 'again\n');
+      assert.deepEqual(c.calls, ['POST /v1/sandboxes', `POST /v1/sandboxes/${s.id}/exec`]);
+    } finally {
+      await s.destroy();
+    }
+  });
+
+  test('calls made while it runs share the one sandbox', async () => {
+    const s = new IronClawSandbox({ ...srv.conn, labels: { suite: 'core-first-run-shared' } });
+    try {
+      const [a, b, e] = await Promise.all([s.run('sleep 0.2; echo a'), s.run('echo b'), s.engage()]);
+      assert.equal(a.stdout, 'a\n');
+      assert.equal(b.stdout, 'b\n');
+      assert.equal(e, s);
+      const listed = await IronClawSandbox.list({ ...srv.conn, labels: { suite: 'core-first-run-shared' } });
+      assert.deepEqual(
+        listed.map((x) => x.id),
+        [s.id],
+      );
+    } finally {
+      await s.destroy();
+    }
+  });
+
+  test('a bad command creates nothing, and the next call creates the sandbox', async () => {
+    const s = new IronClawSandbox({ ...srv.conn, labels: { suite: 'core-first-run-bad' } });
+    try {
+      await assert.rejects(s.run('echo x', { cwd: 'relative' }), InvalidArgumentError);
+      assert.equal(s.id, undefined);
+      const listed = await IronClawSandbox.list({ ...srv.conn, labels: { suite: 'core-first-run-bad' } });
+      assert.equal(listed.length, 0);
+      assert.equal((await s.run('echo ok')).stdout, 'ok\n');
+      assert.match(s.id!, /^sbx-/);
+    } finally {
+      await s.destroy();
+    }
+  });
+
+  test('a daemon that takes no command with the create: create, then run', async () => {
+    const c = counting(true);
+    const s = new IronClawSandbox({ ...srv.conn, fetch: c.fetch });
+    try {
+      assert.equal((await s.run('echo ok')).stdout, 'ok\n');
+      assert.equal(c.calls.length, 3);
+      assert.deepEqual(c.calls.slice(0, 2), ['POST /v1/sandboxes', 'POST /v1/sandboxes']);
+      assert.equal(c.calls[2], `POST /v1/sandboxes/${s.id}/exec`);
+    } finally {
+      await s.destroy();
+    }
+  });
+});
+
 describe('run', () => {
   test('shell line: stdout, stderr, exit code', async () => {
     const r = await sbx.run('echo out; echo err >&2; exit 3');
