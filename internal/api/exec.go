@@ -92,7 +92,7 @@ func (s *Server) streamExec(r *http.Request, who principal, id string, req sandb
 		}
 		fr.Exit, fr.Error = -1, ae.message
 	}
-	_ = st.frame(fr)
+	_ = st.hold(fr)
 	return nil
 }
 
@@ -290,15 +290,34 @@ func (f *frameStream) finish() {
 	f.closed = true
 }
 
-// frame writes one frame (even after finish: that is how the exit frame
-// goes out).
+// frame writes one frame and sends it (even after finish).
 func (f *frameStream) frame(v any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.writeLocked(v)
 }
 
+// hold writes a frame (even after finish) without sending it: it goes
+// out with the next frame sent or with the end of the body. The last
+// frame of a stream is held, so that the handler's return sends it and
+// the body's end in one write instead of two.
+func (f *frameStream) hold(v any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bufferLocked(v)
+}
+
 func (f *frameStream) writeLocked(v any) error {
+	if err := f.bufferLocked(v); err != nil {
+		return err
+	}
+	if err := f.rc.Flush(); err != nil {
+		f.err = err
+	}
+	return f.err
+}
+
+func (f *frameStream) bufferLocked(v any) error {
 	if f.err != nil {
 		return f.err
 	}
@@ -308,10 +327,6 @@ func (f *frameStream) writeLocked(v any) error {
 	}
 	f.beginLocked()
 	if _, err := f.w.Write(append(b, '\n')); err != nil {
-		f.err = err
-		return err
-	}
-	if err := f.rc.Flush(); err != nil {
 		f.err = err
 	}
 	return f.err

@@ -356,7 +356,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, who princ
 		}
 		end.Error = classify(s.notRunning(r, id, rerr)).message
 	}
-	_ = st.frame(end)
+	_ = st.hold(end) // sent with the body's end
 	return nil
 }
 

@@ -131,16 +131,18 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who princ
 // command: its failures are frames.
 func (s *Server) createdThenExec(r *http.Request, w http.ResponseWriter, who principal, out wire.CreatedSandbox, call execCall) error {
 	st := newFrameStream(w, http.StatusCreated)
-	if err := st.frame(wire.CreatedFrame{Sandbox: out}); err != nil {
+	// Sent with the command's start (its intent durable) or with what
+	// ends the stream: one write less before the first result.
+	if err := st.hold(wire.CreatedFrame{Sandbox: out}); err != nil {
 		return nil // the client went away; the sandbox stays theirs
 	}
 	filed, err := s.gateDecide(r, who, out.ID, &call, modeStream)
 	switch {
 	case err != nil:
-		_ = st.frame(wire.ExecExitFrame{Exit: -1, Error: classify(err).message})
+		_ = st.hold(wire.ExecExitFrame{Exit: -1, Error: classify(err).message})
 		return nil
 	case filed != nil:
-		_ = st.frame(wire.ExecPending{Approval: approvalView(*filed)})
+		_ = st.hold(wire.ExecPending{Approval: approvalView(*filed)})
 		return nil
 	}
 	return s.streamExec(r, who, out.ID, call.req, st)
