@@ -187,10 +187,11 @@ func (b *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	return p.run(ctx)
 }
 
-// PrepareExec implements sandbox.ExecPreparer: everything of an exec
-// but its start (the request's checks, the OOM count before, the
-// command's pipes handed to the sandbox user), so that a caller can do it
-// while the command's audit intent is being committed.
+// PrepareExec does everything of an exec but its start (the request's
+// checks, the OOM count before, the command's pipes handed to the
+// sandbox user), so that a caller can do it while the command's audit
+// intent is being committed; the command starts at the PreparedExec's
+// Run. A PreparedExec is for one goroutine.
 func (b *Sandbox) PrepareExec(req sandbox.ExecRequest) (sandbox.PreparedExec, error) {
 	return b.prepareExec(req)
 }
