@@ -55,7 +55,10 @@
 //     record is about) in the record's own transaction: both or neither,
 //     for one fsync; a change the store refuses ends only its own record
 //     (ErrChangeRefused), and the rest of the batch is written again
-//     without it. One committer goroutine assigns seq, chains hashes and
+//     without it. AppendWithIntent is AppendWith followed by an intent
+//     record in the same transaction (a sandbox's create and its first
+//     command): one fsync for both, and an intent refused with its
+//     record's change, so it never names what was not made. One committer goroutine assigns seq, chains hashes and
 //     writes many pending records in one transaction (group commit), so
 //     concurrent appenders share each fsync instead of paying one each.
 //     What one batch costs (WAL, synchronous=FULL; counted with strace):

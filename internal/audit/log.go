@@ -191,6 +191,11 @@ type pending struct {
 	// change, if set, is AppendWith's store change, run in the batch's
 	// transaction before the records are chained.
 	change Change
+	// followers are records queued with this one (AppendWithIntent): the
+	// committer writes them right after it, in the same batch, and they
+	// are refused with it. They have no change and no followers of their
+	// own.
+	followers []*pending
 }
 
 // Change is a store change committed in the same transaction as its
@@ -421,6 +426,11 @@ func (l *Log) appendCanonicalWith(ctx context.Context, e Entry, data []byte, cha
 	if err != nil {
 		return Record{}, err
 	}
+	return p.wait(ctx, e.Kind)
+}
+
+// wait waits until p is committed or has failed.
+func (p *pending) wait(ctx context.Context, kind string) (Record, error) {
 	select {
 	case <-p.done:
 		if p.err != nil {
@@ -428,13 +438,61 @@ func (l *Log) appendCanonicalWith(ctx context.Context, e Entry, data []byte, cha
 		}
 		return p.rec, nil
 	case <-ctx.Done():
-		return Record{}, fmt.Errorf("audit: append %s: %w (the record may still be committed)", e.Kind, ctx.Err())
+		return Record{}, fmt.Errorf("audit: append %s: %w (the record may still be committed)", kind, ctx.Err())
 	}
+}
+
+// AppendWithIntent is AppendWith followed at once by the intent record of
+// next (Begin): the record, then the intent, in the same transaction,
+// both durable with one commit or neither. It is for an action that
+// follows a change with nothing in between (a sandbox's create and its
+// first command), where two appends in turn cost two commits. When change
+// is refused, the intent fails with ErrChangeRefused too: an intent never
+// names what was not made. On success the Intent must be ended like
+// Begin's. The errors are AppendWith's and Begin's.
+func (l *Log) AppendWithIntent(ctx context.Context, e Entry, change Change, next Entry) (Record, *Intent, error) {
+	if change == nil {
+		return Record{}, nil, errdefs.New(errdefs.ErrInvalidArgument, "audit: append with intent: no change")
+	}
+	data, err := l.checkEntry(e)
+	if err != nil {
+		return Record{}, nil, err
+	}
+	ie := next
+	ie.Kind = next.Kind + IntentSuffix
+	idata, err := l.checkEntry(ie)
+	if err != nil {
+		return Record{}, nil, err
+	}
+	follower := l.newPending(ie, idata, false, nil)
+	p := l.newPending(e, data, false, change)
+	p.followers = []*pending{follower}
+	if err := l.send(ctx, p); err != nil {
+		return Record{}, nil, err
+	}
+	rec, err := p.wait(ctx, e.Kind)
+	if err != nil {
+		return Record{}, nil, err
+	}
+	// Committed in the same transaction as rec: done already.
+	if _, err := follower.wait(ctx, ie.Kind); err != nil {
+		return Record{}, nil, err
+	}
+	next.Data = nil
+	return rec, &Intent{log: l, seq: follower.rec.Seq, base: next}, nil
 }
 
 // enqueue hands a record whose data is already canonical to the committer;
 // p.done closes once it is committed or has failed.
 func (l *Log) enqueue(ctx context.Context, e Entry, data []byte, lazy bool, change Change) (*pending, error) {
+	p := l.newPending(e, data, lazy, change)
+	if err := l.send(ctx, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (l *Log) newPending(e Entry, data []byte, lazy bool, change Change) *pending {
 	p := &pending{
 		lazy:   lazy,
 		change: change,
@@ -447,19 +505,24 @@ func (l *Log) enqueue(ctx context.Context, e Entry, data []byte, lazy bool, chan
 		done:    make(chan struct{}),
 	}
 	p.args = [4]any{p.session, p.actor, p.kind, string(data)}
+	return p
+}
+
+// send queues p (and its followers) for the committer.
+func (l *Log) send(ctx context.Context, p *pending) error {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("audit: append %s: %w", e.Kind, err)
+		return fmt.Errorf("audit: append %s: %w", p.kind, err)
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	select {
 	case l.reqs <- p:
-		return p, nil
+		return nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("audit: append %s: %w", e.Kind, ctx.Err())
+		return fmt.Errorf("audit: append %s: %w", p.kind, ctx.Err())
 	}
 }
 
@@ -540,7 +603,7 @@ func (l *Log) commitLoop() {
 		if !ok {
 			return
 		}
-		batch = append(batch[:0], p)
+		batch = take(batch[:0], p)
 		open := l.fill(&batch, &timer)
 		if open && allLazy(batch) {
 			open = l.awaitCompany(&batch, &timer)
@@ -555,6 +618,14 @@ func (l *Log) commitLoop() {
 			return
 		}
 	}
+}
+
+// take adds p and its followers to batch: a record and the records
+// queued with it always share a transaction. A batch may so exceed
+// MaxBatch by the followers of its last record.
+func take(batch []*pending, p *pending) []*pending {
+	batch = append(batch, p)
+	return append(batch, p.followers...)
 }
 
 func allLazy(batch []*pending) bool {
@@ -578,7 +649,7 @@ func (l *Log) awaitCompany(batch *[]*pending, timer **time.Timer) bool {
 			if !ok {
 				return false
 			}
-			*batch = append(*batch, p)
+			*batch = take(*batch, p)
 			if !p.lazy {
 				return l.fill(batch, timer)
 			}
@@ -609,7 +680,7 @@ func (l *Log) fill(batch *[]*pending, timer **time.Timer) bool {
 			if !ok {
 				return false
 			}
-			*batch = append(*batch, p)
+			*batch = take(*batch, p)
 			continue
 		default:
 		}
@@ -621,7 +692,7 @@ func (l *Log) fill(batch *[]*pending, timer **time.Timer) bool {
 			if !ok {
 				return false
 			}
-			*batch = append(*batch, p)
+			*batch = take(*batch, p)
 		case <-deadline:
 			return true
 		}
@@ -672,7 +743,11 @@ func (l *Log) commit(batch []*pending) {
 		p := refused.p
 		p.err = fmt.Errorf("%w: %w", ErrChangeRefused, refused.err)
 		close(p.done)
-		batch = slices.DeleteFunc(batch, func(q *pending) bool { return q == p })
+		for _, f := range p.followers {
+			f.err = fmt.Errorf("%w: the record it follows was refused: %w", ErrChangeRefused, refused.err)
+			close(f.done)
+		}
+		batch = slices.DeleteFunc(batch, func(q *pending) bool { return q == p || slices.Contains(p.followers, q) })
 		if len(batch) == 0 {
 			return
 		}

@@ -196,3 +196,128 @@ func waitQueued(t *testing.T, l *Log, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestAppendWithIntentCommitsTogether: the record and the intent that
+// follows it are neighbours in the chain even when many other appends
+// race them, and a refused change takes the intent with it while the rest
+// of the batch is written.
+func TestAppendWithIntentCommitsTogether(t *testing.T) {
+	ctx := context.Background()
+	st, l := withStore(t, Options{})
+	if _, err := l.AppendWith(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, insertThing("dup")); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	hold := func(ctx context.Context, tx *sql.Tx) error {
+		close(entered)
+		<-release
+		return insertThing("first")(ctx, tx)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := l.AppendWith(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, hold); err != nil {
+			t.Errorf("the holding append: %v", err)
+		}
+	}()
+	<-entered
+	const n = 30
+	type pair struct {
+		rec Record
+		in  *Intent
+		err error
+	}
+	pairs := make([]pair, n)
+	plain := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			k := fmt.Sprint("k", i)
+			if i%5 == 0 {
+				k = "dup" // refused
+			}
+			p := &pairs[i]
+			p.rec, p.in, p.err = l.AppendWithIntent(ctx, Entry{Session: k, Actor: "agent", Kind: KindSandboxCreate}, insertThing(k),
+				Entry{Session: k, Actor: "agent", Kind: KindSandboxExec, Data: map[string]any{"argv": []string{"true"}}})
+		}()
+		go func() {
+			defer wg.Done()
+			_, plain[i] = l.Append(ctx, Entry{Actor: "agent", Kind: KindSandboxExec, Data: map[string]any{"i": i}})
+		}()
+	}
+	waitQueued(t, l, 2*n)
+	close(release)
+	wg.Wait()
+	written := int64(2) // "dup" and the holding append
+	for i, p := range pairs {
+		if plain[i] != nil {
+			t.Errorf("plain append %d: %v", i, plain[i])
+		}
+		written++
+		if i%5 == 0 {
+			if !errors.Is(p.err, ErrChangeRefused) || p.in != nil {
+				t.Errorf("pair %d with a refused change: %v, intent %v", i, p.err, p.in)
+			}
+			continue
+		}
+		if p.err != nil {
+			t.Errorf("pair %d: %v", i, p.err)
+			continue
+		}
+		written += 2
+		if p.in.Seq() != p.rec.Seq+1 {
+			t.Errorf("pair %d: record %d, intent %d: not neighbours", i, p.rec.Seq, p.in.Seq())
+		}
+		if _, err := p.in.End(ctx, map[string]any{"exit": 0}); err != nil {
+			t.Errorf("end of intent %d: %v", i, err)
+		}
+		written++
+	}
+	if t.Failed() {
+		return
+	}
+	recs, err := l.Tail(ctx, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bySeq := map[int64]Record{}
+	for _, r := range recs {
+		bySeq[r.Seq] = r
+	}
+	for i, p := range pairs {
+		if p.in == nil {
+			continue
+		}
+		in := bySeq[p.in.Seq()]
+		if in.Kind != KindSandboxExec+IntentSuffix || in.Session != fmt.Sprint("k", i) {
+			t.Errorf("intent %d is %+v", i, in)
+		}
+	}
+	for _, r := range recs {
+		if r.Kind == KindSandboxExec+IntentSuffix && (r.Session == "dup" || !things(t, st)[r.Session]) {
+			t.Errorf("intent %d names %q, which has no row", r.Seq, r.Session)
+		}
+	}
+	mustVerifyOK(t, l, written)
+}
+
+// TestAppendWithIntentRefusesBadInput: a missing change or an invalid
+// intent entry writes nothing.
+func TestAppendWithIntentRefusesBadInput(t *testing.T) {
+	ctx := context.Background()
+	st, l := withStore(t, Options{})
+	next := Entry{Session: "a", Actor: "agent", Kind: KindSandboxExec}
+	if _, _, err := l.AppendWithIntent(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, nil, next); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("no change: %v", err)
+	}
+	bad := next
+	bad.Data = "not an object"
+	if _, _, err := l.AppendWithIntent(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, insertThing("a"), bad); err == nil {
+		t.Fatal("an intent whose data is not an object was accepted")
+	}
+	if seq, _ := l.Head(); seq != 0 || len(things(t, st)) != 0 {
+		t.Fatalf("head %d, things %v after refused input", seq, things(t, st))
+	}
+}
