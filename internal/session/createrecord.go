@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/ironclaw/ironclaw/internal/audit"
@@ -28,17 +29,24 @@ type createRecord struct {
 	id   string
 	done chan struct{}
 	err  error // set before done closes
+	// intent is the first command's intent record when it committed with
+	// the create's (CreateThenExec); set before done closes.
+	intent *audit.Intent
 }
+
+// recordCommit commits a create's record (and its first command's
+// intent, if any) for id.
+type recordCommit func(id string) (*audit.Intent, error)
 
 // startCreateRecord runs commit for id on a goroutine of its own; wait
 // gives its result. commit must bound itself (the create's record runs
 // on a deadline of its own, never on the caller's context: a client that
 // hangs up must not leave a row running for a sandbox the undo
 // destroyed).
-func startCreateRecord(id string, commit func(id string) error) *createRecord {
+func startCreateRecord(id string, commit recordCommit) *createRecord {
 	r := &createRecord{id: id, done: make(chan struct{})}
 	go func() {
-		r.err = commit(id)
+		r.intent, r.err = commit(id)
 		close(r.done)
 	}()
 	return r
@@ -53,7 +61,7 @@ func (r *createRecord) wait() error {
 type namedRecord struct {
 	mu     sync.Mutex
 	rec    *createRecord
-	commit func(id string) error
+	commit recordCommit
 }
 
 func (n *namedRecord) named(id string) {
@@ -77,7 +85,7 @@ func (n *namedRecord) started() *createRecord {
 // the build failed after naming one, the record made for that id is
 // ended (dropRecord): the log then says that the create failed, not that
 // a sandbox runs.
-func (m *Manager) createSandbox(ctx context.Context, spec sandbox.Spec, actor string, commit func(id string) error) (sandbox.Sandbox, *createRecord, error) {
+func (m *Manager) createSandbox(ctx context.Context, spec sandbox.Spec, actor string, commit recordCommit) (sandbox.Sandbox, *createRecord, error) {
 	nr, ok := m.rt.(namingRuntime)
 	if !ok {
 		sb, err := m.rt.Create(ctx, spec)
@@ -115,13 +123,16 @@ var errStartedOver = errors.New("the runtime started over under another id")
 // wait): the row's end is written anyway, and changes nothing on a row
 // that never was.
 func (m *Manager) dropRecord(ctx context.Context, r *createRecord, actor string, why error) {
-	committed := r.wait() == nil
-	m.endFailedCreate(ctx, r.id, actor, committed, why)
+	m.endFailedCreate(ctx, r, actor, why)
 }
 
-// endFailedCreate is the undo of a create's record: the row ends as
-// destroyed, and when the record had committed its end is recorded too.
-func (m *Manager) endFailedCreate(ctx context.Context, id, actor string, committed bool, why error) {
+// endFailedCreate is the undo of a create's record r: the row ends as
+// destroyed, and when the record had committed its end is recorded too,
+// after the end of the first command's intent (not run) when that
+// committed with it.
+func (m *Manager) endFailedCreate(ctx context.Context, r *createRecord, actor string, why error) {
+	committed := r.wait() == nil
+	id := r.id
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	if err := m.end(rctx, id, StateDestroyed, "its create failed"); err != nil {
@@ -129,6 +140,9 @@ func (m *Manager) endFailedCreate(ctx context.Context, id, actor string, committ
 	}
 	if !committed {
 		return
+	}
+	if r.intent != nil {
+		m.endNotRun(id, r.intent, fmt.Errorf("its sandbox's create failed: %v", why))
 	}
 	data := map[string]any{"reason": "its create failed", "requested_by": actor}
 	if why != nil {

@@ -441,59 +441,76 @@ const rollbackTimeout = 30 * time.Second
 // admitted only within Options.Capacity and the principal's quota. Nothing
 // is left behind on error: every step that succeeded is undone, newest
 // first, under a deadline of its own.
-func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (info Info, err error) {
+func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (Info, error) {
+	info, _, err := m.create(ctx, actor, req, nil)
+	return info, err
+}
+
+// CreateThenExec is Create with the sandbox's first command: its
+// sandbox.exec.intent record commits in the same transaction as the
+// sandbox.create record (audit.Log.AppendWithIntent), so the command
+// costs no commit of its own before it starts, and the command is
+// readied for the new sandbox. Run the returned FirstExec, or Drop it:
+// its intent is on record, and only then does its result follow. On
+// error there is no sandbox and no FirstExec; an intent that committed
+// is ended as not run.
+func (m *Manager) CreateThenExec(ctx context.Context, actor string, req CreateRequest, first sandbox.ExecRequest) (Info, *FirstExec, error) {
+	return m.create(ctx, actor, req, &first)
+}
+
+func (m *Manager) create(ctx context.Context, actor string, req CreateRequest, first *sandbox.ExecRequest) (info Info, fx *FirstExec, err error) {
 	for k, v := range req.Labels {
 		if k == "" || len(k) > 63 || len(v) > 255 {
-			return Info{}, fmt.Errorf("%w: label %q: keys are 1-63 bytes, values at most 255", sandbox.ErrInvalidSpec, k)
+			return Info{}, nil, fmt.Errorf("%w: label %q: keys are 1-63 bytes, values at most 255", sandbox.ErrInvalidSpec, k)
 		}
 	}
 	if req.TTL < 0 || req.Idle < 0 {
-		return Info{}, fmt.Errorf("%w: ttl and idle timeout must not be negative", sandbox.ErrInvalidSpec)
+		return Info{}, nil, fmt.Errorf("%w: ttl and idle timeout must not be negative", sandbox.ErrInvalidSpec)
 	}
 	if err := CheckIdleAction(req.IdleAction); err != nil {
-		return Info{}, err
+		return Info{}, nil, err
 	}
 	switch {
 	case m.opts.Egress != nil:
 		if err := m.opts.Egress.Check(req.EgressAllow); err != nil {
-			return Info{}, fmt.Errorf("%w: egress: %v", sandbox.ErrInvalidSpec, err)
+			return Info{}, nil, fmt.Errorf("%w: egress: %v", sandbox.ErrInvalidSpec, err)
 		}
 	case len(req.EgressAllow) > 0:
-		return Info{}, fmt.Errorf("%w: egress: this daemon runs no egress broker", sandbox.ErrInvalidSpec)
+		return Info{}, nil, fmt.Errorf("%w: egress: this daemon runs no egress broker", sandbox.ErrInvalidSpec)
 	}
 	if len(req.Secrets) > 0 {
 		if m.opts.Secrets == nil {
-			return Info{}, fmt.Errorf("%w: secrets: this daemon brokers no secrets (it needs an egress broker)", sandbox.ErrInvalidSpec)
+			return Info{}, nil, fmt.Errorf("%w: secrets: this daemon brokers no secrets (it needs an egress broker)", sandbox.ErrInvalidSpec)
 		}
 		if err := m.opts.Secrets.Check(req.Secrets); err != nil {
-			return Info{}, err
+			return Info{}, nil, err
 		}
 	}
 	if req.Image != "" {
 		if m.opts.Images == nil {
-			return Info{}, fmt.Errorf("%w: this daemon serves no images", sandbox.ErrInvalidSpec)
+			return Info{}, nil, fmt.Errorf("%w: this daemon serves no images", sandbox.ErrInvalidSpec)
 		}
 		root, err := m.opts.Images.Root(ctx, req.Image)
 		if err != nil {
-			return Info{}, err
+			return Info{}, nil, err
 		}
 		req.Spec.Root = root
 	}
 	limits := req.Spec.WithDefaults().Limits
 	if err := limits.Validate(); err != nil {
-		return Info{}, err
+		return Info{}, nil, err
 	}
 	var snap *snapshot
 	if req.Snapshot != "" {
 		if snap, err = m.snapshotFor(req.Snapshot); err != nil {
-			return Info{}, err
+			return Info{}, nil, err
 		}
 	}
 	commit := commitmentOf(limits)
 	m.mu.Lock()
 	if err := m.admitLocked(actor, commit); err != nil {
 		m.mu.Unlock()
-		return Info{}, err
+		return Info{}, nil, err
 	}
 	m.starting++
 	m.mu.Unlock()
@@ -521,20 +538,20 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	var volumeHolder string // the create's reservation of its volumes
 	if len(req.Volumes) > 0 {
 		if m.opts.Volumes == nil {
-			return Info{}, fmt.Errorf("%w: this daemon keeps no volumes", sandbox.ErrInvalidSpec)
+			return Info{}, nil, fmt.Errorf("%w: this daemon keeps no volumes", sandbox.ErrInvalidSpec)
 		}
 		var key [8]byte
 		_, _ = rand.Read(key[:])
 		volumeHolder = fmt.Sprintf("create-%x", key)
 		mounts, aerr := m.opts.Volumes.Attach(ctx, actor, volumeHolder, req.Volumes)
 		if aerr != nil {
-			return Info{}, aerr
+			return Info{}, nil, aerr
 		}
 		undo = append(undo, func(context.Context) { m.opts.Volumes.Release(volumeHolder) })
 		req.Spec.Mounts = append(slices.Clone(req.Spec.Mounts), mounts...)
 	}
 	if err := checkPorts(req.Ports, m.reservedPorts()); err != nil {
-		return Info{}, err
+		return Info{}, nil, err
 	}
 	req.Spec.Network.LoopbackTCP = append(slices.Clone(req.Spec.Network.LoopbackTCP), req.Ports...)
 	req.Spec.Gate = slices.Clone(m.opts.Gate)
@@ -588,8 +605,11 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	// that changes nothing). The commit starts as soon as the runtime
 	// names the sandbox (createSandbox), so on a cold create it runs
 	// while the sandbox is built.
+	//
+	// A first command's intent (CreateThenExec) commits in that same
+	// transaction, right after the create's record.
 	expires := info.ExpiresAt
-	commitRecord := func(id string) error {
+	commitRecord := func(id string) (*audit.Intent, error) {
 		rowInsert := func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.StmtContext(ctx, m.rows.insert).ExecContext(ctx,
 				id, m.opts.Owner, actor, StateRunning, string(spec), string(labels), fmtTime(now), fmtTime(expires), idle.Milliseconds(), fmtTime(now))
@@ -597,12 +617,18 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
-		_, err := m.log.AppendWith(rctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}, rowInsert)
-		return err
+		rec := audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxCreate, Data: created}
+		if first == nil {
+			_, err := m.log.AppendWith(rctx, rec, rowInsert)
+			return nil, err
+		}
+		_, intent, err := m.log.AppendWithIntent(rctx, rec, rowInsert,
+			audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: execIntentData(*first)})
+		return intent, err
 	}
 	sb, record, err := m.createSandbox(ctx, req.Spec, actor, commitRecord)
 	if err != nil {
-		return Info{}, err
+		return Info{}, nil, err
 	}
 	info.ID = sb.ID()
 	undo = append(undo, func(c context.Context) {
@@ -613,14 +639,14 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	// On error from here, the record is waited for and its row ended
 	// whether or not it committed (see above).
 	undo = append(undo, func(c context.Context) {
-		m.endFailedCreate(c, info.ID, actor, record.wait() == nil, err)
+		m.endFailedCreate(c, record, actor, err)
 	})
 	var extraEnv []string
 	var serving *http.Server
 	if m.opts.Model != nil {
 		undo = append(undo, func(context.Context) { m.opts.Model.Revoke(sb.ID()) })
 		if extraEnv, serving, err = m.attachModel(sb, actor); err != nil {
-			return Info{}, err
+			return Info{}, nil, err
 		}
 		undo = append(undo, func(context.Context) { _ = serving.Close() })
 	}
@@ -628,7 +654,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	var broker EgressBroker
 	if m.opts.Egress != nil {
 		if egressSrv, broker, err = m.attachEgress(sb, req.EgressAllow); err != nil {
-			return Info{}, err
+			return Info{}, nil, err
 		}
 		undo = append(undo, func(context.Context) { _ = egressSrv.Close(); _ = broker.Close() })
 		extraEnv = append(extraEnv, egressEnv(m.opts.Egress.Port())...)
@@ -637,14 +663,14 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		extraEnv = append(extraEnv, sandbox.TrustEnv...)
 	}
 	if err = record.wait(); err != nil {
-		return Info{}, fmt.Errorf("session: audit: %w", err)
+		return Info{}, nil, fmt.Errorf("session: audit: %w", err)
 	}
 	if snap != nil {
 		rctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 		err := snap.restore(rctx, sb)
 		cancel()
 		if err != nil {
-			return Info{}, err
+			return Info{}, nil, err
 		}
 	}
 	if len(req.Secrets) > 0 {
@@ -652,7 +678,7 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 		undo = append(undo, func(context.Context) { m.opts.Secrets.Detach(info.ID) })
 		senv, err := m.opts.Secrets.Attach(ctx, info.ID, actor, req.Secrets)
 		if err != nil {
-			return Info{}, err
+			return Info{}, nil, err
 		}
 		extraEnv = append(extraEnv, senv...)
 	}
@@ -663,12 +689,17 @@ func (m *Manager) Create(ctx context.Context, actor string, req CreateRequest) (
 	}
 	e := &entry{sb: sb, limits: limits, commit: commit, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker,
 		ports: slices.Clone(req.Ports)}
+	if first != nil {
+		// Readied now, while nothing else holds the sandbox; run by
+		// FirstExec.Run under the sandbox's quotas.
+		fx = m.readyFirst(info.ID, sb, *first, extraEnv, record.intent)
+	}
 	m.mu.Lock()
 	m.live[info.ID] = e
 	running = true
 	m.mu.Unlock()
 	go m.watch(info.ID, e)
-	return info, nil
+	return info, fx, nil
 }
 
 // watch marks a sandbox crashed when it ends on its own (its pid 1 died:
@@ -981,6 +1012,32 @@ func (m *Manager) ExecStarting(ctx context.Context, actor, id string, req sandbo
 		return sandbox.ExecResult{}, err
 	}
 	defer done()
+	start := execIntentData(req)
+	req = withDaemonEnv(req, m.extraEnv(id))
+	queued, err := m.log.BeginQueued(ctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: start})
+	if err != nil {
+		return sandbox.ExecResult{}, intentNotWritten(err)
+	}
+	// While the intent commits, the runtime readies what the command will
+	// get; it starts only once the intent is durable.
+	run := ready(sb, req)
+	intent, err := queued.Wait(ctx)
+	if err != nil {
+		run.abort()
+		return sandbox.ExecResult{}, intentNotWritten(err)
+	}
+	return m.runIntended(ctx, id, req, intent, run, starting)
+}
+
+// intentNotWritten is the error of a command refused because its intent
+// record could not be made durable.
+func intentNotWritten(err error) error {
+	return fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
+}
+
+// execIntentData is what a command's sandbox.exec.intent record holds:
+// argv, cwd, environment names (never values), timeout, tty and gate.
+func execIntentData(req sandbox.ExecRequest) map[string]any {
 	start := map[string]any{"argv": req.Argv, "tty": req.TTY}
 	if req.Cwd != "" {
 		start["cwd"] = req.Cwd
@@ -994,23 +1051,22 @@ func (m *Manager) ExecStarting(ctx context.Context, actor, id string, req sandbo
 	if req.Gate != "" {
 		start["gate"] = req.Gate // an approved run of this gated program
 	}
-	if env := m.extraEnv(id); len(env) > 0 {
-		// The daemon's values come last so a request cannot point the
-		// sandbox's model calls elsewhere or swap its token.
+	return start
+}
+
+// withDaemonEnv adds the daemon's variables to a command's environment.
+// They come last so a request cannot point the sandbox's model calls
+// elsewhere or swap its token.
+func withDaemonEnv(req sandbox.ExecRequest, env []string) sandbox.ExecRequest {
+	if len(env) > 0 {
 		req.Env = append(slices.Clone(req.Env), env...)
 	}
-	queued, err := m.log.BeginQueued(ctx, audit.Entry{Session: id, Actor: actor, Kind: audit.KindSandboxExec, Data: start})
-	if err != nil {
-		return sandbox.ExecResult{}, fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
-	}
-	// While the intent commits, the runtime readies what the command will
-	// get; it starts only once the intent is durable.
-	run := ready(sb, req)
-	intent, err := queued.Wait(ctx)
-	if err != nil {
-		run.abort()
-		return sandbox.ExecResult{}, fmt.Errorf("session: the command was not run, as its audit record could not be written: %w", err)
-	}
+	return req
+}
+
+// runIntended starts a command whose intent is durable, waits for its
+// end and queues its sandbox.exec record.
+func (m *Manager) runIntended(ctx context.Context, id string, req sandbox.ExecRequest, intent *audit.Intent, run readied, starting func()) (sandbox.ExecResult, error) {
 	if starting != nil && run.err == nil {
 		starting()
 	}
