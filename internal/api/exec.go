@@ -64,10 +64,18 @@ func newFrameStream(w http.ResponseWriter, status int) *frameStream {
 // plain error answer when st has not begun.
 func (s *Server) streamExec(r *http.Request, who principal, id string, req sandbox.ExecRequest, st *frameStream) error {
 	req.Stdout, req.Stderr = st.stream("stdout"), st.stream("stderr")
+	return s.streamRun(r, id, st, func(starting func()) (sandbox.ExecResult, error) {
+		return s.m.ExecStarting(r.Context(), who.Name, id, req, starting)
+	})
+}
+
+// streamRun is streamExec's end for a command whose output already goes
+// to st's streams: run runs it, calling starting just before it starts.
+func (s *Server) streamRun(r *http.Request, id string, st *frameStream, run func(starting func()) (sandbox.ExecResult, error)) error {
 	// The status line goes out once the command is about to start (its
 	// audit record is durable), so a client sees the stream begin even
 	// while a command is silent, and a refused command is a plain error.
-	res, err := s.m.ExecStarting(r.Context(), who.Name, id, req, st.begin)
+	res, err := run(st.begin)
 	if !st.started() {
 		if err == nil {
 			st.begin()

@@ -79,24 +79,11 @@ func (s *Server) gateExec(w http.ResponseWriter, r *http.Request, who principal,
 // request it filed (the exec must not run), nil when the exec may run
 // (nothing to gate, or the approval spent).
 func (s *Server) gateDecide(r *http.Request, who principal, id string, call *execCall, mode string) (filed *gateway.Approval, err error) {
-	if s.cfg.Gateway == nil || s.cfg.Policy == nil {
+	g, applies := s.gateOf(call)
+	if !applies {
 		return nil, nil
 	}
-	pol := s.cfg.Policy
-	argv, command := call.req.Argv, quoteArgv(call.req.Argv)
-	if words, ok := plainCmd(call); ok {
-		command = call.line
-		if pol.Gated(words[0]) != "" {
-			argv = words
-		}
-	} else if isCmd(call) {
-		command = call.line
-	}
-	key := pol.Gated(argv[0])
-	marked, _ := pol.NeedsApproval(call.line)
-	if key == "" && !marked && call.approval == "" {
-		return nil, nil
-	}
+	argv, command, key := g.argv, g.command, g.key
 	if err := s.runningSandbox(r.Context(), who, id); err != nil {
 		return nil, err
 	}
@@ -132,6 +119,37 @@ func (s *Server) gateDecide(r *http.Request, who principal, id string, call *exe
 	call.req.Argv = argv
 	call.req.Gate = key
 	return nil, nil
+}
+
+// gateCheck is what the policy makes of an exec: the argv the gate sees
+// (a plain cmd's words when its program is gated), the command line an
+// approval shows, and the gated program's key ("" if none).
+type gateCheck struct {
+	argv    []string
+	command string
+	key     string
+}
+
+// gateOf reads call against the policy; applies reports whether the gate
+// has something to do: a gated program, a line the advisory patterns
+// mark, or an approval to spend. It files and spends nothing.
+func (s *Server) gateOf(call *execCall) (g gateCheck, applies bool) {
+	if s.cfg.Gateway == nil || s.cfg.Policy == nil {
+		return gateCheck{}, false
+	}
+	pol := s.cfg.Policy
+	g.argv, g.command = call.req.Argv, quoteArgv(call.req.Argv)
+	if words, ok := plainCmd(call); ok {
+		g.command = call.line
+		if pol.Gated(words[0]) != "" {
+			g.argv = words
+		}
+	} else if isCmd(call) {
+		g.command = call.line
+	}
+	g.key = pol.Gated(g.argv[0])
+	marked, _ := pol.NeedsApproval(call.line)
+	return g, g.key != "" || marked || call.approval != ""
 }
 
 // isCmd reports whether call came as cmd (a shell line).

@@ -79,6 +79,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, who princ
 	if s.cfg.Gateway == nil && !grow.empty() {
 		return badRequest("the limits asked for are above the operator's ceiling (policy limits.max), and this daemon has no approval gateway to ask")
 	}
+	if first != nil && len(extra) == 0 && grow.empty() && len(req.Secrets) == 0 {
+		if _, gated := s.gateOf(first); !gated {
+			return s.createWithFirstExec(r, w, who, req, *first)
+		}
+	}
 	info, err := s.m.Create(r.Context(), who.Name, req)
 	s.metrics.created(err)
 	if err != nil {
@@ -146,6 +151,29 @@ func (s *Server) createdThenExec(r *http.Request, w http.ResponseWriter, who pri
 		return nil
 	}
 	return s.streamExec(r, who, out.ID, call.req, st)
+}
+
+// createWithFirstExec answers a create whose first command files
+// nothing (no gate, no widening, no secrets) as createdThenExec does, but
+// the command's intent commits with the create's record
+// (session.CreateThenExec): one commit less before its first result, and
+// the same records in the same order.
+func (s *Server) createWithFirstExec(r *http.Request, w http.ResponseWriter, who principal, req session.CreateRequest, call execCall) error {
+	st := newFrameStream(w, http.StatusCreated)
+	exec := call.req
+	exec.Stdout, exec.Stderr = st.stream("stdout"), st.stream("stderr")
+	info, first, err := s.m.CreateThenExec(r.Context(), who.Name, req, exec)
+	s.metrics.created(err)
+	if err != nil {
+		return err // nothing sent yet: a plain error answer
+	}
+	if err := st.hold(wire.CreatedFrame{Sandbox: wire.CreatedSandbox{Sandbox: view(info)}}); err != nil {
+		first.Drop(errors.New("the client went away before it started"))
+		return nil // the sandbox stays theirs
+	}
+	return s.streamRun(r, info.ID, st, func(starting func()) (sandbox.ExecResult, error) {
+		return first.Run(r.Context(), starting)
+	})
 }
 
 // Listing pages: a page holds at most maxPage entries (default
