@@ -144,3 +144,33 @@ func TestCreateWithExecThatNeedsApproval(t *testing.T) {
 		t.Fatalf("the approved command: %d %s", resp.StatusCode, body)
 	}
 }
+
+// A first command that cannot start still answers the 201 stream, its
+// exit frame saying why; its intent, committed with the create's record,
+// is the create's neighbour in the chain and has its result.
+func TestCreateWithExecThatCannotStart(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	resp, body := e.req("POST", "/v1/sandboxes", agentTok, map[string]any{"exec": map[string]any{"argv": []string{"/no/such/program"}}})
+	sb, frames := createFrames(t, resp, body)
+	var exit frame
+	if len(frames) != 1 || json.Unmarshal(frames[len(frames)-1], &exit) != nil || exit.Exit == nil || *exit.Exit == 0 || exit.Error == "" {
+		t.Fatalf("frames after the sandbox: %s", body)
+	}
+	var recs []audit.Record
+	for deadline := time.Now().Add(5 * time.Second); len(recs) < 3 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		all, err := e.log.Tail(t.Context(), 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = recs[:0]
+		for _, r := range all {
+			if r.Session == sb.ID {
+				recs = append(recs, r)
+			}
+		}
+	}
+	if len(recs) != 3 || recs[0].Kind != audit.KindSandboxCreate || recs[1].Kind != audit.KindSandboxExec+audit.IntentSuffix ||
+		recs[1].Seq != recs[0].Seq+1 || recs[2].Kind != audit.KindSandboxExec || !strings.Contains(string(recs[2].Data), `"error"`) {
+		t.Fatalf("records of a first command that could not start: %+v", recs)
+	}
+}
