@@ -26,9 +26,15 @@ type FirstExec struct {
 // ErrFirstExecUsed is Run's error for a FirstExec already run or dropped.
 var ErrFirstExecUsed = errdefs.New(errdefs.ErrConflict, "session: the first command was already run or dropped")
 
-func (m *Manager) readyFirst(id string, sb sandbox.Sandbox, req sandbox.ExecRequest, env []string, intent *audit.Intent) *FirstExec {
+// readyFirst makes the FirstExec of req in sb, readying it unless run
+// holds it readied already (with the same environment).
+func (m *Manager) readyFirst(id string, sb sandbox.Sandbox, req sandbox.ExecRequest, env []string, intent *audit.Intent, run *readied) *FirstExec {
 	req = withDaemonEnv(req, env)
-	return &FirstExec{m: m, id: id, req: req, intent: intent, run: ready(sb, req)}
+	if run == nil {
+		r := ready(sb, req)
+		run = &r
+	}
+	return &FirstExec{m: m, id: id, req: req, intent: intent, run: *run}
 }
 
 // Run starts the command, within the sandbox's quotas as any exec, and

@@ -662,6 +662,16 @@ func (m *Manager) create(ctx context.Context, actor string, req CreateRequest, f
 	if m.opts.Trust != "" {
 		extraEnv = append(extraEnv, sandbox.TrustEnv...)
 	}
+	// A first command is readied while the record commits when its
+	// environment is final here (no secrets add to it later) and no
+	// snapshot is yet to be restored under it; it starts only once the
+	// record and its intent are durable (FirstExec.Run).
+	var firstRun *readied
+	if first != nil && len(req.Secrets) == 0 && snap == nil {
+		r := ready(sb, withDaemonEnv(*first, extraEnv))
+		firstRun = &r
+		undo = append(undo, func(context.Context) { r.abort() })
+	}
 	if err = record.wait(); err != nil {
 		return Info{}, nil, fmt.Errorf("session: audit: %w", err)
 	}
@@ -690,9 +700,8 @@ func (m *Manager) create(ctx context.Context, actor string, req CreateRequest, f
 	e := &entry{sb: sb, limits: limits, commit: commit, info: info, lastUsed: now, env: extraEnv, serving: serving, egress: egressSrv, broker: broker,
 		ports: slices.Clone(req.Ports)}
 	if first != nil {
-		// Readied now, while nothing else holds the sandbox; run by
-		// FirstExec.Run under the sandbox's quotas.
-		fx = m.readyFirst(info.ID, sb, *first, extraEnv, record.intent)
+		// Run by FirstExec.Run under the sandbox's quotas.
+		fx = m.readyFirst(info.ID, sb, *first, extraEnv, record.intent, firstRun)
 	}
 	m.mu.Lock()
 	m.live[info.ID] = e
