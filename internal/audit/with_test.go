@@ -116,24 +116,8 @@ func TestAppendWithRecordFailureUndoesTheChange(t *testing.T) {
 func TestAppendWithRefusalSparesTheBatch(t *testing.T) {
 	ctx := context.Background()
 	st, l := withStore(t, Options{})
-	if _, err := l.AppendWith(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, insertThing("dup")); err != nil {
-		t.Fatal(err)
-	}
-	entered, release := make(chan struct{}), make(chan struct{})
-	hold := func(ctx context.Context, tx *sql.Tx) error {
-		close(entered)
-		<-release
-		return insertThing("first")(ctx, tx)
-	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if _, err := l.AppendWith(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, hold); err != nil {
-			t.Errorf("the holding append: %v", err)
-		}
-	}()
-	<-entered
+	release := holdCommitter(t, l, &wg)
 	const n = 20
 	errs := make([]error, 3*n)
 	for i := 0; i < n; i++ {
@@ -157,7 +141,7 @@ func TestAppendWithRefusalSparesTheBatch(t *testing.T) {
 		}()
 	}
 	waitQueued(t, l, 3*n)
-	close(release)
+	release()
 	wg.Wait()
 	refused := 0
 	for i, err := range errs {
@@ -186,6 +170,33 @@ func TestAppendWithRefusalSparesTheBatch(t *testing.T) {
 	mustVerifyOK(t, l, want)
 }
 
+// holdCommitter appends a row "dup" (for changes to be refused on), then
+// starts an AppendWith whose change holds the committer inside its batch
+// until release is called, so that the appends made meanwhile queue and
+// form the next batch together. wg covers the holding append.
+func holdCommitter(t *testing.T, l *Log, wg *sync.WaitGroup) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := l.AppendWith(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, insertThing("dup")); err != nil {
+		t.Fatal(err)
+	}
+	entered, released := make(chan struct{}), make(chan struct{})
+	hold := func(ctx context.Context, tx *sql.Tx) error {
+		close(entered)
+		<-released
+		return insertThing("first")(ctx, tx)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := l.AppendWith(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, hold); err != nil {
+			t.Errorf("the holding append: %v", err)
+		}
+	}()
+	<-entered
+	return func() { close(released) }
+}
+
 // waitQueued waits until n appends wait in l's queue.
 func waitQueued(t *testing.T, l *Log, n int) {
 	t.Helper()
@@ -204,24 +215,8 @@ func waitQueued(t *testing.T, l *Log, n int) {
 func TestAppendWithIntentCommitsTogether(t *testing.T) {
 	ctx := context.Background()
 	st, l := withStore(t, Options{})
-	if _, err := l.AppendWith(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, insertThing("dup")); err != nil {
-		t.Fatal(err)
-	}
-	entered, release := make(chan struct{}), make(chan struct{})
-	hold := func(ctx context.Context, tx *sql.Tx) error {
-		close(entered)
-		<-release
-		return insertThing("first")(ctx, tx)
-	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if _, err := l.AppendWith(ctx, Entry{Actor: "agent", Kind: KindSandboxCreate}, hold); err != nil {
-			t.Errorf("the holding append: %v", err)
-		}
-	}()
-	<-entered
+	release := holdCommitter(t, l, &wg)
 	const n = 30
 	type pair struct {
 		rec Record
@@ -248,7 +243,7 @@ func TestAppendWithIntentCommitsTogether(t *testing.T) {
 		}()
 	}
 	waitQueued(t, l, 2*n)
-	close(release)
+	release()
 	wg.Wait()
 	written := int64(2) // "dup" and the holding append
 	for i, p := range pairs {
