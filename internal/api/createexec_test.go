@@ -36,6 +36,29 @@ func createFrames(t *testing.T, resp *http.Response, body []byte) (wire.CreatedS
 	return first.Sandbox, lines[1:]
 }
 
+// recordsOf waits (up to 5 s) until the log holds at least n records of
+// sandbox id, and returns its records in order: a command's end record is
+// queued, and commits with the next batch.
+func recordsOf(t *testing.T, e *env, id string, n int) []audit.Record {
+	t.Helper()
+	var out []audit.Record
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		all, err := e.log.Tail(t.Context(), 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = out[:0]
+		for _, r := range all {
+			if r.Session == id {
+				out = append(out, r)
+			}
+		}
+		if len(out) >= n || time.Now().After(deadline) {
+			return out
+		}
+	}
+}
+
 // A create carrying its first command answers one stream: the sandbox,
 // then the command's frames; the command is audited like any exec, after
 // the create, its intent before it ran.
@@ -76,20 +99,8 @@ func TestCreateWithExec(t *testing.T) {
 	// The command's end record is queued (it commits with the next batch).
 	want := []string{audit.KindSandboxCreate, audit.KindSandboxExec + audit.IntentSuffix, audit.KindSandboxExec}
 	var kinds []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		recs, err := e.log.Tail(t.Context(), 0, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kinds = kinds[:0]
-		for _, r := range recs {
-			if r.Session == sb.ID {
-				kinds = append(kinds, r.Kind)
-			}
-		}
-		if len(kinds) >= len(want) || time.Now().After(deadline) {
-			break
-		}
+	for _, r := range recordsOf(t, e, sb.ID, len(want)) {
+		kinds = append(kinds, r.Kind)
 	}
 	if strings.Join(kinds, " ") != strings.Join(want, " ") {
 		t.Fatalf("records %v, want %v", kinds, want)
@@ -156,19 +167,7 @@ func TestCreateWithExecThatCannotStart(t *testing.T) {
 	if len(frames) != 1 || json.Unmarshal(frames[len(frames)-1], &exit) != nil || exit.Exit == nil || *exit.Exit == 0 || exit.Error == "" {
 		t.Fatalf("frames after the sandbox: %s", body)
 	}
-	var recs []audit.Record
-	for deadline := time.Now().Add(5 * time.Second); len(recs) < 3 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		all, err := e.log.Tail(t.Context(), 0, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = recs[:0]
-		for _, r := range all {
-			if r.Session == sb.ID {
-				recs = append(recs, r)
-			}
-		}
-	}
+	recs := recordsOf(t, e, sb.ID, 3)
 	if len(recs) != 3 || recs[0].Kind != audit.KindSandboxCreate || recs[1].Kind != audit.KindSandboxExec+audit.IntentSuffix ||
 		recs[1].Seq != recs[0].Seq+1 || recs[2].Kind != audit.KindSandboxExec || !strings.Contains(string(recs[2].Data), `"error"`) {
 		t.Fatalf("records of a first command that could not start: %+v", recs)
