@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 // so every line the parent reads was acknowledged before the kill.
 func crashChild(path string) int {
 	ctx := context.Background()
-	st, err := store.Open(ctx, path)
+	st, err := store.OpenWith(ctx, path, store.Options{PresizeWAL: true}) // as the daemon does
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -41,9 +41,10 @@ func fakeClock(t testing.TB) func() time.Time {
 
 func openStore(t testing.TB, path string) *store.Store {
 	t.Helper()
-	st, err := store.Open(context.Background(), path)
+	// As the daemon opens it: commits go into a presized WAL.
+	st, err := store.OpenWith(context.Background(), path, store.Options{PresizeWAL: true})
 	if err != nil {
-		t.Fatalf("store.Open: %v", err)
+		t.Fatalf("store.OpenWith: %v", err)
 	}
 	return st
 }

@@ -390,7 +390,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}()
 
-	st, err := store.OpenWith(ctx, filepath.Join(dir, DatabaseFile), store.Options{MustExist: used})
+	st, err := store.OpenWith(ctx, filepath.Join(dir, DatabaseFile), store.Options{MustExist: used, PresizeWAL: true})
 	if err != nil {
 		return err
 	}

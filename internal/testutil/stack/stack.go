@@ -47,7 +47,8 @@ func New(t testing.TB, opts native.Options) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Close(context.Background()) })
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "ironclaw.db"))
+	// As the daemon opens it, so benchmarks commit into a presized WAL.
+	db, err := store.OpenWith(context.Background(), filepath.Join(t.TempDir(), "ironclaw.db"), store.Options{PresizeWAL: true})
 	if err != nil {
 		t.Fatal(err)
 	}
