@@ -80,7 +80,7 @@ func BenchmarkFloorFdatasync(b *testing.B) {
 // (that log is replaced, untimed, by one on a new database every
 // growingRun appends, so its WAL never wraps).
 func BenchmarkAppendAfterIdle(b *testing.B) {
-	for _, gap := range []time.Duration{0, 2 * time.Millisecond, 10 * time.Millisecond} {
+	for _, gap := range []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 10 * time.Millisecond} {
 		b.Run("gap="+gap.String(), func(b *testing.B) {
 			ctx := context.Background()
 			dir := b.TempDir()
