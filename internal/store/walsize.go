@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"os"
 )
 
@@ -13,8 +14,8 @@ import (
 // journal; once a checkpoint has reset the WAL, SQLite writes it from its
 // start again, over blocks that already hold data, and the fsync flushes
 // the data alone. On the 2-core guest an append after 1 ms of quiet (an
-// exec's intent) took 295 us in a new WAL and 217 us once the WAL had
-// wrapped (docs/performance.md). A daemon starts with no WAL (SQLite
+// exec's intent) took about 300 us in a new WAL and 217 us once the WAL
+// had wrapped (docs/performance.md). A daemon starts with no WAL (SQLite
 // deletes it when the last connection closes), so without help every start
 // pays the expensive kind for its first thousand commits. Preallocating
 // with fallocate does not help: its unwritten extents are converted, in
@@ -37,9 +38,9 @@ const walFrames = 1000 + 64
 // (BEGIN IMMEDIATE, which in WAL mode holds SQLite's WAL write lock), so
 // no connection, in this process or another, appends frames while the
 // file grows; and it only adds bytes past the file's end, past every valid
-// frame. SQLite reads frames only up to the first invalid one (zeros carry
-// no valid salt and checksum, as the stale tail of a reused WAL does not),
-// writes its header over the start of an empty WAL at its first commit,
+// frame. SQLite reads frames only up to the first invalid one (zeros
+// match neither the header's salt nor a checksum, as the stale frames
+// past the end of a reset WAL do not), writes its header over the start of an empty WAL at its first commit,
 // and keeps the file's size when it resets it (journal_size_limit is left
 // at -1).
 //
@@ -65,17 +66,27 @@ func (s *Store) presizeWAL(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	want := walFileHeader + walFrames*(page+walFrameHeader)
-	if fi.Size() >= want {
+	have, want := fi.Size(), walFileHeader+walFrames*(page+walFrameHeader)
+	if have >= want {
 		return nil
 	}
+	// The last free space is the audit log's: a WAL grown into it would
+	// only bring ErrStorageFull sooner.
+	if free, err := s.FreeBytes(); err != nil || free < presizeFreeFactor*(want-have) {
+		return err
+	}
 	zeros := make([]byte, 256<<10)
-	for off := fi.Size(); off < want; {
+	for off := have; off < want; {
 		n, err := f.WriteAt(zeros[:min(want-off, int64(len(zeros)))], off)
 		if err != nil {
-			return err
+			// Give back what was taken: only zeros past every frame.
+			return errors.Join(err, f.Truncate(have))
 		}
 		off += int64(n)
 	}
 	return f.Sync()
 }
+
+// presizeFreeFactor: the WAL is grown only while the file system has this
+// many times the growth free.
+const presizeFreeFactor = 16
