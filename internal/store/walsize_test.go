@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -143,4 +144,33 @@ func TestPresizeLeavesALargerWAL(t *testing.T) {
 		t.Errorf("WAL of %d bytes is now %d", presizedWAL+4096, got)
 	}
 	s.Close()
+}
+
+// The last free space is left to the records: on a file system with less
+// than presizeFreeFactor times the growth free, the WAL is not grown; with
+// room, on the same kind of file system, it is.
+func TestPresizeLeavesTheLastFreeSpace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	for _, c := range []struct {
+		size     string
+		presized bool
+	}{{"24m", false}, {"128m", true}} {
+		dir := filepath.Join(t.TempDir(), "data")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size="+c.size+",mode=0700"); err != nil {
+			t.Fatalf("mount a tmpfs: %v", err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+		path := filepath.Join(dir, "ironclaw.db")
+		s := openPresized(t, path)
+		got := fileSize(t, path+"-wal")
+		s.Close()
+		if (got == presizedWAL) != c.presized {
+			t.Errorf("a %s file system: WAL of %d bytes after open; presized (%d bytes) should be %v", c.size, got, presizedWAL, c.presized)
+		}
+	}
 }
