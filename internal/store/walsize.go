@@ -40,9 +40,9 @@ const walFrames = 1000 + 64
 // file grows; and it only adds bytes past the file's end, past every valid
 // frame. SQLite reads frames only up to the first invalid one (zeros
 // match neither the header's salt nor a checksum, as the stale frames
-// past the end of a reset WAL do not), writes its header over the start of an empty WAL at its first commit,
-// and keeps the file's size when it resets it (journal_size_limit is left
-// at -1).
+// past the end of a reset WAL do not), writes its header over the start
+// of an empty WAL at its first commit, and keeps the file's size when it
+// resets it (journal_size_limit is left at -1).
 //
 // This cannot be done before SQLite opens the file: SQLite deletes a WAL
 // it finds beside an empty database, so a new database would lose it.
@@ -56,7 +56,8 @@ func (s *Store) presizeWAL(ctx context.Context) error {
 	if err := tx.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&page); err != nil {
 		return err
 	}
-	// SQLite's file: opened without O_CREATE, never truncated.
+	// SQLite's file: opened without O_CREATE, and never cut below the
+	// size it had.
 	f, err := os.OpenFile(s.path+"-wal", os.O_WRONLY, 0)
 	if err != nil {
 		return err
@@ -72,8 +73,12 @@ func (s *Store) presizeWAL(ctx context.Context) error {
 	}
 	// The last free space is the audit log's: a WAL grown into it would
 	// only bring ErrStorageFull sooner.
-	if free, err := s.FreeBytes(); err != nil || free < presizeFreeFactor*(want-have) {
+	free, err := s.FreeBytes()
+	if err != nil {
 		return err
+	}
+	if free < presizeFreeFactor*(want-have) {
+		return nil
 	}
 	zeros := make([]byte, 256<<10)
 	for off := have; off < want; {
