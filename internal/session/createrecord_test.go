@@ -23,6 +23,15 @@ type namedTestRuntime struct {
 	made []sandbox.Sandbox
 }
 
+// failsAfterNaming is a runtime whose build names its sandbox id and then
+// fails, as a build that started over or broke after naming does.
+func failsAfterNaming(f *fixture, id string) *namedTestRuntime {
+	return &namedTestRuntime{Runtime: f.rt, build: func(ctx context.Context, _ *native.Runtime, _ sandbox.Spec, named func(string)) (sandbox.Sandbox, error) {
+		named(id)
+		return nil, errors.New("the build failed (test)")
+	}}
+}
+
 func (r *namedTestRuntime) CreateNamed(ctx context.Context, spec sandbox.Spec, named func(string)) (sandbox.Sandbox, error) {
 	sb, err := r.build(ctx, r.Runtime, spec, named)
 	if sb != nil {
@@ -100,10 +109,7 @@ func TestCreateRecordCommitsWhileTheSandboxIsBuilt(t *testing.T) {
 func TestCreateRecordOfAFailedBuildIsEnded(t *testing.T) {
 	f := newFixture(t)
 	const ghost = "sbx-00000000000000aa"
-	rt := &namedTestRuntime{Runtime: f.rt, build: func(ctx context.Context, _ *native.Runtime, _ sandbox.Spec, named func(string)) (sandbox.Sandbox, error) {
-		named(ghost)
-		return nil, errors.New("the build failed (test)")
-	}}
+	rt := failsAfterNaming(f, ghost)
 	m := f.namedManager(t, rt)
 	ctx := context.Background()
 	if _, err := m.Create(ctx, "agent", CreateRequest{}); err == nil || !strings.Contains(err.Error(), "the build failed (test)") {

@@ -111,10 +111,7 @@ func TestCreateThenExecCommitsTheIntentWithTheCreate(t *testing.T) {
 func TestFirstExecOfAFailedCreateIsEnded(t *testing.T) {
 	f := newFixture(t)
 	const ghost = "sbx-00000000000000ab"
-	rt := &namedTestRuntime{Runtime: f.rt, build: func(ctx context.Context, _ *native.Runtime, _ sandbox.Spec, named func(string)) (sandbox.Sandbox, error) {
-		named(ghost)
-		return nil, errors.New("the build failed (test)")
-	}}
+	rt := failsAfterNaming(f, ghost)
 	m := f.namedManager(t, rt)
 	if _, fx, err := m.CreateThenExec(context.Background(), "agent", CreateRequest{}, sandbox.ExecRequest{Argv: []string{"true"}}); err == nil || fx != nil {
 		t.Fatalf("CreateThenExec = %v, %v; want the build's error", fx, err)
