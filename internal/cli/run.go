@@ -204,23 +204,20 @@ func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
 			fmt.Fprintf(e.stderr, "ironclaw: teardown: %v\n", err)
 		}
 	}()
-	sb, err := rt.Create(ctx, spec)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = sb.Destroy(cctx)
-	}()
-
 	req := sandbox.ExecRequest{Argv: argv, Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr, TTY: a.tty}
 	if a.tty {
 		restore, resize := hostTerminal(e, &req)
 		defer restore()
 		defer resize()
 	}
-	res, err := sb.Exec(ctx, req)
+	sb, res, err := createExec(ctx, rt, spec, req)
+	if sb != nil {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = sb.Destroy(cctx)
+		}()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(e.stderr, "ironclaw: interrupted; sandbox torn down")
@@ -240,6 +237,26 @@ func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
 		fmt.Fprintf(e.stderr, "ironclaw: a process was killed at the %s memory limit (--memory)\n", sandbox.FormatBytes(l.MemoryBytes))
 	}
 	return exitCode(res.ExitCode)
+}
+
+// firstExecer is a runtime that can hand a new sandbox its first command
+// while building it (the native runtime's CreateExec): the command starts
+// as soon as the sandbox is sealed.
+type firstExecer interface {
+	CreateExec(ctx context.Context, spec sandbox.Spec, req sandbox.ExecRequest) (sandbox.Sandbox, sandbox.ExecResult, error)
+}
+
+// createExec makes a sandbox and runs its one command: in one step where
+// rt can, else Create then Exec. sb is set whenever a sandbox was made.
+func createExec(ctx context.Context, rt sandbox.Runtime, spec sandbox.Spec, req sandbox.ExecRequest) (sb sandbox.Sandbox, res sandbox.ExecResult, err error) {
+	if fe, ok := rt.(firstExecer); ok {
+		return fe.CreateExec(ctx, spec, req)
+	}
+	if sb, err = rt.Create(ctx, spec); err != nil {
+		return nil, res, err
+	}
+	res, err = sb.Exec(ctx, req)
+	return sb, res, err
 }
 
 // hostTerminal puts our own terminal in raw mode (when stdin is one) and

@@ -49,6 +49,44 @@ func (r *Runtime) CreateNamed(ctx context.Context, spec sandbox.Spec, named func
 	return r.createCold(ctx, spec, named)
 }
 
+// CreateExec creates a sandbox for spec and runs req in it as its first
+// command: Create, then Exec, except that a cold create queues req to
+// the init right behind what the init is to build (see raise), so the
+// command starts as soon as the sandbox is sealed instead of a round
+// trip through us later. The sandbox is returned whenever one was made,
+// also when the command failed; the caller destroys it. A request that
+// Exec would refuse fails the create, and nothing is left behind.
+func (r *Runtime) CreateExec(ctx context.Context, spec sandbox.Spec, req sandbox.ExecRequest) (sandbox.Sandbox, sandbox.ExecResult, error) {
+	spec = spec.WithDefaults()
+	if err := spec.Validate(); err != nil {
+		return nil, sandbox.ExecResult{}, err
+	}
+	if r.pool != nil {
+		if sb := r.pool.take(spec); sb != nil {
+			res, err := sb.Exec(ctx, req)
+			return sb, res, err
+		}
+	}
+	first := &req
+	if r.noted(&r.noQueue) {
+		first = nil
+	}
+	sb, p, err := r.createColdFirst(ctx, spec, nil, first)
+	if errors.Is(err, errWorkloadRefused) {
+		r.noteOnce(&r.noQueue, fmt.Sprintf("a new sandbox's first command waits for the sandbox to be ready: %v", err))
+		sb, p, err = r.createColdFirst(ctx, spec, nil, nil)
+	}
+	if err != nil {
+		return nil, sandbox.ExecResult{}, err
+	}
+	if p == nil {
+		res, err := sb.Exec(ctx, req)
+		return sb, res, err
+	}
+	res, err := p.finish(ctx)
+	return sb, res, err
+}
+
 // sandboxCgroup returns a new sandbox's id and its cgroup with limits l:
 // a spare made ahead when one is ready, else one made now.
 func (r *Runtime) sandboxCgroup(l sandbox.Limits) (string, *cgroups.Cgroup, error) {
@@ -67,35 +105,44 @@ func (r *Runtime) sandboxCgroup(l sandbox.Limits) (string, *cgroups.Cgroup, erro
 // hatchling (an init started ahead, see hatchery) when one fits, else
 // from a clone made now.
 func (r *Runtime) createCold(ctx context.Context, spec sandbox.Spec, named func(id string)) (*Sandbox, error) {
+	sb, _, err := r.createColdFirst(ctx, spec, named, nil)
+	return sb, err
+}
+
+// createColdFirst is createCold that, with first set, also queues first
+// to the init right behind its message where it can (the C init), and
+// returns it sent; a nil preparedExec with a sandbox means first was not
+// queued and is the caller's to run.
+func (r *Runtime) createColdFirst(ctx context.Context, spec sandbox.Spec, named func(id string), first *sandbox.ExecRequest) (*Sandbox, *preparedExec, error) {
 	cfg, err := r.initConfig(spec)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.mu.Lock()
 	closed := r.closed
 	r.mu.Unlock()
 	if closed {
-		return nil, sandbox.ErrClosed
+		return nil, nil, sandbox.ErrClosed
 	}
 	if h := r.takeHatchling(cfg, spec.Limits); h != nil {
 		if named != nil {
 			named(h.id)
 			named = nil // a fresh clone below has an id of its own
 		}
-		sb, err := r.raise(ctx, h, spec, cfg, nil)
+		sb, p, err := r.raise(ctx, h, spec, cfg, nil, first)
 		var exited initExitedError
 		if !errors.Is(err, errUnsent) && !errors.As(err, &exited) {
-			return sb, err
+			return sb, p, err
 		}
 		// It died as it was taken (before it could read the plan, or with
 		// no word about it): this create goes on from a clone, once.
 		r.opts.Logf("%s: a spare init was gone when taken (%v); making the sandbox anew", h.id, err)
 	}
-	h, msg, err := r.hatch(ctx, spec.Limits, cfg, true, named)
+	h, msg, err := r.hatch(ctx, spec.Limits, cfg, true, first != nil, named)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return r.raise(ctx, h, spec, cfg, msg)
+	return r.raise(ctx, h, spec, cfg, msg, first)
 }
 
 // hatchling is a sandbox init started in its fresh namespaces and born in
@@ -131,7 +178,7 @@ func (h *hatchling) discard(logf func(string, ...any)) {
 // path; docs/performance.md) and returns it; cfg.UnshareCgroup is set
 // when the init must unshare its cgroup namespace itself. Nothing is left
 // behind on error. named, if set, hears the id once its cgroup is made.
-func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config, prepare bool, named func(id string)) (_ *hatchling, _ *initMessage, retErr error) {
+func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config, prepare, queued bool, named func(id string)) (_ *hatchling, _ *initMessage, retErr error) {
 	id, cg, err := r.sandboxCgroup(l)
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, nil, fmt.Errorf("%w: sandbox cgroup: %v; limits need root or a delegated cgroup v2 subtree (for example: systemd-run --user -p Delegate=yes --scope ironclaw ...)", sandbox.ErrUnsupported, err)
@@ -254,7 +301,7 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 	var proc *initProc
 	if err == nil {
 		if prepare {
-			msg = r.prepareInit(cInit, cfg, workloadTasks)
+			msg = r.prepareInit(cInit, cfg, workloadTasks, queued)
 		}
 		proc, err = wait()
 	}
@@ -265,7 +312,7 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 		cfg.UnshareCgroup = true
 		if prepare {
 			msg.close() // its plan does not unshare the cgroup namespace
-			msg = r.prepareInit(cInit, cfg, workloadTasks)
+			msg = r.prepareInit(cInit, cfg, workloadTasks, queued)
 		}
 		proc, err = r.spawn.start(ctx, exe, argv, attr, nil)
 	}
@@ -313,6 +360,13 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 // (it had exited): nothing of the spec reached it.
 var errUnsent = errors.New("the init took no message")
 
+// errWorkloadRefused is awaitReady's error when the init, with a command
+// queued, could not move itself into its workload's pids share
+// (setup.FlagWorkloadRequired): the kernel checks the writer's
+// credentials there (before 5.16), and the create is made again without
+// queueing.
+var errWorkloadRefused = errors.New("the init could not enter its workload's pids share")
+
 // initExitedError is awaitReady's error when the init exited without a
 // reply (a failure of the plan is a reply, not this).
 type initExitedError struct{ error }
@@ -322,49 +376,76 @@ func (e initExitedError) Unwrap() error { return e.error }
 // raise sends hatchling h what to build for spec (msg, or one made now
 // for cfg), waits for the init to be ready and registers the sandbox. On
 // error h is discarded.
-func (r *Runtime) raise(ctx context.Context, h *hatchling, spec sandbox.Spec, cfg *wire.Config, msg *initMessage) (_ *Sandbox, retErr error) {
+//
+// With first set and a C init, first is prepared and sent right behind
+// the message, before the init is ready: the init reads it once sealed
+// and starts it at once, instead of a round trip through us later. It
+// is returned sent, for finish; its sandbox is not, until ready, in
+// r.boxes. Nothing of it can start before the seal, which the init
+// applies before it reads another request, and the plan then requires
+// the init's own move into the workload's pids share
+// (setup.FlagWorkloadRequired): the move the daemon makes otherwise, after
+// ready (reservePids), would come after the command had started.
+func (r *Runtime) raise(ctx context.Context, h *hatchling, spec sandbox.Spec, cfg *wire.Config, msg *initMessage, first *sandbox.ExecRequest) (_ *Sandbox, _ *preparedExec, retErr error) {
 	defer func() { msg.close() }()
 	b := &Sandbox{id: h.id, spec: spec, rt: r, proc: h.proc, conn: h.conn, cg: h.cg,
 		pending: map[uint64]chan reply{}, done: make(chan struct{})}
 	h.conn.Stderr = b.initStderr
+	var p *preparedExec
 	defer func() {
 		if retErr != nil {
+			if p != nil {
+				p.drop()
+			}
 			b.closeListeners()
 			h.discard(r.opts.Logf)
 		}
 	}()
+	queued := first != nil && h.cInit
+	if queued {
+		var err error
+		if p, err = b.prepareExec(*first); err != nil {
+			return nil, nil, err
+		}
+	}
 	if msg == nil {
 		var workloadTasks *os.File
 		if wt, err := h.cg.WorkloadTasks(); err == nil {
 			workloadTasks = wt
 			defer wt.Close()
 		} else if !errors.Is(err, cgroups.ErrNotSupported) {
-			return nil, fmt.Errorf("sandbox cgroup: %w", err)
+			return nil, nil, fmt.Errorf("sandbox cgroup: %w", err)
 		}
-		msg = r.prepareInit(h.cInit, cfg, workloadTasks)
+		msg = r.prepareInit(h.cInit, cfg, workloadTasks, queued)
 	}
 	if err := msg.send(h.conn); err != nil {
 		if msg.err == nil {
 			err = fmt.Errorf("%w: %w", errUnsent, err)
 		}
-		return nil, fmt.Errorf("sandbox init: %w", err)
+		return nil, nil, fmt.Errorf("sandbox init: %w", err)
 	}
 	msg.close()
+	if p != nil {
+		if err := p.send(); err != nil {
+			p = nil // send released it
+			return nil, nil, fmt.Errorf("sandbox init: queueing the first command: %w", err)
+		}
+	}
 	if err := b.awaitReady(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := r.reservePids(h.cg, h.proc.pid); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, sandbox.ErrClosed
+		return nil, nil, sandbox.ErrClosed
 	}
 	r.boxes[h.id] = b
 	r.mu.Unlock()
 	go b.readReplies()
-	return b, nil
+	return b, p, nil
 }
 
 // initMessage is the one message a new init is sent: the C init's
@@ -382,7 +463,10 @@ type initMessage struct {
 // fill cfg.Sources), then for the C init its plan and the Go agent it
 // hands pid 1 to for file operations, for the Go init the steward (the
 // program pid 1 becomes once idle); last, the workload tasks file.
-func (r *Runtime) prepareInit(cInit bool, cfg *wire.Config, workloadTasks *os.File) *initMessage {
+//
+// queued says a command will be sent right behind the message (raise):
+// the C init's move into the workload tasks file is then required.
+func (r *Runtime) prepareInit(cInit bool, cfg *wire.Config, workloadTasks *os.File, queued bool) *initMessage {
 	trees := r.openTrees(cfg)
 	m := &initMessage{cfg: cfg, files: trees, owned: trees}
 	if !cInit {
@@ -405,6 +489,9 @@ func (r *Runtime) prepareInit(cInit bool, cfg *wire.Config, workloadTasks *os.Fi
 	var flags uint32
 	if workloadTasks != nil {
 		flags |= setup.FlagWorkloadTasks
+		if queued {
+			flags |= setup.FlagWorkloadRequired
+		}
 	}
 	if m.plan, m.err = setup.Encode(plan, flags); m.err != nil {
 		return m
@@ -486,6 +573,9 @@ func (b *Sandbox) awaitReady(ctx context.Context) error {
 		}
 		if res.rep.Op != wire.OpReady {
 			wire.CloseAll(res.files)
+			if res.rep.Code == setup.CodeWorkloadRefused {
+				return fmt.Errorf("%w: %s", errWorkloadRefused, res.rep.Err)
+			}
 			if herr := sandbox.HostExhausted("sandbox setup", syscall.Errno(res.rep.Errno)); res.rep.Errno != 0 && herr != nil {
 				return fmt.Errorf("%w (%s)", herr, res.rep.Err)
 			}

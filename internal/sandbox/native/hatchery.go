@@ -65,7 +65,7 @@ func (h *hatchery) make() (*hatchling, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	hl, _, err := h.r.hatch(ctx, shape.Limits, cfg, false, nil)
+	hl, _, err := h.r.hatch(ctx, shape.Limits, cfg, false, false, nil)
 	if err != nil {
 		return nil, err
 	}

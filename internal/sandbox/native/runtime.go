@@ -134,6 +134,9 @@ type Runtime struct {
 
 	notesMu                      sync.Mutex // guards the flags below: things logged once
 	noSplit, noOOM, noForkInside bool
+	// noQueue: a first command is not queued behind a new init's message
+	// (its move into the workload's pids share was refused; CreateExec).
+	noQueue bool
 
 	mu     sync.Mutex
 	boxes  map[string]*Sandbox

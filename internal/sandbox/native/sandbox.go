@@ -212,6 +212,7 @@ type preparedExec struct {
 	stdinW, outR, errR *os.File
 	child              [3]*os.File
 	used               bool
+	sent               time.Time // when send handed the command over
 }
 
 func (b *Sandbox) prepareExec(req sandbox.ExecRequest) (_ *preparedExec, retErr error) {
@@ -288,23 +289,49 @@ func (p *preparedExec) Run(ctx context.Context) (sandbox.ExecResult, error) {
 }
 
 func (p *preparedExec) run(ctx context.Context) (sandbox.ExecResult, error) {
+	if err := p.send(); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	return p.finish(ctx)
+}
+
+// send hands the command to the sandbox's init, which starts it once it
+// reads the request: at once in a ready sandbox, as soon as it is sealed
+// in one still being built (CreateExec). On error everything the exec
+// held is released; else finish must follow, or drop.
+func (p *preparedExec) send() error {
 	p.used = true
-	defer p.release()
-	var res sandbox.ExecResult
-	b, req, params, oom, oomBefore, id, ch := p.b, p.req, p.params, p.oom, p.oomBefore, p.id, p.ch
-	stdinW, outR, errR := p.stdinW, p.outR, p.errR
-	if !req.TTY {
+	b := p.b
+	if !p.req.TTY {
 		err := b.conn.Send(p.wreq, p.child[:]...)
 		wire.CloseAll(p.child[:])
 		p.child = [3]*os.File{}
 		if err != nil {
-			wire.CloseAll([]*os.File{stdinW, outR, errR})
-			return res, b.sendErr(err)
+			p.drop()
+			return b.sendErr(err)
 		}
 	} else if err := b.conn.Send(p.wreq); err != nil {
-		return res, b.sendErr(err)
+		p.drop()
+		return b.sendErr(err)
 	}
-	start := time.Now()
+	p.sent = time.Now()
+	return nil
+}
+
+// drop releases a sent exec that will not be waited for (its sandbox
+// failed to become ready and is being discarded, the command with it).
+func (p *preparedExec) drop() {
+	p.release()
+	wire.CloseAll([]*os.File{p.stdinW, p.outR, p.errR})
+}
+
+// finish waits for a sent command: its start, its output and its end.
+func (p *preparedExec) finish(ctx context.Context) (sandbox.ExecResult, error) {
+	defer p.release()
+	var res sandbox.ExecResult
+	b, req, params, oom, oomBefore, id, ch := p.b, p.req, p.params, p.oom, p.oomBefore, p.id, p.ch
+	stdinW, outR, errR := p.stdinW, p.outR, p.errR
+	start := p.sent
 
 	first, err := b.await(ctx, ch)
 	if err != nil {

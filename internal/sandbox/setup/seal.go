@@ -122,7 +122,17 @@ const (
 	// FlagWorkloadTasks: the last descriptor beside the plan is the pids
 	// cgroup's workload tasks file (wire.Config.WorkloadTasks).
 	FlagWorkloadTasks = 1 << 0
+	// FlagWorkloadRequired: a command is queued behind the plan, so the
+	// init's move into the workload tasks file must succeed; if refused
+	// the init fails with code CodeWorkloadRefused instead of leaving
+	// the move to the daemon after it is ready (which would come after
+	// the queued command had started).
+	FlagWorkloadRequired = 1 << 1
 )
+
+// CodeWorkloadRefused is the code of the init's failure under
+// FlagWorkloadRequired.
+const CodeWorkloadRefused = "workload"
 
 // Encode writes p for the C init, with header flags: Magic, then the
 // number of trees, the flags and the number of steps (uint32 each), then

@@ -44,6 +44,7 @@
 /* package setup's Magic and Ops */
 #define PLAN_MAGIC "ironclaw-setup 1\n"
 #define FLAG_WORKLOAD_TASKS 1u
+#define FLAG_WORKLOAD_REQUIRED 2u
 
 enum {
 	OP_UNSHARE_CGROUP = 1,
@@ -790,8 +791,15 @@ void init_sandbox(void)
 		close(slots[i]);
 	if (workload_tasks >= 0) {
 		/* Moves this (the only, forking) thread into the pids cgroup's
-		 * workload child; a refusal is the daemon's to notice. */
-		(void)!write(workload_tasks, "0", 1);
+		 * workload child; a refusal is the daemon's to notice, unless a
+		 * command is already queued behind the plan: then nothing may
+		 * start before the daemon has moved us, and this init gives up
+		 * (the daemon builds the sandbox again without queueing). */
+		if (write(workload_tasks, "0", 1) != 1 && (flags & FLAG_WORKLOAD_REQUIRED)) {
+			int e = errno;
+			reply_failed(0, "workload", e, "pid 1 could not enter its workload's pids share");
+			exit(1);
+		}
 		close(workload_tasks);
 	}
 	static const char ready[] = "{\"op\":\"ready\",\"id\":0}";
