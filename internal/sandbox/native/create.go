@@ -243,7 +243,7 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 	var workloadTasks *os.File
 	if err := cg.ReservePids(sandbox.InitPidsReserve); err == nil {
 		if prepare {
-			if workloadTasks, err = cg.WorkloadTasks(); err != nil {
+			if workloadTasks, err = r.openWorkloadTasks(cg); err != nil {
 				conn.Close()
 				return nil, nil, fmt.Errorf("sandbox cgroup: %w", err)
 			}
@@ -410,7 +410,7 @@ func (r *Runtime) raise(ctx context.Context, h *hatchling, spec sandbox.Spec, cf
 	}
 	if msg == nil {
 		var workloadTasks *os.File
-		if wt, err := h.cg.WorkloadTasks(); err == nil {
+		if wt, err := r.openWorkloadTasks(h.cg); err == nil {
 			workloadTasks = wt
 			defer wt.Close()
 		} else if !errors.Is(err, cgroups.ErrNotSupported) {

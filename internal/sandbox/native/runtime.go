@@ -137,6 +137,9 @@ type Runtime struct {
 	// noQueue: a first command is not queued behind a new init's message
 	// (its move into the workload's pids share was refused; CreateExec).
 	noQueue bool
+	// openWorkloadTasks opens the tasks file a C init moves itself into
+	// ((*cgroups.Cgroup).WorkloadTasks; a test makes it refuse).
+	openWorkloadTasks func(*cgroups.Cgroup) (*os.File, error)
 
 	mu     sync.Mutex
 	boxes  map[string]*Sandbox
@@ -207,7 +210,8 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r := &Runtime{opts: opts, init: initBin, steward: stewardBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(opts.Logf), boxes: map[string]*Sandbox{}, alternatives: newSharedAlternatives(), cpus: sandbox.NewCPUPicker(),
 		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID,
-		idMaps: sandboxIDMaps(rootless, opts.HostIDBase), ambient: ambient}
+		idMaps: sandboxIDMaps(rootless, opts.HostIDBase), ambient: ambient,
+		openWorkloadTasks: (*cgroups.Cgroup).WorkloadTasks}
 	if rootless {
 		r.hostUID, r.hostGID = os.Getuid(), os.Getgid()
 	}
