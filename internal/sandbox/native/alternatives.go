@@ -29,10 +29,11 @@ import (
 // any step, turns sharing off for the runtime's life, with one line to
 // Logf: each sandbox makes its own links, as before.
 type sharedAlternatives struct {
-	mu  sync.Mutex
-	off bool
-	key [sha256.Size]byte // of the links the mount holds
-	fd  int               // the detached mount; -1: none yet
+	mu     sync.Mutex
+	off    bool
+	closed bool              // the runtime closed: warm makes nothing more
+	key    [sha256.Size]byte // of the links the mount holds
+	fd     int               // the detached mount; -1: none yet
 }
 
 func newSharedAlternatives() *sharedAlternatives { return &sharedAlternatives{fd: -1} }
@@ -73,9 +74,33 @@ func (s *sharedAlternatives) clone(links []rootfs.Entry, logf func(string, ...an
 	return os.NewFile(uintptr(c), wire.AlternativesSource)
 }
 
+// warm makes the mount of links ahead of the first create that needs
+// it (New begins it once the host view is read): a one-shot `ironclaw
+// run`'s only create would otherwise make its 79 links on its path,
+// while the init it is for waits. Best effort: a failure is left for
+// clone to meet and report.
+func (s *sharedAlternatives) warm(links []rootfs.Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.off || s.closed || len(links) == 0 {
+		return
+	}
+	key := alternativesKey(links)
+	if s.fd >= 0 && key == s.key {
+		return
+	}
+	fd, err := makeAlternatives(links)
+	if err != nil {
+		return
+	}
+	s.closeLocked()
+	s.fd, s.key = fd, key
+}
+
 func (s *sharedAlternatives) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	s.closeLocked()
 }
 

@@ -157,8 +157,19 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	// The default root's plan reads the host's bin directories once per
 	// process (rootfs caches it): begun now, it overlaps the checks and
 	// the cgroup set-up below instead of delaying the first create, which
-	// for a one-shot `ironclaw run` is the only one.
-	go rootfs.WarmHostView("/")
+	// for a one-shot `ironclaw run` is the only one. The one mount of its
+	// alternatives links that root-mode sandboxes share is made after it,
+	// for the same reason (a rootless runtime shares none).
+	alternatives := newSharedAlternatives()
+	go func() {
+		rootfs.WarmHostView("/")
+		if os.Geteuid() != 0 {
+			return
+		}
+		if root, err := rootfs.HostView("/", ""); err == nil {
+			alternatives.warm(alternativesLinks(root))
+		}
+	}()
 	if opts.Exe == "" {
 		// The init is this very binary, so it must be able to seal all
 		// of its threads.
@@ -208,7 +219,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		}
 		stewardBin = f
 	}
-	r := &Runtime{opts: opts, init: initBin, steward: stewardBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(opts.Logf), boxes: map[string]*Sandbox{}, alternatives: newSharedAlternatives(), cpus: sandbox.NewCPUPicker(),
+	r := &Runtime{opts: opts, init: initBin, steward: stewardBin, cg: cg, rootless: rootless, owner: owner, spawn: newSpawner(opts.Logf), boxes: map[string]*Sandbox{}, alternatives: alternatives, cpus: sandbox.NewCPUPicker(),
 		hostUID: opts.HostIDBase + sandbox.UID, hostGID: opts.HostIDBase + sandbox.GID,
 		idMaps: sandboxIDMaps(rootless, opts.HostIDBase), ambient: ambient,
 		openWorkloadTasks: (*cgroups.Cgroup).WorkloadTasks}
