@@ -297,39 +297,14 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 			msg.close()
 		}
 	}()
-	// Once the init has executed, the spawner thread itself writes its id
-	// maps, lowers its OOM score and, with prepare, sends it its message
-	// (handed over on prepared once made), so the init starts its set-up
-	// without waiting for this goroutine to be woken. Not for an init
-	// that must first be moved into its cgroup (cfg.UnshareCgroup).
-	var early func(pid int) error
-	var prepared chan *initMessage
-	if !cfg.UnshareCgroup {
-		prepared = make(chan *initMessage, 1)
-		early = func(pid int) error {
-			if err := r.idMaps.write(pid); err != nil {
-				return hostErr("the sandbox's id maps", err)
-			}
-			r.protectInit(pid)
-			if prepare {
-				_ = (<-prepared).sendOnce(conn) // its error is raise's
-			}
-			return nil
-		}
-	}
-	wait, err := r.spawn.begin(ctx, exe, argv, attr, inside, early)
+	wait, err := r.spawn.begin(ctx, exe, argv, attr, inside)
 	var proc *initProc
-	var earlyErr error
 	if err == nil {
 		if prepare {
 			msg = r.prepareInit(cInit, cfg, workloadTasks, queued)
-			if prepared != nil {
-				prepared <- msg
-			}
 		}
-		proc, earlyErr, err = wait()
+		proc, err = wait()
 	}
-	ranEarly := early != nil && err == nil
 	if inside != nil && errors.Is(err, cgroups.ErrNotSupported) {
 		r.noteOnce(&r.noForkInside, fmt.Sprintf("sandbox inits are moved into their cgroups after the fork, which waits for the kernel: %v", err))
 		inside = nil
@@ -364,23 +339,17 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 		_ = proc.wait()
 		return nil, nil, err
 	}
-	if ranEarly {
-		if earlyErr != nil {
-			return fail(earlyErr)
-		}
-	} else {
-		if err := r.idMaps.write(proc.pid); err != nil {
-			return fail(hostErr("the sandbox's id maps", err))
-		}
-		if cfg.UnshareCgroup {
-			// cgroup v1 has no clone-into-cgroup: place the init now; it
-			// waits for the Config before it forks anything.
-			if err := cg.Add(proc.pid); err != nil {
-				return fail(fmt.Errorf("sandbox cgroup: %w", err))
-			}
-		}
-		r.protectInit(proc.pid)
+	if err := r.idMaps.write(proc.pid); err != nil {
+		return fail(hostErr("the sandbox's id maps", err))
 	}
+	if cfg.UnshareCgroup {
+		// cgroup v1 has no clone-into-cgroup: place the init now; it waits
+		// for the Config before it forks anything.
+		if err := cg.Add(proc.pid); err != nil {
+			return fail(fmt.Errorf("sandbox cgroup: %w", err))
+		}
+	}
+	r.protectInit(proc.pid)
 	if msg != nil && workloadTasks != nil {
 		msg.owned = append(msg.owned, workloadTasks)
 	}
@@ -449,7 +418,7 @@ func (r *Runtime) raise(ctx context.Context, h *hatchling, spec sandbox.Spec, cf
 		}
 		msg = r.prepareInit(h.cInit, cfg, workloadTasks, queued)
 	}
-	if err := msg.sendOnce(h.conn); err != nil {
+	if err := msg.send(h.conn); err != nil {
 		if msg.err == nil {
 			err = fmt.Errorf("%w: %w", errUnsent, err)
 		}
@@ -488,9 +457,6 @@ type initMessage struct {
 	files []*os.File   // sent with it, in order
 	owned []*os.File   // of files, those the message opened (closed by close)
 	err   error        // from preparing it: send returns it
-	// sent and sendErr: sendOnce ran (on the spawner thread or in raise).
-	sent    bool
-	sendErr error
 }
 
 // prepareInit makes the message for an init of cfg: the trees (which
@@ -541,15 +507,6 @@ func (r *Runtime) prepareInit(cInit bool, cfg *wire.Config, workloadTasks *os.Fi
 		m.files = append(m.files, workloadTasks)
 	}
 	return m
-}
-
-// sendOnce sends the message on conn the first time it is called, and
-// returns the result of that send every time.
-func (m *initMessage) sendOnce(conn *wire.Conn) error {
-	if !m.sent {
-		m.sent, m.sendErr = true, m.send(conn)
-	}
-	return m.sendErr
 }
 
 // send sends the message on conn.

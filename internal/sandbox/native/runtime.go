@@ -388,20 +388,12 @@ type spawnReq struct {
 	argv   []string
 	attr   *syscall.ProcAttr
 	inside *cgroups.Cgroup // non-nil: fork inside this cgroup (v1)
-	// started, if set, runs on the spawner thread as soon as the process
-	// has executed exe, before the thread steps back out of inside: the
-	// caller's next steps with the new process, which then need not wait
-	// for the caller's goroutine to be woken (0.1-0.3 ms on this
-	// project's guest). It must not block for long: every create's clone
-	// waits for this thread.
-	started func(pid int) error
-	res     chan spawnRes
+	res    chan spawnRes
 }
 
 type spawnRes struct {
-	p          *initProc
-	startedErr error // from spawnReq.started, which ran when p is set
-	err        error
+	p   *initProc
+	err error
 }
 
 func newSpawner(logf func(string, ...any)) *spawner {
@@ -419,7 +411,6 @@ func (s *spawner) serve() {
 	runtime.LockOSThread()
 	for r := range s.reqs {
 		var p *initProc
-		var startedErr error
 		start := func() error {
 			// syscall's, not os's: os.StartProcess would hold a pidfd
 			// per sandbox (see initProc).
@@ -428,9 +419,6 @@ func (s *spawner) serve() {
 				return &fs.PathError{Op: "fork/exec", Path: r.exe, Err: err}
 			}
 			p = &initProc{pid: pid}
-			if r.started != nil {
-				startedErr = r.started(pid)
-			}
 			return nil
 		}
 		var err error
@@ -445,40 +433,37 @@ func (s *spawner) serve() {
 				_ = p.wait()
 			}
 			s.logf("sandbox spawner: %v; a new spawner thread takes over", err)
-			r.res <- spawnRes{nil, nil, err}
+			r.res <- spawnRes{nil, err}
 			go s.serve()
 			select {} // parked, locked, for the life of the process
 		}
-		r.res <- spawnRes{p, startedErr, err}
+		r.res <- spawnRes{p, err}
 	}
 }
 
 // start starts exe; with inside set, the process is born in that cgroup.
 func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *syscall.ProcAttr, inside *cgroups.Cgroup) (*initProc, error) {
-	w, err := s.begin(ctx, exe, argv, attr, inside, nil)
+	w, err := s.begin(ctx, exe, argv, attr, inside)
 	if err != nil {
 		return nil, err
 	}
-	p, _, err := w()
-	return p, err
+	return w()
 }
 
 // begin hands the spawner thread the start of exe and returns at once,
 // with the function that waits for its result: the caller can prepare
-// what the new process is to be sent while it is cloned. started, if
-// set, runs on the spawner thread once the process exists (spawnReq);
-// the wait gives its error beside the process. The wait must be called
-// once; attr must not change before it returns.
-func (s *spawner) begin(ctx context.Context, exe string, argv []string, attr *syscall.ProcAttr, inside *cgroups.Cgroup, started func(pid int) error) (wait func() (p *initProc, startedErr, err error), err error) {
+// what the new process is to be sent while it is cloned. The wait must
+// be called once; attr must not change before it returns.
+func (s *spawner) begin(ctx context.Context, exe string, argv []string, attr *syscall.ProcAttr, inside *cgroups.Cgroup) (wait func() (*initProc, error), err error) {
 	res := make(chan spawnRes, 1)
 	select {
-	case s.reqs <- spawnReq{exe, argv, attr, inside, started, res}:
+	case s.reqs <- spawnReq{exe, argv, attr, inside, res}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return func() (*initProc, error, error) {
+	return func() (*initProc, error) {
 		r := <-res
-		return r.p, r.startedErr, r.err
+		return r.p, r.err
 	}, nil
 }
 
