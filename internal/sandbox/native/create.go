@@ -434,6 +434,12 @@ func (r *Runtime) raise(ctx context.Context, h *hatchling, spec sandbox.Spec, cf
 	if err := b.awaitReady(ctx); err != nil {
 		return nil, nil, err
 	}
+	if p != nil {
+		// A queued command starts once the init is sealed, just before it
+		// says so: its duration (and, in finish, its wall-time limit)
+		// counts from here, not from the send, before the set-up.
+		p.sent = time.Now()
+	}
 	if err := r.reservePids(h.cg, h.proc.pid); err != nil {
 		return nil, nil, err
 	}
