@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ironclaw/ironclaw/internal/cgroups"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -141,4 +142,19 @@ func sandboxCgroups(t *testing.T) int {
 		return nil
 	})
 	return n
+}
+
+// A queued command is held to its wall-time limit like any other: killed
+// at the limit, reported as timed out.
+func TestCreateExecQueuedCommandTimesOut(t *testing.T) {
+	r := sandboxtest.NewNative(t, native.Options{})
+	start := time.Now()
+	sb, res, err := r.CreateExec(context.Background(), sandbox.Spec{}, sandbox.ExecRequest{Argv: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	if took := time.Since(start); !res.TimedOut || took > 10*time.Second {
+		t.Fatalf("timed out %v after %v (exit %d), want a kill at the 300ms limit", res.TimedOut, took, res.ExitCode)
+	}
 }
