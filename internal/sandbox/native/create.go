@@ -54,8 +54,10 @@ func (r *Runtime) CreateNamed(ctx context.Context, spec sandbox.Spec, named func
 // the init right behind what the init is to build (see raise), so the
 // command starts as soon as the sandbox is sealed instead of a round
 // trip through us later. The sandbox is returned whenever one was made,
-// also when the command failed; the caller destroys it. A request that
-// Exec would refuse fails the create, and nothing is left behind.
+// also when the command failed; the caller destroys it. On a cold
+// create, a request that Exec would refuse fails the create, and nothing
+// is left behind; a sandbox from the warm pool is returned with Exec's
+// error.
 func (r *Runtime) CreateExec(ctx context.Context, spec sandbox.Spec, req sandbox.ExecRequest) (sandbox.Sandbox, sandbox.ExecResult, error) {
 	spec = spec.WithDefaults()
 	if err := spec.Validate(); err != nil {
