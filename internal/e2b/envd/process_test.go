@@ -576,7 +576,6 @@ func TestPTY(t *testing.T) {
 	if end := r.ended(); end.GetExitCode() != 5 {
 		t.Errorf("end %v", end)
 	}
-
 }
 
 // A terminal's bytes are cut anywhere; its characters arrive whole, and
