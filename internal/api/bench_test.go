@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"runtime"
@@ -65,6 +66,48 @@ func reportPeer(b *testing.B, name string, own, peer samples) {
 	b.ReportMetric(ms(own.quantile(0.50)-peer.quantile(0.50)), "over-"+name+"-p50-ms")
 }
 
+// bareHTTP returns a func that makes one keep-alive POST round trip over
+// loopback to a bare net/http server whose handler reads the body and
+// answers a small JSON object, and returns how long it took: what any Go
+// HTTP API pays for a request on this machine in the same moment,
+// whatever it does. On a guest whose idle vCPUs halt, it is far above
+// its back-to-back cost (about 20 us here) whenever the request follows
+// a pause, however short (docs/performance.md).
+func bareHTTP(b *testing.B) func() time.Duration {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"exit":0,"stdout":"","stderr":""}`)
+	}))
+	b.Cleanup(ts.Close)
+	client := &http.Client{Transport: &http.Transport{}}
+	b.Cleanup(client.CloseIdleConnections)
+	round := func() time.Duration {
+		start := time.Now()
+		resp, err := client.Post(ts.URL+"/x", "application/json", strings.NewReader(`{"argv":["true"]}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	round() // the connection, kept alive
+	return round
+}
+
+// reportAPILayer reports what the API's own layer adds to the in-process
+// manager's path beyond the bare HTTP round trips it needs (requests of
+// them), measured in the same iterations: p50 of own, less the manager's
+// p50 and requests times the bare round trip's p50, as api-layer-p50-ms.
+func reportAPILayer(b *testing.B, own, mgr, bare samples, requests int) {
+	reportPeer(b, "bare-http", own, bare)
+	b.ReportMetric(ms(own.quantile(0.50)-mgr.quantile(0.50)-time.Duration(requests)*bare.quantile(0.50)), "api-layer-p50-ms")
+}
+
 // post is a request as an SDK sends it, without the tests' check of the
 // answer against the API's description (env.req), which is client-side
 // work no SDK does; the benchmarks check the first answer with env.req,
@@ -123,17 +166,20 @@ func BenchmarkHostForkExec(b *testing.B) {
 
 // BenchmarkHTTPExecRoundTrip: POST exec?wait=1 of ["true"] into one running
 // sandbox, over loopback HTTP with keep-alive; peers (same sandbox, same
-// iteration): the manager's Exec in process and the host's fork+exec.
+// iteration): the manager's Exec in process, a bare HTTP round trip
+// (bareHTTP; with the manager's, it leaves api-layer-p50-ms, what the
+// API's own code adds) and the host's fork+exec.
 func BenchmarkHTTPExecRoundTrip(b *testing.B) {
 	e := newEnv(b, envOpts{})
 	s := e.create(nil)
 	body := `{"argv":["true"]}`
 	path := "/v1/sandboxes/" + s.ID + "/exec?wait=1"
 	host := hostTrue(b)
+	bare := bareHTTP(b)
 	e.execWait(s.ID, body) // warm the connection
 	host()
 	times := make(samples, 0, b.N)
-	var mgr, hostTimes samples
+	var mgr, bareTimes, hostTimes samples
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
@@ -144,12 +190,14 @@ func BenchmarkHTTPExecRoundTrip(b *testing.B) {
 		}
 		b.StopTimer()
 		mgr = append(mgr, managerExec(b, e, s.ID))
+		bareTimes = append(bareTimes, bare())
 		hostTimes = append(hostTimes, host())
 		b.StartTimer()
 	}
 	b.StopTimer()
 	reportPercentiles(b, times)
 	reportPeer(b, "manager", times, mgr)
+	reportAPILayer(b, times, mgr, bareTimes, 1)
 	reportPeer(b, "host", times, hostTimes)
 }
 
@@ -193,6 +241,10 @@ func BenchmarkManagerExecRoundTrip(b *testing.B) {
 // /v1/sandboxes with "exec", its answer a stream read to its end) and
 // time that one request, with the two requests as a peer in the same
 // iteration (two-requests-p50-ms).
+//
+// A bare HTTP round trip (bareHTTP), after the same wait for the pool, is
+// a peer too (bare-http-p50-ms); the two-request cases report
+// api-layer-p50-ms against the manager's two calls and two of them.
 func BenchmarkHTTPCreateFirstExec(b *testing.B) {
 	b.Run("cold", func(b *testing.B) { benchCreateFirstExec(b, 0, false, false) })
 	b.Run("cold-spares", func(b *testing.B) { benchCreateFirstExec(b, 0, true, false) })
@@ -227,8 +279,9 @@ func benchCreateFirstExec(b *testing.B, poolSize int, spares, oneRequest bool) {
 	first := e.create(nil)
 	e.execWait(first.ID, `{"argv":["true"]}`)
 	e.must(http.StatusOK, "DELETE", "/v1/sandboxes/"+first.ID, agentTok, nil, nil)
+	bare := bareHTTP(b)
 	times := make(samples, 0, b.N)
-	var mgr, rt, twoRequests samples
+	var mgr, rt, twoRequests, bareTimes samples
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -249,6 +302,9 @@ func benchCreateFirstExec(b *testing.B, poolSize int, spares, oneRequest bool) {
 			twoRequests = append(twoRequests, d)
 			e.must(http.StatusOK, "DELETE", "/v1/sandboxes/"+id, agentTok, nil, nil)
 		}
+
+		waitPool()
+		bareTimes = append(bareTimes, bare())
 
 		waitPool()
 		start := time.Now()
@@ -285,6 +341,9 @@ func benchCreateFirstExec(b *testing.B, poolSize int, spares, oneRequest bool) {
 	reportPeer(b, "runtime", times, rt)
 	if oneRequest {
 		reportPeer(b, "two-requests", times, twoRequests)
+		reportPeer(b, "bare-http", times, bareTimes)
+	} else {
+		reportAPILayer(b, times, mgr, bareTimes, 2)
 	}
 }
 
