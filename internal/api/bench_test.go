@@ -99,6 +99,29 @@ func bareHTTP(b *testing.B) func() time.Duration {
 	return round
 }
 
+// BenchmarkBareHTTPAfterIdle is bareHTTP's round trip alone, after the
+// process has been idle for gap: the part of every API number that is
+// the machine's, not the API's. gap=0 is back to back; a request after a
+// pause waits for halted vCPUs to wake (docs/performance.md). Its ns/op
+// includes the gap; p50-ms is the round trip's.
+func BenchmarkBareHTTPAfterIdle(b *testing.B) {
+	for _, gap := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond} {
+		b.Run("gap="+gap.String(), func(b *testing.B) {
+			round := bareHTTP(b)
+			times := make(samples, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				// Not b.StopTimer: it reads the memory statistics, which
+				// stops the world just before the request.
+				time.Sleep(gap)
+				times = append(times, round())
+			}
+			b.StopTimer()
+			reportPercentiles(b, times)
+		})
+	}
+}
+
 // reportAPILayer reports what the API's own layer adds to the in-process
 // manager's path beyond the bare HTTP round trips it needs (requests of
 // them), measured in the same iterations: p50 of own, less the manager's
