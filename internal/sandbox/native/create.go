@@ -301,11 +301,15 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 	}()
 	wait, err := r.spawn.begin(ctx, exe, argv, attr, inside)
 	var proc *initProc
+	settle := func() error { return nil }
 	if err == nil {
 		if prepare {
 			msg = r.prepareInit(cInit, cfg, workloadTasks, queued)
 		}
-		proc, err = wait()
+		var s func() error
+		if proc, s, err = wait(); err == nil {
+			settle = s
+		}
 	}
 	if inside != nil && errors.Is(err, cgroups.ErrNotSupported) {
 		r.noteOnce(&r.noForkInside, fmt.Sprintf("sandbox inits are moved into their cgroups after the fork, which waits for the kernel: %v", err))
@@ -343,6 +347,10 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 	}
 	if err := r.idMaps.write(proc.pid); err != nil {
 		return fail(hostErr("the sandbox's id maps", err))
+	}
+	// The spawner thread stepped back out of the cgroup meanwhile.
+	if err := settle(); err != nil {
+		return fail(fmt.Errorf("%w: starting the sandbox init: %v", sandbox.ErrUnsupported, err))
 	}
 	if cfg.UnshareCgroup {
 		// cgroup v1 has no clone-into-cgroup: place the init now; it waits

@@ -377,18 +377,22 @@ func newID() string {
 // the *thread* that forked it exits, so a short-lived thread would kill
 // sandboxes at random, and a dead daemon must take its sandboxes with it.
 // On cgroup v1 that thread steps into the new sandbox's cgroup for the
-// fork (cgroups.ForkInside), so the init is born there.
+// fork (cgroups.ForkInside), so the init is born there, and steps back
+// out while its caller writes the init's id maps (see begin).
 type spawner struct {
 	reqs chan spawnReq
 	logf func(string, ...any)
 }
 
 type spawnReq struct {
-	exe    string
-	argv   []string
-	attr   *syscall.ProcAttr
-	inside *cgroups.Cgroup // non-nil: fork inside this cgroup (v1)
-	res    chan spawnRes
+	exe  string
+	argv []string
+	attr *syscall.ProcAttr
+	// forkInside, when set, forks inside a sandbox's cgroup (v1:
+	// (*cgroups.Cgroup).ForkInside; a test strands the thread).
+	forkInside func(fork func() error) error
+	born       chan *initProc // the forked init, at once (buffered)
+	res        chan spawnRes  // the outcome, the thread home again (buffered)
 }
 
 type spawnRes struct {
@@ -419,25 +423,22 @@ func (s *spawner) serve() {
 				return &fs.PathError{Op: "fork/exec", Path: r.exe, Err: err}
 			}
 			p = &initProc{pid: pid}
+			r.born <- p // before the thread steps back out of the cgroup
 			return nil
 		}
 		var err error
-		if r.inside != nil {
-			err = r.inside.ForkInside(start)
+		if r.forkInside != nil {
+			err = r.forkInside(start)
 		} else {
 			err = start()
 		}
+		r.res <- spawnRes{p, err}
 		if errors.Is(err, cgroups.ErrStranded) {
-			if p != nil {
-				_ = p.kill()
-				_ = p.wait()
-			}
+			// The caller kills the init it was handed (settle's error).
 			s.logf("sandbox spawner: %v; a new spawner thread takes over", err)
-			r.res <- spawnRes{nil, err}
 			go s.serve()
 			select {} // parked, locked, for the life of the process
 		}
-		r.res <- spawnRes{p, err}
 	}
 }
 
@@ -447,23 +448,60 @@ func (s *spawner) start(ctx context.Context, exe string, argv []string, attr *sy
 	if err != nil {
 		return nil, err
 	}
-	return w()
+	p, settle, err := w()
+	if err != nil {
+		return nil, err
+	}
+	if err := settle(); err != nil {
+		_ = p.kill()
+		_ = p.wait()
+		return nil, err
+	}
+	return p, nil
 }
+
+// spawnWait waits for a start that begin handed the spawner thread. It
+// returns the init as soon as it is forked, while the thread, on cgroup
+// v1, is still stepping back out of the sandbox's cgroups (five writes
+// to tasks files, 0.1-0.3 ms here), so the caller writes the init's id
+// maps meanwhile; settle waits for that step and reports nil or why the
+// thread could not leave (cgroups.ErrStranded). A caller whose settle
+// fails must kill the init: its cgroup holds a parked daemon thread.
+type spawnWait func() (p *initProc, settle func() error, err error)
 
 // begin hands the spawner thread the start of exe and returns at once,
 // with the function that waits for its result: the caller can prepare
 // what the new process is to be sent while it is cloned. The wait must
-// be called once; attr must not change before it returns.
-func (s *spawner) begin(ctx context.Context, exe string, argv []string, attr *syscall.ProcAttr, inside *cgroups.Cgroup) (wait func() (*initProc, error), err error) {
-	res := make(chan spawnRes, 1)
+// be called once, and a settle it returns at most once; attr must not
+// change before the wait returns.
+func (s *spawner) begin(ctx context.Context, exe string, argv []string, attr *syscall.ProcAttr, inside *cgroups.Cgroup) (spawnWait, error) {
+	req := spawnReq{exe: exe, argv: argv, attr: attr, born: make(chan *initProc, 1), res: make(chan spawnRes, 1)}
+	if inside != nil {
+		req.forkInside = inside.ForkInside
+	}
+	return s.send(ctx, req)
+}
+
+func (s *spawner) send(ctx context.Context, req spawnReq) (spawnWait, error) {
 	select {
-	case s.reqs <- spawnReq{exe, argv, attr, inside, res}:
+	case s.reqs <- req:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return func() (*initProc, error) {
-		r := <-res
-		return r.p, r.err
+	return func() (*initProc, func() error, error) {
+		settled := func(r spawnRes) func() error { return func() error { return r.err } }
+		select {
+		case p := <-req.born:
+			return p, func() error { return (<-req.res).err }, nil
+		case r := <-req.res:
+			// born is sent before res: if it was, take it.
+			select {
+			case p := <-req.born:
+				return p, settled(r), nil
+			default:
+				return nil, nil, r.err // no process: refused before or at the fork
+			}
+		}
 	}, nil
 }
 
