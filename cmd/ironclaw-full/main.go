@@ -17,5 +17,5 @@ func main() {
 		inside.Main() // in a sandbox: pid 1, an exec front or a file operation; never returns
 	}
 	_ = os.Unsetenv(cli.DelegatedEnv) // the thin CLI's mark, for the thin CLI only
-	os.Exit(cli.Main(full.Commands{}, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	cli.Exit(full.Commands{})
 }

@@ -7,8 +7,6 @@
 package main
 
 import (
-	"os"
-
 	"github.com/ironclaw/ironclaw/internal/cli"
 	"github.com/ironclaw/ironclaw/internal/sandbox/inside"
 )
@@ -17,5 +15,5 @@ func main() {
 	if inside.Entered() {
 		inside.Main() // in a sandbox: pid 1, an exec front or a file operation; never returns
 	}
-	os.Exit(cli.Main(nil, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	cli.Exit(nil)
 }

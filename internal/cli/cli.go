@@ -1,4 +1,4 @@
-// Package cli is the ironclaw command line. main only calls Main; every
+// Package cli is the ironclaw command line. main only calls Exit; every
 // subcommand lives in its own file here.
 //
 // What holds for every command lives in one place each: the root context
@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/ironclaw/ironclaw/internal/client"
 	"github.com/ironclaw/ironclaw/internal/sandbox"
@@ -63,8 +64,24 @@ type Full interface {
 
 // Main runs the CLI with args (without the program name) and returns the
 // process exit code. full is nil in the ironclaw binary, which hands the
-// commands that need it to ironclaw-full beside it.
+// commands that need it to ironclaw-full beside it. Main gives back the
+// signals a command watched before it returns, for a caller that goes on
+// (a test); a process that ends on the code calls Exit.
 func Main(full Full, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return execute(full, args, stdin, stdout, stderr, true)
+}
+
+// Exit runs the CLI with the process's arguments and standard streams
+// and ends the process with the exit code. It leaves the signals as they
+// are: giving them back (os/signal.Stop waits for the runtime's signal
+// loop to go idle) took 0.02-0.34 ms, median 0.1, at the end of each
+// one-shot `ironclaw run` on this project's guest, for a process that
+// ends next.
+func Exit(full Full) {
+	os.Exit(execute(full, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, false))
+}
+
+func execute(full Full, args []string, stdin io.Reader, stdout, stderr io.Writer, releaseSignals bool) int {
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, full: full, args: args}
 	root := &cobra.Command{
 		Use:           "ironclaw",
@@ -92,11 +109,14 @@ func Main(full Full, args []string, stdin io.Reader, stdout, stderr io.Writer) i
 	// none: it is over before a signal could matter, and setting one up
 	// starts the Go runtime's signal thread (0.6-0.7 ms of `ironclaw
 	// version` on this project's guest).
-	ctx, stop := context.Background(), func() {}
+	ctx := context.Background()
 	if !quick {
+		var stop func()
 		ctx, stop = withSignals(ctx, stopSignals...)
+		if releaseSignals {
+			defer stop()
+		}
 	}
-	defer stop()
 	err := root.ExecuteContext(ctx)
 	var code exitCode
 	switch {

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 		inside.Main()
 	}
 	if os.Getenv("IRONCLAW_CLI_TEST_MAIN") == "1" { // the test binary as the ironclaw CLI
-		os.Exit(Main(full.Commands{}, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+		Exit(full.Commands{}) // as cmd/ironclaw-full does
 	}
 	if os.Getenv("IRONCLAW_CLI_TEST_THIN") == "1" { // the thin CLI, its streams not the process's
 		var out, errb bytes.Buffer

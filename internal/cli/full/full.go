@@ -6,7 +6,7 @@
 // start of every other command, so the ironclaw binary (package cli
 // without this one) hands these commands to ironclaw-full.
 //
-// Commands implements cli.Full; cmd/ironclaw-full passes it to cli.Main.
+// Commands implements cli.Full; cmd/ironclaw-full passes it to cli.Exit.
 package full
 
 import (
