@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,6 +140,15 @@ func TestProgramJumpsInRange(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkJumps(t, prog)
+		for nr := int32(990); nr < 1610; nr++ {
+			want := uint32(retAllow)
+			if nr >= 1000 && nr < 1600 {
+				want = retEPERM
+			}
+			if got := mustEvaluate(t, prog, seccompData{nr: nr, arch: unix.AUDIT_ARCH_X86_64}); got != want {
+				t.Errorf("nr %d: got %#x, want %#x", nr, got, want)
+			}
+		}
 		for _, tc := range []struct {
 			nr   int32
 			arg2 uint64
@@ -171,6 +181,45 @@ func TestProgramJumpsInRange(t *testing.T) {
 	})
 }
 
+// The kernel runs the filter once per system-call number as it installs
+// it (to cache the calls it may always allow), so install time grows
+// with the paths' length: every number's path must be that of a search
+// tree over the rules, not of a chain through them.
+func TestProgramPathsAreShort(t *testing.T) {
+	arch := nativeAuditArch(t)
+	prog := program(t)
+	spec, err := currentArch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(rules(spec))
+	// The guards (4 run), then about three instructions per halving of
+	// the rules (a node's one or two, a leaf's tests), then a matching
+	// block's argument load, tests and return. A chain runs one test per
+	// rule.
+	bound := 4 + 3*bits.Len(uint(n)) + 9
+	longest, at := 0, 0
+	for nr := int32(0); nr < 1024; nr++ {
+		steps, err := pathLength(prog, seccompData{nr: nr, arch: arch})
+		if err != nil {
+			t.Fatalf("nr %d: %v", nr, err)
+		}
+		if steps > longest {
+			longest, at = steps, int(nr)
+		}
+	}
+	t.Logf("%d rules, %d instructions; the longest path is %d instructions (nr %d), bound %d", n, len(prog), longest, at, bound)
+	if longest > bound {
+		t.Fatalf("system call %d runs %d instructions of the filter, more than a search tree over %d rules needs (%d)", at, longest, n, bound)
+	}
+}
+
+// pathLength is how many instructions the filter runs for d.
+func pathLength(prog []unix.SockFilter, d seccompData) (int, error) {
+	_, steps, err := run(prog, d)
+	return steps, err
+}
+
 // seccompData mirrors struct seccomp_data; bytes lays it out the way the
 // kernel hands it to the filter.
 type seccompData struct {
@@ -192,20 +241,27 @@ func (d seccompData) bytes() []byte {
 // evaluate runs prog the way the kernel would, for the instructions a
 // seccomp filter built by this package may contain.
 func evaluate(prog []unix.SockFilter, d seccompData) (uint32, error) {
+	action, _, err := run(prog, d)
+	return action, err
+}
+
+// run is evaluate that also counts the instructions run.
+func run(prog []unix.SockFilter, d seccompData) (action uint32, steps int, err error) {
 	mem := d.bytes()
 	var a uint32
 	for pc := 0; pc < len(prog); pc++ {
+		steps++
 		ins := prog[pc]
 		var cond bool
 		switch ins.Code {
 		case unix.BPF_LD | unix.BPF_W | unix.BPF_ABS:
 			if ins.K%4 != 0 || int(ins.K)+4 > len(mem) {
-				return 0, fmt.Errorf("pc %d: load from offset %d", pc, ins.K)
+				return 0, steps, fmt.Errorf("pc %d: load from offset %d", pc, ins.K)
 			}
 			a = binary.LittleEndian.Uint32(mem[ins.K:])
 			continue
 		case unix.BPF_RET | unix.BPF_K:
-			return ins.K, nil
+			return ins.K, steps, nil
 		case unix.BPF_ALU | unix.BPF_AND | unix.BPF_K:
 			a &= ins.K
 			continue
@@ -221,7 +277,7 @@ func evaluate(prog []unix.SockFilter, d seccompData) (uint32, error) {
 		case unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K:
 			cond = a&ins.K != 0
 		default:
-			return 0, fmt.Errorf("pc %d: unexpected opcode %#x", pc, ins.Code)
+			return 0, steps, fmt.Errorf("pc %d: unexpected opcode %#x", pc, ins.Code)
 		}
 		if cond {
 			pc += int(ins.Jt)
@@ -229,7 +285,7 @@ func evaluate(prog []unix.SockFilter, d seccompData) (uint32, error) {
 			pc += int(ins.Jf)
 		}
 	}
-	return 0, errors.New("ran off the end of the program")
+	return 0, steps, errors.New("ran off the end of the program")
 }
 
 func mustEvaluate(t *testing.T, prog []unix.SockFilter, d seccompData) uint32 {
