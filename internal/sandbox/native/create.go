@@ -348,7 +348,9 @@ func (r *Runtime) hatch(ctx context.Context, l sandbox.Limits, cfg *wire.Config,
 	if err := r.idMaps.write(proc.pid); err != nil {
 		return fail(hostErr("the sandbox's id maps", err))
 	}
-	// The spawner thread stepped back out of the cgroup meanwhile.
+	// The spawner thread stepped back out of the cgroup meanwhile. It must
+	// be out before the init is sent anything: while the sandbox's memory
+	// cgroup holds a daemon thread, an OOM there could pick the daemon.
 	if err := settle(); err != nil {
 		return fail(fmt.Errorf("%w: starting the sandbox init: %v", sandbox.ErrUnsupported, err))
 	}
