@@ -52,20 +52,27 @@ func waitWithin(t *testing.T, w spawnWait, d time.Duration) (*initProc, func() e
 	}
 }
 
+// startWith hands s a start of true whose step into a cgroup is
+// forkInside, and waits for what the start hands back.
+func startWith(t *testing.T, s *spawner, forkInside func(fork func() error) error) (*initProc, func() error, error) {
+	t.Helper()
+	w, err := s.send(context.Background(), spawnReqFor(t, forkInside))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return waitWithin(t, w, 10*time.Second)
+}
+
 func TestSpawnerHandsTheInitOverBeforeItsThreadIsHome(t *testing.T) {
 	s := newSpawner(t.Logf)
 	home := make(chan struct{})
-	w, err := s.send(context.Background(), spawnReqFor(t, func(fork func() error) error {
+	p, settle, err := startWith(t, s, func(fork func() error) error {
 		if err := fork(); err != nil {
 			return err
 		}
 		<-home // the thread is still "inside" until the test lets it go
 		return nil
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, settle, err := waitWithin(t, w, 10*time.Second)
+	})
 	if err != nil {
 		t.Fatalf("wait: %v", err)
 	}
@@ -85,16 +92,12 @@ func TestSpawnerHandsTheInitOverBeforeItsThreadIsHome(t *testing.T) {
 
 func TestSpawnerStrandedThreadIsReportedAndReplaced(t *testing.T) {
 	s := newSpawner(t.Logf)
-	w, err := s.send(context.Background(), spawnReqFor(t, func(fork func() error) error {
+	p, settle, err := startWith(t, s, func(fork func() error) error {
 		if err := fork(); err != nil {
 			return err
 		}
 		return fmt.Errorf("leaving the cgroup: %w", cgroups.ErrStranded)
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, settle, err := waitWithin(t, w, 10*time.Second)
+	})
 	if err != nil {
 		t.Fatalf("wait: %v (the fork succeeded)", err)
 	}
@@ -117,13 +120,9 @@ func TestSpawnerStrandedThreadIsReportedAndReplaced(t *testing.T) {
 
 func TestSpawnerRefusalBeforeTheForkHandsOverNothing(t *testing.T) {
 	s := newSpawner(t.Logf)
-	w, err := s.send(context.Background(), spawnReqFor(t, func(func() error) error {
+	p, settle, err := startWith(t, s, func(func() error) error {
 		return fmt.Errorf("fork inside: %w", cgroups.ErrNotSupported)
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, settle, err := waitWithin(t, w, 10*time.Second)
+	})
 	if !errors.Is(err, cgroups.ErrNotSupported) || p != nil || settle != nil {
 		t.Fatalf("wait = %v, %v, %v; want no process and ErrNotSupported", p, settle != nil, err)
 	}
