@@ -42,6 +42,8 @@ type env struct {
 	// binary: its commands are then handed to ironclaw-full (delegate).
 	full Full
 	args []string // the command line, without the program name
+	// early is run's native runtime, opened ahead (warmRun).
+	early *earlyRuntime
 }
 
 // Full is the part of the command line that only ironclaw-full links
@@ -118,6 +120,7 @@ func execute(full Full, args []string, stdin io.Reader, stdout, stderr io.Writer
 		}
 	}
 	err := root.ExecuteContext(ctx)
+	e.discardEarly() // a run that ended before its claim (bad flags, say)
 	var code exitCode
 	switch {
 	case err == nil:
@@ -185,7 +188,7 @@ type namedCommand struct {
 
 func (e *env) commandTable() []namedCommand {
 	return []namedCommand{
-		{name: "run", make: func() *cobra.Command { return newRunCmd(e) }, warm: warmRun},
+		{name: "run", make: func() *cobra.Command { return newRunCmd(e) }, warm: e.warmRun},
 		{name: "doctor", make: func() *cobra.Command { return newDoctorCmd(e) }},
 		{name: "version", make: func() *cobra.Command { return newVersionCmd(e) }, quick: true},
 		{name: "serve", make: e.serveCmd},

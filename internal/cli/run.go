@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -159,13 +160,108 @@ func (a runArgs) spec() (sandbox.Spec, error) {
 // are unchanged, so most runs only stat five directories
 // (rootfs.WarmHostViewCached; measured in docs/performance.md). A run
 // that turns out not to need it (--image, an OCI runtime) has done that
-// for nothing.
-func warmRun() { go rootfs.WarmHostViewCached("/", hostViewCacheFile()) }
+// for nothing. The native runtime is opened then too (earlyRuntime).
+func (e *env) warmRun() {
+	go rootfs.WarmHostViewCached("/", hostViewCacheFile())
+	e.early = openEarly(func(logf func(string, ...any)) (sandbox.Runtime, error) {
+		return backend.Open(context.Background(), backend.Options{Name: backend.Native, Logf: logf})
+	})
+}
 
 // hostViewCacheFile is where one-shot runs keep the host view's scan:
 // $XDG_CACHE_HOME/ironclaw, else ~/.cache/ironclaw.
 func hostViewCacheFile() string {
 	return filepath.Join(defaults.UserDir("XDG_CACHE_HOME", ".cache"), "host-view-alternatives")
+}
+
+// earlyRuntime is the native runtime a one-shot run opens as soon as the
+// command line says run (warmRun), before its flags are parsed: the
+// opening's host checks (0.5 ms on this project's guest) overlap the
+// parsing. What it logs is held until the run claims it and knows
+// whether it is verbose. A run whose flags name another backend, or
+// that ends before it claims it, closes it unused (execute's discard).
+type earlyRuntime struct {
+	done chan struct{}
+	rt   sandbox.Runtime
+	err  error
+
+	mu   sync.Mutex
+	held []string             // logged before the claim, at most maxHeld
+	sink func(string, ...any) // set by the claim
+}
+
+// maxHeld bounds the lines an early runtime holds before its claim.
+const maxHeld = 64
+
+// openEarly begins open in the background.
+func openEarly(open func(logf func(string, ...any)) (sandbox.Runtime, error)) *earlyRuntime {
+	er := &earlyRuntime{done: make(chan struct{})}
+	go func() {
+		defer close(er.done)
+		er.rt, er.err = open(er.logf)
+	}()
+	return er
+}
+
+func (er *earlyRuntime) logf(format string, args ...any) {
+	er.mu.Lock()
+	defer er.mu.Unlock()
+	if er.sink != nil {
+		er.sink(format, args...)
+	} else if len(er.held) < maxHeld {
+		er.held = append(er.held, fmt.Sprintf(format, args...))
+	}
+}
+
+// claim waits for the opening and returns the runtime, the lines held
+// replayed to logf and the later ones sent there; nil if the opening
+// failed (the caller opens one itself, and meets the error again).
+func (er *earlyRuntime) claim(logf func(string, ...any)) sandbox.Runtime {
+	<-er.done
+	if er.err != nil {
+		return nil
+	}
+	er.mu.Lock()
+	defer er.mu.Unlock()
+	for _, l := range er.held {
+		logf("%s", l)
+	}
+	er.held, er.sink = nil, logf
+	return er.rt
+}
+
+// discard waits for the opening and closes what it opened.
+func (er *earlyRuntime) discard() {
+	<-er.done
+	if er.err == nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = er.rt.Close(cctx)
+	}
+}
+
+// discardEarly closes the early runtime if it was not claimed.
+func (e *env) discardEarly() {
+	if e.early != nil {
+		e.early.discard()
+		e.early = nil
+	}
+}
+
+// openRuntime is the runtime a run uses: the early one when the run
+// wants the native backend, else one opened now.
+func (e *env) openRuntime(ctx context.Context, name string, logf func(string, ...any)) (sandbox.Runtime, error) {
+	if er := e.early; er != nil {
+		e.early = nil
+		if name == backend.Native {
+			if rt := er.claim(logf); rt != nil {
+				return rt, nil
+			}
+		} else {
+			er.discard()
+		}
+	}
+	return backend.Open(ctx, backend.Options{Name: name, Logf: logf})
 }
 
 // runRun runs argv in a new sandbox. ctx is the root context: a signal
@@ -182,6 +278,7 @@ func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
 			return err
 		}
 		if e.full == nil {
+			e.discardEarly()
 			return e.delegate(ctx, "run --image") // images need the registry client
 		}
 		if spec.Root, err = e.full.ResolveImage(ctx, ref); err != nil {
@@ -193,7 +290,7 @@ func runRun(ctx context.Context, e *env, a runArgs, argv []string) error {
 	if a.verbose {
 		logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "ironclaw: "+format+"\n", args...) }
 	}
-	rt, err := backend.Open(ctx, backend.Options{Name: a.runtime, Logf: logf})
+	rt, err := e.openRuntime(ctx, a.runtime, logf)
 	if err != nil {
 		return err
 	}
