@@ -184,7 +184,13 @@ func (b *Broker) serveIntercept(w http.ResponseWriter, r *http.Request, a *attem
 	raw := &icConn{Conn: client, r: rd, up: &a.up, down: &a.down, done: make(chan struct{})}
 	ic := &intercepted{b: b, a: a, addrs: addrs}
 	ic.srv = &http.Server{
-		Handler:           ic,
+		// GuardBodies detaches a body from its ResponseWriter when the
+		// handler returns: the proxy's Transport may still be forwarding
+		// the body then (its request-writing goroutine outlives the
+		// handler), and a deadline set through a finished HTTP/2
+		// ResponseWriter panics, in a goroutine no handler recovers: the
+		// whole daemon. ServeHTTP's LimitBody takes that body over.
+		Handler:           netlimit.GuardBodies(ic, b.cfg.Body),
 		ReadHeaderTimeout: interceptHeadTimeout,
 		MaxHeaderBytes:    b.cfg.MaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
