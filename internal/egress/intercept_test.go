@@ -317,13 +317,21 @@ func TestInterceptStreamsResponse(t *testing.T) {
 	}
 }
 
-func TestInterceptStreamsRequestBody(t *testing.T) {
-	got := make(chan string, 1)
-	ie := isetup(t, true, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// firstLineUpstream answers "ok" once it has read the first line of a
+// request's body, which it sends to got.
+func firstLineUpstream(got chan<- string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		line, _ := bufio.NewReader(r.Body).ReadString('\n')
 		got <- line
 		io.WriteString(w, "ok")
-	}))
+	})
+}
+
+// streamFirstPart posts a body through ie's HTTP/2 client, sends its
+// first line, waits for the upstream (firstLineUpstream) to have read it
+// before the body ends, then ends the body and returns that line.
+func streamFirstPart(t *testing.T, ie *ienv, got <-chan string) string {
+	t.Helper()
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	req, _ := http.NewRequest("POST", "https://example.com/upload", pr)
@@ -336,17 +344,24 @@ func TestInterceptStreamsRequestBody(t *testing.T) {
 		done <- err
 	}()
 	io.WriteString(pw, "part one\n")
+	var line string
 	select {
-	case l := <-got:
-		if l != "part one\n" {
-			t.Fatalf("upstream read %q", l)
-		}
+	case line = <-got:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the upstream did not see the body's first part before its end (buffered?)")
 	}
 	pw.Close()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	return line
+}
+
+func TestInterceptStreamsRequestBody(t *testing.T) {
+	got := make(chan string, 1)
+	ie := isetup(t, true, nil, firstLineUpstream(got))
+	if l := streamFirstPart(t, ie, got); l != "part one\n" {
+		t.Fatalf("upstream read %q", l)
 	}
 }
 
@@ -356,37 +371,13 @@ func TestInterceptStreamsRequestBody(t *testing.T) {
 // deadline panicked in that Transport goroutine, which took the whole
 // daemon down (CI saw it in TestInterceptStreamsRequestBody, about once
 // in a few hundred runs); the intercepted server now detaches bodies as
-// its handler returns (netlimit.GuardBodies). Many rounds, since the
-// read after the return is a race.
+// its handler returns (netlimit.GuardBodies). Many rounds, each with
+// fresh servers, since the read after the return is a race.
 func TestInterceptBodyReadAfterHandlerReturns(t *testing.T) {
 	for i := range 300 {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			got := make(chan string, 1)
-			ie := isetup(t, true, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				line, _ := bufio.NewReader(r.Body).ReadString('\n')
-				got <- line
-				io.WriteString(w, "ok")
-			}))
-			pr, pw := io.Pipe()
-			req, _ := http.NewRequest("POST", "https://example.com/upload", pr)
-			done := make(chan error, 1)
-			go func() {
-				resp, err := ie.iclient(t, true).Do(req)
-				if err == nil {
-					resp.Body.Close()
-				}
-				done <- err
-			}()
-			io.WriteString(pw, "part one\n")
-			select {
-			case <-got:
-			case <-time.After(5 * time.Second):
-				t.Fatal("the upstream did not see the body's first part")
-			}
-			pw.Close()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			streamFirstPart(t, isetup(t, true, nil, firstLineUpstream(got)), got)
 		})
 	}
 }
