@@ -489,18 +489,14 @@ func (s *spawner) send(ctx context.Context, req spawnReq) (spawnWait, error) {
 		return nil, ctx.Err()
 	}
 	return func() (*initProc, func() error, error) {
-		settled := func(r spawnRes) func() error { return func() error { return r.err } }
 		select {
 		case p := <-req.born:
 			return p, func() error { return (<-req.res).err }, nil
 		case r := <-req.res:
-			// born is sent before res: if it was, take it.
-			select {
-			case p := <-req.born:
-				return p, settled(r), nil
-			default:
-				return nil, nil, r.err // no process: refused before or at the fork
+			if r.p != nil { // forked (born holds it too) and home already
+				return r.p, func() error { return r.err }, nil
 			}
+			return nil, nil, r.err // no process: refused before or at the fork
 		}
 	}, nil
 }
